@@ -1,0 +1,770 @@
+"""The durable workflow agent delivery machine: the executable spec.
+
+A workflow step addresses a message to one or more managed agents
+(targets). Each (community, run, step, target) gets exactly one durable
+delivery row that the target must claim, may renew, and finally settles::
+
+    pending --claim--> claimed --finish--> finished | failed   (terminal)
+       ^                  |
+       +------ reap ------+   (lease expired; generation bumped)
+
+`step(state, command)` is the whole machine: it returns the next state and
+exactly one outcome. It reads no clock and does no I/O; time moves only by
+`AdvanceClock`. A `Rejection` outcome never changes the state.
+
+Checks run in a fixed order, and the order is part of the spec:
+  1. value rules (at construction: an invalid command cannot exist);
+  2. for claim only, the expected binding's own scope (a mismatch is a miss
+     before any lookup);
+  3. the community: unknown, or not `active` (refuses every write);
+  4. the operation's own lookups and fences.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import attrs
+
+from leaseproof.model.binding import (
+    Binding,
+    instant_field,
+    key_field,
+    require_step_id,
+    require_uuid,
+    uuid_field,
+)
+from leaseproof.model.errors import InvalidValue
+from leaseproof.model.frozenmap import FrozenMap
+
+MAX_LEASE_SECONDS = 86_400
+
+
+class Status(enum.Enum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Status.FINISHED, Status.FAILED)
+
+
+class CommunityState(enum.Enum):
+    ACTIVE = "active"
+    QUIESCING = "quiescing"
+    FENCED = "fenced"
+    DELETED = "deleted"
+
+
+def _lease_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidValue(attribute.name, value, "must be an integer number of seconds")
+    if not 0 < value <= MAX_LEASE_SECONDS:
+        raise InvalidValue(attribute.name, value, f"must be positive and at most {MAX_LEASE_SECONDS}")
+
+
+def _step_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    require_step_id(attribute.name, value)
+
+
+def _optional_uuid(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        require_uuid(attribute.name, value)
+
+
+def _instance_of(*types: type) -> Any:
+    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, types):
+            names = " or ".join(t.__name__ for t in types)
+            raise InvalidValue(attribute.name, value, f"must be {names}")
+
+    return validator
+
+
+# -- records ---------------------------------------------------------------
+
+
+@attrs.frozen
+class Delivery:
+    """One delivery row, every persisted field."""
+
+    id: uuid.UUID = uuid_field()
+    binding: Binding = attrs.field(validator=_instance_of(Binding))
+    status: Status
+    lease_generation: int
+    lease_until: dt.datetime | None
+    claimed_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    created_at: dt.datetime
+
+    @property
+    def key(self) -> tuple[uuid.UUID, uuid.UUID]:
+        return (self.binding.community_id, self.id)
+
+
+@attrs.frozen
+class Lease:
+    """A target-scoped capability to act on one delivery at one generation."""
+
+    community_id: uuid.UUID = uuid_field()
+    delivery_id: uuid.UUID = uuid_field()
+    target_pubkey: bytes = key_field()
+    lease_generation: int = attrs.field(validator=_instance_of(int))
+    lease_until: dt.datetime = instant_field()
+
+
+@attrs.frozen
+class NewDelivery:
+    """One target of a commit: the producer-chosen id and its binding."""
+
+    id: uuid.UUID = uuid_field()
+    binding: Binding = attrs.field(validator=_instance_of(Binding))
+
+
+# -- commands --------------------------------------------------------------
+
+
+@attrs.frozen
+class CreateCommunity:
+    community_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class SetCommunityState:
+    """Move a live community between active, quiescing and fenced."""
+
+    community_id: uuid.UUID = uuid_field()
+    state: CommunityState = attrs.field()
+
+    @state.validator
+    def _not_deleted(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, CommunityState) or value is CommunityState.DELETED:
+            raise InvalidValue("state", value, "must be active, quiescing or fenced (use DeleteCommunity)")
+
+
+@attrs.frozen
+class DeleteCommunity:
+    """Mark the community deleted and purge every row it owns."""
+
+    community_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class CreateWorkflow:
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class DeleteWorkflow:
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class CreateRun:
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+    run_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class DeleteRun:
+    community_id: uuid.UUID = uuid_field()
+    run_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class PublishEvent:
+    """Record a (message) event that deliveries may reference."""
+
+    community_id: uuid.UUID = uuid_field()
+    event_id: bytes = key_field()
+
+
+@attrs.frozen
+class DeleteEvent:
+    community_id: uuid.UUID = uuid_field()
+    event_id: bytes = key_field()
+
+
+@attrs.frozen
+class CommitDeliveries:
+    """The only insert path: every target of one step, all or nothing."""
+
+    community_id: uuid.UUID = uuid_field()
+    run_id: uuid.UUID = uuid_field()
+    step_id: str = attrs.field(validator=_step_id)
+    deliveries: tuple[NewDelivery, ...] = attrs.field(converter=tuple)
+
+    @deliveries.validator
+    def _same_step(self, attribute: attrs.Attribute, value: tuple[NewDelivery, ...]) -> None:
+        if not value:
+            raise InvalidValue("deliveries", value, "must name at least one delivery")
+        for index, new in enumerate(value):
+            if not isinstance(new, NewDelivery):
+                raise InvalidValue(f"deliveries[{index}]", new, "must be a NewDelivery")
+            for field in ("community_id", "run_id", "step_id"):
+                if getattr(new.binding, field) != getattr(self, field):
+                    raise InvalidValue(
+                        f"deliveries[{index}].binding.{field}",
+                        getattr(new.binding, field),
+                        f"must equal the commit's {field}",
+                    )
+
+
+@attrs.frozen
+class Claim:
+    """Claim the oldest matching pending delivery for an authenticated target."""
+
+    community_id: uuid.UUID = uuid_field()
+    target_pubkey: bytes = key_field()
+    lease_seconds: int = attrs.field(validator=_lease_seconds)
+    delivery_id: uuid.UUID | None = attrs.field(default=None, validator=_optional_uuid)
+    expected: Binding | None = attrs.field(default=None, validator=attrs.validators.optional(_instance_of(Binding)))
+
+
+@attrs.frozen
+class Renew:
+    lease: Lease = attrs.field(validator=_instance_of(Lease))
+    lease_seconds: int = attrs.field(validator=_lease_seconds)
+
+
+@attrs.frozen
+class Finish:
+    lease: Lease = attrs.field(validator=_instance_of(Lease))
+    outcome: Status = attrs.field()
+
+    @outcome.validator
+    def _terminal(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, Status) or not value.terminal:
+            raise InvalidValue("outcome", value, "must be finished or failed")
+
+
+@attrs.frozen
+class Reap:
+    """Fleet-wide: return every expired claim of a writable community to pending."""
+
+
+@attrs.frozen
+class AdvanceClock:
+    by: dt.timedelta = attrs.field()
+
+    @by.validator
+    def _positive(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
+            raise InvalidValue("by", value, "must be a positive timedelta")
+
+
+@attrs.frozen
+class GetDelivery:
+    community_id: uuid.UUID = uuid_field()
+    delivery_id: uuid.UUID = uuid_field()
+
+
+Command: TypeAlias = (
+    CreateCommunity
+    | SetCommunityState
+    | DeleteCommunity
+    | CreateWorkflow
+    | DeleteWorkflow
+    | CreateRun
+    | DeleteRun
+    | PublishEvent
+    | DeleteEvent
+    | CommitDeliveries
+    | Claim
+    | Renew
+    | Finish
+    | Reap
+    | AdvanceClock
+    | GetDelivery
+)
+
+
+# -- outcomes --------------------------------------------------------------
+
+
+@attrs.frozen
+class Ok:
+    """The operation took effect; it has nothing else to report."""
+
+
+@attrs.frozen
+class Committed:
+    created: tuple[uuid.UUID, ...]
+    identity_existed: bool
+
+
+@attrs.frozen
+class Claimed:
+    lease: Lease
+    delivery: Delivery
+
+
+@attrs.frozen
+class ClaimMiss:
+    """No candidate: nothing pending matched, or the wake was forged/stale."""
+
+
+@attrs.frozen
+class Renewed:
+    lease_until: dt.datetime
+
+
+@attrs.frozen
+class Settled:
+    status: Status
+
+
+@attrs.frozen
+class AlreadyTerminal:
+    """The same holder retried finish; the recorded terminal never flips."""
+
+    status: Status
+
+
+@attrs.frozen
+class LeaseLost:
+    """The lease no longer confers authority: expired, reaped, superseded or foreign."""
+
+
+@attrs.frozen
+class Reaped:
+    count: int
+
+
+@attrs.frozen
+class Found:
+    delivery: Delivery
+
+
+class Rejection:
+    """Marker base: a refused request; the state is unchanged."""
+
+
+@attrs.frozen
+class UnknownCommunity(Rejection):
+    community_id: uuid.UUID
+
+
+@attrs.frozen
+class CommunityNotWritable(Rejection):
+    community_id: uuid.UUID
+    state: CommunityState
+
+
+@attrs.frozen
+class AlreadyExists(Rejection):
+    entity: str
+    community_id: uuid.UUID
+    key: uuid.UUID | bytes
+
+
+@attrs.frozen
+class NotFound(Rejection):
+    entity: str
+    community_id: uuid.UUID
+    key: uuid.UUID | bytes
+
+
+@attrs.frozen
+class WorkflowMismatch(Rejection):
+    """A binding names a workflow other than the one its run belongs to."""
+
+    run_id: uuid.UUID
+    run_workflow_id: uuid.UUID
+    binding_workflow_id: uuid.UUID
+
+
+@attrs.frozen
+class DeliveryIdTaken(Rejection):
+    """The producer's id already names a delivery with another identity."""
+
+    community_id: uuid.UUID
+    delivery_id: uuid.UUID
+
+
+Outcome: TypeAlias = Any
+
+# Every outcome variant each operation can produce; `variant()` names them.
+_COMMUNITY = ("UnknownCommunity", "CommunityNotWritable")
+OUTCOME_VARIANTS: dict[type, tuple[str, ...]] = {
+    CreateCommunity: ("Ok", "AlreadyExists"),
+    SetCommunityState: ("Ok", *_COMMUNITY),
+    DeleteCommunity: ("Ok", "UnknownCommunity"),
+    CreateWorkflow: ("Ok", *_COMMUNITY, "AlreadyExists"),
+    DeleteWorkflow: ("Ok", *_COMMUNITY, "NotFound"),
+    CreateRun: ("Ok", *_COMMUNITY, "NotFound", "AlreadyExists"),
+    DeleteRun: ("Ok", *_COMMUNITY, "NotFound"),
+    PublishEvent: ("Ok", *_COMMUNITY, "AlreadyExists"),
+    DeleteEvent: ("Ok", *_COMMUNITY, "NotFound"),
+    CommitDeliveries: ("Committed", *_COMMUNITY, "NotFound", "WorkflowMismatch", "DeliveryIdTaken"),
+    Claim: ("Claimed", "ClaimMiss", *_COMMUNITY),
+    Renew: ("Renewed", "LeaseLost", *_COMMUNITY),
+    Finish: (
+        "Settled(finished)",
+        "Settled(failed)",
+        "AlreadyTerminal(finished)",
+        "AlreadyTerminal(failed)",
+        "LeaseLost",
+        *_COMMUNITY,
+    ),
+    Reap: ("Reaped",),
+    AdvanceClock: ("Ok",),
+    GetDelivery: ("Found", "NotFound"),
+}
+
+# The lifecycle's row transitions, named as the spec draws them.
+TRANSITIONS: tuple[tuple[Status | None, Status | None], ...] = (
+    (None, Status.PENDING),  # commit
+    (Status.PENDING, Status.CLAIMED),  # claim
+    (Status.CLAIMED, Status.CLAIMED),  # renew
+    (Status.CLAIMED, Status.FINISHED),  # finish
+    (Status.CLAIMED, Status.FAILED),  # finish
+    (Status.CLAIMED, Status.PENDING),  # reap
+    (Status.PENDING, None),  # cascade or purge
+    (Status.CLAIMED, None),
+    (Status.FINISHED, None),
+    (Status.FAILED, None),
+)
+
+
+def variant(outcome: Outcome) -> str:
+    name = type(outcome).__name__
+    if isinstance(outcome, Settled | AlreadyTerminal):
+        return f"{name}({outcome.status.value})"
+    return name
+
+
+# -- state -----------------------------------------------------------------
+
+CommunityKey: TypeAlias = tuple[uuid.UUID, uuid.UUID]  # (community, workflow | run | delivery)
+
+
+@attrs.frozen
+class DeliverySystem:
+    """Everything the machine persists, and the clock."""
+
+    now: dt.datetime = instant_field()
+    communities: FrozenMap[uuid.UUID, CommunityState] = FrozenMap()
+    workflows: frozenset[CommunityKey] = frozenset()
+    runs: FrozenMap[CommunityKey, uuid.UUID] = FrozenMap()  # (community, run) -> workflow
+    events: frozenset[tuple[uuid.UUID, bytes]] = frozenset()
+    deliveries: FrozenMap[CommunityKey, Delivery] = FrozenMap()
+
+    def without_deliveries(self, doomed: Callable[[Delivery], bool]) -> DeliverySystem:
+        return attrs.evolve(self, deliveries=self.deliveries.remove_where(lambda _, d: doomed(d)))
+
+    def with_delivery(self, delivery: Delivery) -> DeliverySystem:
+        return attrs.evolve(self, deliveries=self.deliveries.set(delivery.key, delivery))
+
+
+def initial_state(now: dt.datetime) -> DeliverySystem:
+    return DeliverySystem(now=now)
+
+
+def _community_refusal(state: DeliverySystem, community_id: uuid.UUID) -> Rejection | None:
+    if community_id not in state.communities:
+        return UnknownCommunity(community_id)
+    current = state.communities[community_id]
+    if current is not CommunityState.ACTIVE:
+        return CommunityNotWritable(community_id, current)
+    return None
+
+
+# -- the steps -------------------------------------------------------------
+
+Step: TypeAlias = tuple[DeliverySystem, Outcome]
+
+
+def _create_community(s: DeliverySystem, c: CreateCommunity) -> Step:
+    if c.community_id in s.communities:
+        return s, AlreadyExists("community", c.community_id, c.community_id)
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok()
+
+
+def _set_community_state(s: DeliverySystem, c: SetCommunityState) -> Step:
+    current = s.communities.get(c.community_id)
+    if current is None:
+        return s, UnknownCommunity(c.community_id)
+    if current is CommunityState.DELETED:
+        return s, CommunityNotWritable(c.community_id, current)
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok()
+
+
+def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Step:
+    cid = c.community_id
+    if cid not in s.communities:
+        return s, UnknownCommunity(cid)
+    # The community row stays as a tombstone so its id is never reused.
+    return (
+        DeliverySystem(
+            now=s.now,
+            communities=s.communities.set(cid, CommunityState.DELETED),
+            workflows=frozenset(k for k in s.workflows if k[0] != cid),
+            runs=s.runs.remove_where(lambda k, _: k[0] == cid),
+            events=frozenset(k for k in s.events if k[0] != cid),
+            deliveries=s.deliveries.remove_where(lambda k, _: k[0] == cid),
+        ),
+        Ok(),
+    )
+
+
+def _create_workflow(s: DeliverySystem, c: CreateWorkflow) -> Step:
+    key = (c.community_id, c.workflow_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if key in s.workflows:
+        return s, AlreadyExists("workflow", *key)
+    return attrs.evolve(s, workflows=s.workflows | {key}), Ok()
+
+
+def _delete_workflow(s: DeliverySystem, c: DeleteWorkflow) -> Step:
+    key = (c.community_id, c.workflow_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if key not in s.workflows:
+        return s, NotFound("workflow", *key)
+    # Cascades: the workflow's runs, and their deliveries.
+    s = attrs.evolve(
+        s,
+        workflows=s.workflows - {key},
+        runs=s.runs.remove_where(lambda k, w: k[0] == c.community_id and w == c.workflow_id),
+    )
+    return s.without_deliveries(lambda d: d.key[0] == c.community_id and d.binding.workflow_id == c.workflow_id), Ok()
+
+
+def _create_run(s: DeliverySystem, c: CreateRun) -> Step:
+    key = (c.community_id, c.run_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if (c.community_id, c.workflow_id) not in s.workflows:
+        return s, NotFound("workflow", c.community_id, c.workflow_id)
+    if key in s.runs:
+        return s, AlreadyExists("run", *key)
+    return attrs.evolve(s, runs=s.runs.set(key, c.workflow_id)), Ok()
+
+
+def _delete_run(s: DeliverySystem, c: DeleteRun) -> Step:
+    key = (c.community_id, c.run_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if key not in s.runs:
+        return s, NotFound("run", *key)
+    s = attrs.evolve(s, runs=s.runs.remove_where(lambda k, _: k == key))
+    return s.without_deliveries(lambda d: (d.key[0], d.binding.run_id) == key), Ok()
+
+
+def _publish_event(s: DeliverySystem, c: PublishEvent) -> Step:
+    key = (c.community_id, c.event_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if key in s.events:
+        return s, AlreadyExists("event", *key)
+    return attrs.evolve(s, events=s.events | {key}), Ok()
+
+
+def _delete_event(s: DeliverySystem, c: DeleteEvent) -> Step:
+    key = (c.community_id, c.event_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if key not in s.events:
+        return s, NotFound("event", *key)
+    s = attrs.evolve(s, events=s.events - {key})
+    return s.without_deliveries(lambda d: (d.key[0], d.binding.message_event_id) == key), Ok()
+
+
+def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
+    cid = c.community_id
+    if refusal := _community_refusal(s, cid):
+        return s, refusal
+    run_workflow = s.runs.get((cid, c.run_id))
+    if run_workflow is None:
+        return s, NotFound("run", cid, c.run_id)
+    for new in c.deliveries:
+        if new.binding.workflow_id != run_workflow:
+            return s, WorkflowMismatch(c.run_id, run_workflow, new.binding.workflow_id)
+    for new in c.deliveries:
+        if (cid, new.binding.message_event_id) not in s.events:
+            return s, NotFound("event", cid, new.binding.message_event_id)
+
+    def identity(b: Binding) -> tuple[Any, ...]:
+        return (b.community_id, b.run_id, b.step_id, b.target_pubkey)
+
+    step_identity = (cid, c.run_id, c.step_id)
+    existed = any(identity(d.binding)[:3] == step_identity for d in s.deliveries.values())
+    taken = {identity(d.binding) for d in s.deliveries.values()}
+    start = s
+    created = []
+    for new in c.deliveries:
+        if identity(new.binding) in taken:
+            continue  # a producer retry: that target is a no-op
+        if (cid, new.id) in s.deliveries:
+            return start, DeliveryIdTaken(cid, new.id)  # all targets roll back
+        s = s.with_delivery(
+            Delivery(
+                id=new.id,
+                binding=new.binding,
+                status=Status.PENDING,
+                lease_generation=0,
+                lease_until=None,
+                claimed_at=None,
+                finished_at=None,
+                created_at=s.now,
+            )
+        )
+        taken.add(identity(new.binding))
+        created.append(new.id)
+    return s, Committed(tuple(created), existed)
+
+
+def _claim(s: DeliverySystem, c: Claim) -> Step:
+    if c.expected is not None and (
+        c.expected.community_id != c.community_id or c.expected.target_pubkey != c.target_pubkey
+    ):
+        return s, ClaimMiss()
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    candidates = [
+        d
+        for d in s.deliveries.values()
+        if d.key[0] == c.community_id
+        and d.binding.target_pubkey == c.target_pubkey
+        and d.status is Status.PENDING
+        and (c.delivery_id is None or d.id == c.delivery_id)
+        and (c.expected is None or d.binding == c.expected)
+    ]
+    if not candidates:
+        return s, ClaimMiss()
+    oldest = min(candidates, key=lambda d: (d.created_at, d.id))
+    claimed = attrs.evolve(
+        oldest,
+        status=Status.CLAIMED,
+        lease_generation=oldest.lease_generation + 1,
+        lease_until=s.now + dt.timedelta(seconds=c.lease_seconds),
+        claimed_at=s.now,
+    )
+    lease = Lease(
+        community_id=c.community_id,
+        delivery_id=claimed.id,
+        target_pubkey=c.target_pubkey,
+        lease_generation=claimed.lease_generation,
+        lease_until=claimed.lease_until,
+    )
+    return s.with_delivery(claimed), Claimed(lease, claimed)
+
+
+def _held(s: DeliverySystem, lease: Lease) -> Delivery | None:
+    """The row this lease still governs: claimed, same generation and target, unexpired."""
+    row = s.deliveries.get((lease.community_id, lease.delivery_id))
+    if (
+        row is not None
+        and row.status is Status.CLAIMED
+        and row.lease_generation == lease.lease_generation
+        and row.binding.target_pubkey == lease.target_pubkey
+        and row.lease_until is not None
+        and row.lease_until >= s.now
+    ):
+        return row
+    return None
+
+
+def _renew(s: DeliverySystem, c: Renew) -> Step:
+    if refusal := _community_refusal(s, c.lease.community_id):
+        return s, refusal
+    row = _held(s, c.lease)
+    if row is None:
+        return s, LeaseLost()
+    renewed = attrs.evolve(row, lease_until=s.now + dt.timedelta(seconds=c.lease_seconds))
+    return s.with_delivery(renewed), Renewed(renewed.lease_until)
+
+
+def _finish(s: DeliverySystem, c: Finish) -> Step:
+    lease = c.lease
+    if refusal := _community_refusal(s, lease.community_id):
+        return s, refusal
+    row = _held(s, lease)
+    if row is not None:
+        done = attrs.evolve(row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None)
+        return s.with_delivery(done), Settled(c.outcome)
+    # Reconciliation of an uncertain completion: only the same holder (same
+    # generation and target — finish never bumps the generation) is told
+    # the recorded terminal; anyone else lost the lease.
+    row = s.deliveries.get((lease.community_id, lease.delivery_id))
+    if (
+        row is not None
+        and row.status.terminal
+        and row.lease_generation == lease.lease_generation
+        and row.binding.target_pubkey == lease.target_pubkey
+    ):
+        return s, AlreadyTerminal(row.status)
+    return s, LeaseLost()
+
+
+def _reap(s: DeliverySystem, c: Reap) -> Step:
+    expired = [
+        d
+        for d in s.deliveries.values()
+        if d.status is Status.CLAIMED
+        and d.lease_until is not None
+        and d.lease_until < s.now
+        and s.communities.get(d.key[0]) is CommunityState.ACTIVE
+    ]
+    for d in expired:
+        s = s.with_delivery(
+            attrs.evolve(
+                d,
+                status=Status.PENDING,
+                lease_generation=d.lease_generation + 1,
+                lease_until=None,
+                claimed_at=None,
+            )
+        )
+    return s, Reaped(len(expired))
+
+
+def _advance_clock(s: DeliverySystem, c: AdvanceClock) -> Step:
+    return attrs.evolve(s, now=s.now + c.by), Ok()
+
+
+def _get_delivery(s: DeliverySystem, c: GetDelivery) -> Step:
+    row = s.deliveries.get((c.community_id, c.delivery_id))
+    if row is None:
+        return s, NotFound("delivery", c.community_id, c.delivery_id)
+    return s, Found(row)
+
+
+_HANDLERS: dict[type, Callable[[DeliverySystem, Any], Step]] = {
+    CreateCommunity: _create_community,
+    SetCommunityState: _set_community_state,
+    DeleteCommunity: _delete_community,
+    CreateWorkflow: _create_workflow,
+    DeleteWorkflow: _delete_workflow,
+    CreateRun: _create_run,
+    DeleteRun: _delete_run,
+    PublishEvent: _publish_event,
+    DeleteEvent: _delete_event,
+    CommitDeliveries: _commit_deliveries,
+    Claim: _claim,
+    Renew: _renew,
+    Finish: _finish,
+    Reap: _reap,
+    AdvanceClock: _advance_clock,
+    GetDelivery: _get_delivery,
+}
+assert _HANDLERS.keys() == OUTCOME_VARIANTS.keys()
+
+
+def step(state: DeliverySystem, command: Command) -> Step:
+    """Apply one command: the next state and the command's one outcome."""
+    handler = _HANDLERS.get(type(command))
+    if handler is None:
+        raise TypeError(f"not a delivery command: {command!r}")
+    return handler(state, command)
