@@ -1,0 +1,45 @@
+"""The bundled PostgreSQL store behind the conformance adapter boundary."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from leaseproof.impl.migrate import migrate
+from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.model import delivery as m
+from leaseproof.model.errors import Refused
+
+_RESET = """
+    TRUNCATE workflow_agent_deliveries, workflow_runs, workflows, events, communities, lp_clock
+"""
+
+
+class PostgresDeliveryAdapter:
+    """Drives a `PostgresDeliveryStore` (or a variant of it) on one database."""
+
+    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore) -> None:
+        self.name = f"postgres:{store_class.__name__}"
+        self.conn = connect(dsn)
+        migrate(self.conn)
+        self.store = store_class(self.conn)
+        self.clock = PinnedClock(self.conn)
+
+    def reset(self, start: dt.datetime) -> None:
+        with self.conn.transaction():
+            self.conn.execute(_RESET)
+            self.clock.pin(start)
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        if isinstance(command, m.AdvanceClock):
+            self.clock.advance(command.by)
+            return m.Ok()
+        try:
+            return self.store.execute(command)
+        except Refused as refused:
+            return refused.rejection
+
+    def snapshot(self) -> m.DeliverySystem:
+        return self.store.snapshot()
+
+    def close(self) -> None:
+        self.conn.close()

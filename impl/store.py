@@ -1,0 +1,565 @@
+"""The PostgreSQL delivery store.
+
+Each public method is one transaction (most are one statement inside it)
+and takes or returns only model values: commands in, outcomes out. A
+refused request raises `Refused(rejection)` and writes nothing. The SQL
+statements are named class attributes, so that a variant of the store (for
+example a mutant that reintroduces a review finding) differs from the real
+one in exactly the statement it names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from leaseproof.model import delivery as m
+from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
+from leaseproof.model.errors import Refused
+from leaseproof.model.frozenmap import FrozenMap
+
+# SQLSTATE raised by the community write fence trigger.
+FENCE_SQLSTATE = "LP001"
+
+_DELIVERY_COLUMNS = """
+    community_id, id, workflow_id, run_id, step_id, target_pubkey,
+    definition_event_id, message_event_id, cause_kind, cause_event_id,
+    cause_scheduled_for, cause_invocation_id, status, lease_generation,
+    lease_until, claimed_at, finished_at, created_at
+"""
+
+
+def connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+    """A connection as the store expects it: autocommit, UTC, dict rows."""
+    conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+    conn.execute("SET TIME ZONE 'UTC'")
+    return conn
+
+
+def cause_columns(cause: Cause) -> dict[str, Any]:
+    """The decomposed cause: its kind and exactly one identity column."""
+    return {
+        "cause_kind": cause.kind,
+        "cause_event_id": cause.event_id if isinstance(cause, EventCause) else None,
+        "cause_scheduled_for": cause.scheduled_for if isinstance(cause, ScheduleCause) else None,
+        "cause_invocation_id": cause.invocation_id if isinstance(cause, WebhookCause) else None,
+    }
+
+
+def binding_columns(binding: Binding) -> dict[str, Any]:
+    return {
+        "community_id": binding.community_id,
+        "workflow_id": binding.workflow_id,
+        "run_id": binding.run_id,
+        "step_id": binding.step_id,
+        "target_pubkey": binding.target_pubkey,
+        "definition_event_id": binding.definition_event_id,
+        "message_event_id": binding.message_event_id,
+        **cause_columns(binding.cause),
+    }
+
+
+def delivery_from_row(row: dict[str, Any]) -> m.Delivery:
+    kind = row["cause_kind"]
+    cause: Any
+    if kind == "event":
+        cause = EventCause(bytes(row["cause_event_id"]))
+    elif kind == "schedule":
+        cause = ScheduleCause(row["cause_scheduled_for"])
+    else:
+        cause = WebhookCause(row["cause_invocation_id"])
+    binding = Binding(
+        community_id=row["community_id"],
+        workflow_id=row["workflow_id"],
+        run_id=row["run_id"],
+        step_id=row["step_id"],
+        target_pubkey=bytes(row["target_pubkey"]),
+        definition_event_id=bytes(row["definition_event_id"]),
+        message_event_id=bytes(row["message_event_id"]),
+        cause=cause,
+    )
+    return m.Delivery(
+        id=row["id"],
+        binding=binding,
+        status=m.Status(row["status"]),
+        lease_generation=row["lease_generation"],
+        lease_until=row["lease_until"],
+        claimed_at=row["claimed_at"],
+        finished_at=row["finished_at"],
+        created_at=row["created_at"],
+    )
+
+
+class PostgresDeliveryStore:
+    """The delivery machine on PostgreSQL. One connection; not thread-safe."""
+
+    # -- named statements ---------------------------------------------------
+
+    SQL_COMMUNITY_STATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR SHARE"
+
+    SQL_LOCK_IDENTITY = """
+        SELECT pg_advisory_xact_lock(hashtextextended(
+            jsonb_build_array(%(community_id)s::text, %(run_id)s::text, %(step_id)s::text)::text, 0))
+    """
+
+    SQL_IDENTITY_EXISTS = """
+        SELECT EXISTS (
+            SELECT 1 FROM workflow_agent_deliveries
+            WHERE community_id = %(community_id)s AND run_id = %(run_id)s AND step_id = %(step_id)s
+        ) AS existed
+    """
+
+    SQL_RUN_WORKFLOW = """
+        SELECT workflow_id FROM workflow_runs
+        WHERE community_id = %(community_id)s AND id = %(run_id)s FOR KEY SHARE
+    """
+
+    SQL_KNOWN_EVENTS = """
+        SELECT id FROM events WHERE community_id = %(community_id)s AND id = ANY(%(event_ids)s) FOR KEY SHARE
+    """
+
+    SQL_INSERT_DELIVERY = """
+        INSERT INTO workflow_agent_deliveries (
+            community_id, id, workflow_id, run_id, step_id, target_pubkey,
+            definition_event_id, message_event_id, cause_kind, cause_event_id,
+            cause_scheduled_for, cause_invocation_id, created_at)
+        VALUES (
+            %(community_id)s, %(id)s, %(workflow_id)s, %(run_id)s, %(step_id)s, %(target_pubkey)s,
+            %(definition_event_id)s, %(message_event_id)s, %(cause_kind)s, %(cause_event_id)s,
+            %(cause_scheduled_for)s, %(cause_invocation_id)s, lp_now())
+        ON CONFLICT ON CONSTRAINT delivery_identity DO NOTHING
+        RETURNING id
+    """
+
+    # The oldest pending candidate of this (community, target) that matches
+    # the requested id and every field of the expected binding, skipping
+    # rows another claimer holds locked.
+    SQL_CLAIM = f"""
+        WITH candidate AS (
+            SELECT community_id, id FROM workflow_agent_deliveries
+            WHERE community_id = %(community_id)s
+              AND target_pubkey = %(target_pubkey)s
+              AND status = 'pending'
+              AND (%(delivery_id)s::uuid IS NULL OR id = %(delivery_id)s::uuid)
+              AND (NOT %(match)s OR (
+                    workflow_id = %(workflow_id)s::uuid
+                AND run_id = %(run_id)s::uuid
+                AND step_id = %(step_id)s::text
+                AND definition_event_id = %(definition_event_id)s::bytea
+                AND message_event_id = %(message_event_id)s::bytea
+                AND cause_kind = %(cause_kind)s::delivery_cause_kind
+                AND cause_event_id IS NOT DISTINCT FROM %(cause_event_id)s::bytea
+                AND cause_scheduled_for IS NOT DISTINCT FROM %(cause_scheduled_for)s::timestamptz
+                AND cause_invocation_id IS NOT DISTINCT FROM %(cause_invocation_id)s::uuid))
+            ORDER BY created_at, id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE workflow_agent_deliveries d
+        SET status = 'claimed',
+            lease_generation = d.lease_generation + 1,
+            lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
+            claimed_at = lp_now()
+        FROM candidate
+        WHERE d.community_id = candidate.community_id AND d.id = candidate.id
+        RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+    """
+
+    # A lease governs its row only while the row is claimed, at the lease's
+    # generation, for the lease's target, and unexpired on the DB clock.
+    LEASE_HELD = """
+        community_id = %(community_id)s AND id = %(delivery_id)s
+        AND target_pubkey = %(target_pubkey)s
+        AND lease_generation = %(lease_generation)s
+        AND status = 'claimed'
+        AND lease_until >= lp_now()
+    """
+
+    SQL_RENEW = f"""
+        UPDATE workflow_agent_deliveries
+        SET lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)
+        WHERE {LEASE_HELD}
+        RETURNING lease_until
+    """
+
+    SQL_FINISH = f"""
+        UPDATE workflow_agent_deliveries
+        SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
+            lease_until = NULL, claimed_at = NULL
+        WHERE {LEASE_HELD}
+        RETURNING status
+    """
+
+    # Reconciliation of an uncertain completion, fenced like the lease: only
+    # the same holder (generation and target) is told the recorded terminal.
+    SQL_FINISH_RECONCILE = """
+        SELECT status FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+          AND target_pubkey = %(target_pubkey)s
+          AND lease_generation = %(lease_generation)s
+          AND status IN ('finished', 'failed')
+    """
+
+    # Fleet-wide, but only communities that still allow writes; their rows
+    # are share-locked so a concurrent fence waits for the sweep rather than
+    # aborting it half way.
+    SQL_REAP = """
+        WITH expired AS (
+            SELECT DISTINCT community_id FROM workflow_agent_deliveries
+            WHERE status = 'claimed' AND lease_until < lp_now()
+        ), writable AS (
+            SELECT c.id FROM communities c JOIN expired e ON e.community_id = c.id
+            WHERE c.state = 'active'
+            FOR SHARE OF c
+        ), reaped AS (
+            UPDATE workflow_agent_deliveries d
+            SET status = 'pending', lease_generation = d.lease_generation + 1,
+                lease_until = NULL, claimed_at = NULL
+            FROM writable
+            WHERE d.community_id = writable.id AND d.status = 'claimed' AND d.lease_until < lp_now()
+            RETURNING 1
+        )
+        SELECT count(*) AS reaped FROM reaped
+    """
+
+    SQL_GET_DELIVERY = f"""
+        SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+    """
+
+    SQL_CREATE_COMMUNITY = "INSERT INTO communities (id) VALUES (%(community_id)s) ON CONFLICT DO NOTHING RETURNING id"
+    SQL_COMMUNITY_FOR_UPDATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR UPDATE"
+    SQL_SET_COMMUNITY_STATE = "UPDATE communities SET state = %(state)s::community_state WHERE id = %(community_id)s"
+    # FK-safe purge order; the write fence admits deletes of a deleted community.
+    SQL_PURGE_COMMUNITY = (
+        "DELETE FROM workflow_agent_deliveries WHERE community_id = %(community_id)s",
+        "DELETE FROM workflow_runs WHERE community_id = %(community_id)s",
+        "DELETE FROM workflows WHERE community_id = %(community_id)s",
+        "DELETE FROM events WHERE community_id = %(community_id)s",
+    )
+    SQL_CREATE_WORKFLOW = """
+        INSERT INTO workflows (community_id, id) VALUES (%(community_id)s, %(workflow_id)s)
+        ON CONFLICT DO NOTHING RETURNING id
+    """
+    SQL_DELETE_WORKFLOW = """
+        DELETE FROM workflows WHERE community_id = %(community_id)s AND id = %(workflow_id)s RETURNING id
+    """
+    SQL_WORKFLOW_EXISTS = """
+        SELECT 1 FROM workflows WHERE community_id = %(community_id)s AND id = %(workflow_id)s FOR KEY SHARE
+    """
+    SQL_CREATE_RUN = """
+        INSERT INTO workflow_runs (community_id, workflow_id, id)
+        VALUES (%(community_id)s, %(workflow_id)s, %(run_id)s)
+        ON CONFLICT DO NOTHING RETURNING id
+    """
+    SQL_DELETE_RUN = "DELETE FROM workflow_runs WHERE community_id = %(community_id)s AND id = %(run_id)s RETURNING id"
+    SQL_PUBLISH_EVENT = """
+        INSERT INTO events (community_id, id) VALUES (%(community_id)s, %(event_id)s)
+        ON CONFLICT DO NOTHING RETURNING id
+    """
+    SQL_DELETE_EVENT = "DELETE FROM events WHERE community_id = %(community_id)s AND id = %(event_id)s RETURNING id"
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        self.conn = conn
+
+    # -- dispatch -------------------------------------------------------------
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        """Run one model command; a refusal is raised as `Refused`."""
+        handler = getattr(self, _METHOD_FOR[type(command)])
+        try:
+            return handler(command)
+        except psycopg.errors.DatabaseError as exc:
+            if exc.sqlstate == FENCE_SQLSTATE:
+                # The database's own fence fired (a concurrent state change
+                # won the race with our explicit check): the same refusal.
+                state = m.CommunityState(exc.diag.message_detail or "deleted")
+                raise Refused(m.CommunityNotWritable(_community_of(command), state)) from exc
+            raise
+
+    # -- helpers that every write shares --------------------------------------
+
+    def _writable(self, community_id: uuid.UUID) -> None:
+        """Refuse unless the community exists and is active; holds it share-locked."""
+        row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
+        if row is None:
+            raise Refused(m.UnknownCommunity(community_id))
+        state = m.CommunityState(row["state"])
+        if state is not m.CommunityState.ACTIVE:
+            raise Refused(m.CommunityNotWritable(community_id, state))
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        return self.conn.execute(sql, params).fetchone()
+
+    # -- communities, workflows, runs, events ----------------------------------
+
+    def create_community(self, c: m.CreateCommunity) -> m.Ok:
+        with self.conn.transaction():
+            if self._one(self.SQL_CREATE_COMMUNITY, {"community_id": c.community_id}) is None:
+                raise Refused(m.AlreadyExists("community", c.community_id, c.community_id))
+        return m.Ok()
+
+    def set_community_state(self, c: m.SetCommunityState) -> m.Ok:
+        params = {"community_id": c.community_id, "state": c.state.value}
+        with self.conn.transaction():
+            row = self._one(self.SQL_COMMUNITY_FOR_UPDATE, params)
+            if row is None:
+                raise Refused(m.UnknownCommunity(c.community_id))
+            if row["state"] == m.CommunityState.DELETED.value:
+                raise Refused(m.CommunityNotWritable(c.community_id, m.CommunityState.DELETED))
+            self.conn.execute(self.SQL_SET_COMMUNITY_STATE, params)
+        return m.Ok()
+
+    def delete_community(self, c: m.DeleteCommunity) -> m.Ok:
+        params = {"community_id": c.community_id, "state": m.CommunityState.DELETED.value}
+        with self.conn.transaction():
+            if self._one(self.SQL_COMMUNITY_FOR_UPDATE, params) is None:
+                raise Refused(m.UnknownCommunity(c.community_id))
+            self.conn.execute(self.SQL_SET_COMMUNITY_STATE, params)
+            for sql in self.SQL_PURGE_COMMUNITY:
+                self.conn.execute(sql, params)
+        return m.Ok()
+
+    def create_workflow(self, c: m.CreateWorkflow) -> m.Ok:
+        params = {"community_id": c.community_id, "workflow_id": c.workflow_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_CREATE_WORKFLOW, params) is None:
+                raise Refused(m.AlreadyExists("workflow", c.community_id, c.workflow_id))
+        return m.Ok()
+
+    def delete_workflow(self, c: m.DeleteWorkflow) -> m.Ok:
+        params = {"community_id": c.community_id, "workflow_id": c.workflow_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_DELETE_WORKFLOW, params) is None:
+                raise Refused(m.NotFound("workflow", c.community_id, c.workflow_id))
+        return m.Ok()
+
+    def create_run(self, c: m.CreateRun) -> m.Ok:
+        params = {"community_id": c.community_id, "workflow_id": c.workflow_id, "run_id": c.run_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_WORKFLOW_EXISTS, params) is None:
+                raise Refused(m.NotFound("workflow", c.community_id, c.workflow_id))
+            if self._one(self.SQL_CREATE_RUN, params) is None:
+                raise Refused(m.AlreadyExists("run", c.community_id, c.run_id))
+        return m.Ok()
+
+    def delete_run(self, c: m.DeleteRun) -> m.Ok:
+        params = {"community_id": c.community_id, "run_id": c.run_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_DELETE_RUN, params) is None:
+                raise Refused(m.NotFound("run", c.community_id, c.run_id))
+        return m.Ok()
+
+    def publish_event(self, c: m.PublishEvent) -> m.Ok:
+        params = {"community_id": c.community_id, "event_id": c.event_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_PUBLISH_EVENT, params) is None:
+                raise Refused(m.AlreadyExists("event", c.community_id, c.event_id))
+        return m.Ok()
+
+    def delete_event(self, c: m.DeleteEvent) -> m.Ok:
+        params = {"community_id": c.community_id, "event_id": c.event_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            if self._one(self.SQL_DELETE_EVENT, params) is None:
+                raise Refused(m.NotFound("event", c.community_id, c.event_id))
+        return m.Ok()
+
+    # -- deliveries -----------------------------------------------------------
+
+    def commit_deliveries(self, c: m.CommitDeliveries) -> m.Committed:
+        params = {"community_id": c.community_id, "run_id": c.run_id, "step_id": c.step_id}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            self.conn.execute(self.SQL_LOCK_IDENTITY, params)
+            existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]
+            run = self._one(self.SQL_RUN_WORKFLOW, params)
+            if run is None:
+                raise Refused(m.NotFound("run", c.community_id, c.run_id))
+            for new in c.deliveries:
+                if new.binding.workflow_id != run["workflow_id"]:
+                    raise Refused(m.WorkflowMismatch(c.run_id, run["workflow_id"], new.binding.workflow_id))
+            wanted = [new.binding.message_event_id for new in c.deliveries]
+            rows = self.conn.execute(self.SQL_KNOWN_EVENTS, {**params, "event_ids": wanted}).fetchall()
+            known = {bytes(r["id"]) for r in rows}
+            for event_id in wanted:
+                if event_id not in known:
+                    raise Refused(m.NotFound("event", c.community_id, event_id))
+            created = [self._insert(new) for new in c.deliveries]
+        return m.Committed(tuple(i for i in created if i is not None), existed)
+
+    def _insert(self, new: m.NewDelivery) -> uuid.UUID | None:
+        try:
+            row = self._one(self.SQL_INSERT_DELIVERY, {"id": new.id, **binding_columns(new.binding)})
+        except pg_errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "workflow_agent_deliveries_pkey":
+                raise
+            # The enclosing transaction rolls back every target of the step.
+            raise Refused(m.DeliveryIdTaken(new.binding.community_id, new.id)) from exc
+        return None if row is None else row["id"]
+
+    def claim(self, c: m.Claim) -> m.Claimed | m.ClaimMiss:
+        expected = c.expected
+        if expected is not None and (
+            expected.community_id != c.community_id or expected.target_pubkey != c.target_pubkey
+        ):
+            return m.ClaimMiss()  # a foreign wake: refused before any lookup
+        params: dict[str, Any] = {
+            "community_id": c.community_id,
+            "target_pubkey": c.target_pubkey,
+            "delivery_id": c.delivery_id,
+            "lease_seconds": c.lease_seconds,
+            "match": expected is not None,
+            **_expected_columns(expected),
+        }
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            row = self._one(self.SQL_CLAIM, params)
+        if row is None:
+            return m.ClaimMiss()
+        delivery = delivery_from_row(row)
+        lease = m.Lease(
+            community_id=c.community_id,
+            delivery_id=delivery.id,
+            target_pubkey=c.target_pubkey,
+            lease_generation=delivery.lease_generation,
+            lease_until=delivery.lease_until,  # type: ignore[arg-type]
+        )
+        return m.Claimed(lease, delivery)
+
+    def renew(self, c: m.Renew) -> m.Renewed | m.LeaseLost:
+        params = {**_lease_params(c.lease), "lease_seconds": c.lease_seconds}
+        with self.conn.transaction():
+            self._writable(c.lease.community_id)
+            row = self._one(self.SQL_RENEW, params)
+        return m.LeaseLost() if row is None else m.Renewed(row["lease_until"])
+
+    def finish(self, c: m.Finish) -> m.Settled | m.AlreadyTerminal | m.LeaseLost:
+        params = {**_lease_params(c.lease), "outcome": c.outcome.value}
+        with self.conn.transaction():
+            self._writable(c.lease.community_id)
+            row = self._one(self.SQL_FINISH, params)
+            if row is not None:
+                return m.Settled(m.Status(row["status"]))
+            # A fresh statement, so a terminal committed by a concurrent
+            # retry of the same holder is visible (READ COMMITTED).
+            row = self._one(self.SQL_FINISH_RECONCILE, params)
+        return m.LeaseLost() if row is None else m.AlreadyTerminal(m.Status(row["status"]))
+
+    def reap(self, c: m.Reap | None = None) -> m.Reaped:
+        with self.conn.transaction():
+            row = self._one(self.SQL_REAP, {})
+        return m.Reaped(row["reaped"])  # type: ignore[index]
+
+    def get_delivery(self, c: m.GetDelivery) -> m.Found:
+        row = self._one(self.SQL_GET_DELIVERY, {"community_id": c.community_id, "delivery_id": c.delivery_id})
+        if row is None:
+            raise Refused(m.NotFound("delivery", c.community_id, c.delivery_id))
+        return m.Found(delivery_from_row(row))
+
+    # -- whole-state read -------------------------------------------------------
+
+    def snapshot(self) -> m.DeliverySystem:
+        """Every persisted row and the DB clock, as the model's state value."""
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            q = self.conn.execute
+            now = q("SELECT lp_now() AS now").fetchone()["now"]  # type: ignore[index]
+            communities = {r["id"]: m.CommunityState(r["state"]) for r in q("SELECT id, state FROM communities")}
+            workflows = frozenset((r["community_id"], r["id"]) for r in q("SELECT community_id, id FROM workflows"))
+            runs = {
+                (r["community_id"], r["id"]): r["workflow_id"]
+                for r in q("SELECT community_id, workflow_id, id FROM workflow_runs")
+            }
+            events = frozenset((r["community_id"], bytes(r["id"])) for r in q("SELECT community_id, id FROM events"))
+            deliveries = [
+                delivery_from_row(r) for r in q(f"SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries")
+            ]
+        return m.DeliverySystem(
+            now=now,
+            communities=FrozenMap(communities),
+            workflows=workflows,
+            runs=FrozenMap(runs),
+            events=events,
+            deliveries=FrozenMap((d.key, d) for d in deliveries),
+        )
+
+
+_METHOD_FOR: dict[type, str] = {
+    m.CreateCommunity: "create_community",
+    m.SetCommunityState: "set_community_state",
+    m.DeleteCommunity: "delete_community",
+    m.CreateWorkflow: "create_workflow",
+    m.DeleteWorkflow: "delete_workflow",
+    m.CreateRun: "create_run",
+    m.DeleteRun: "delete_run",
+    m.PublishEvent: "publish_event",
+    m.DeleteEvent: "delete_event",
+    m.CommitDeliveries: "commit_deliveries",
+    m.Claim: "claim",
+    m.Renew: "renew",
+    m.Finish: "finish",
+    m.Reap: "reap",
+    m.GetDelivery: "get_delivery",
+}
+
+
+def _community_of(command: Any) -> uuid.UUID:
+    if hasattr(command, "lease"):
+        return command.lease.community_id
+    return command.community_id
+
+
+def _lease_params(lease: m.Lease) -> dict[str, Any]:
+    return {
+        "community_id": lease.community_id,
+        "delivery_id": lease.delivery_id,
+        "target_pubkey": lease.target_pubkey,
+        "lease_generation": lease.lease_generation,
+    }
+
+
+def _expected_columns(expected: Binding | None) -> dict[str, Any]:
+    names = (
+        "workflow_id run_id step_id definition_event_id message_event_id "
+        "cause_kind cause_event_id cause_scheduled_for cause_invocation_id"
+    ).split()
+    if expected is None:
+        return dict.fromkeys(names)
+    columns = binding_columns(expected)
+    return {name: columns[name] for name in names}
+
+
+class PinnedClock:
+    """Test control of the DB clock: pins `lp_now()` through the same function production reads."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def pin(self, at: dt.datetime) -> None:
+        self.conn.execute(
+            "INSERT INTO lp_clock (pinned_at) VALUES (%s) ON CONFLICT (singleton) DO UPDATE SET pinned_at = excluded.pinned_at",
+            (at,),
+        )
+
+    def advance(self, by: dt.timedelta) -> None:
+        updated = self.conn.execute("UPDATE lp_clock SET pinned_at = pinned_at + %s RETURNING 1", (by,)).fetchone()
+        if updated is None:
+            raise RuntimeError("the clock is not pinned: call pin() first")
+
+    def unpin(self) -> None:
+        self.conn.execute("DELETE FROM lp_clock")
+
+
+__all__: Sequence[str] = ("PostgresDeliveryStore", "PinnedClock", "connect", "delivery_from_row")
