@@ -1,0 +1,358 @@
+"""Lockstep conformance for the delivery machine.
+
+A Hypothesis rule-based state machine drives the model and an
+implementation (any `DeliveryAdapter`) with the same commands. After every
+step it checks that both returned the same outcome, that the model's
+invariants hold, and that the implementation's full persisted state (every
+field of every row, and its clock) equals the model's.
+
+Programs are written in the names of `world`, so a shrunk counterexample
+reads as a scenario: claim, advance past expiry, reap, reclaim, finish twice.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule
+
+from leaseproof.conformance import world as w
+from leaseproof.conformance.boundary import DeliveryAdapter
+from leaseproof.model import delivery as m
+from leaseproof.model.binding import Binding
+from leaseproof.model.invariants import state_violations, step_violations
+
+
+class NonConformance(AssertionError):
+    """The implementation disagreed with the model."""
+
+
+@attrs.define
+class Coverage:
+    """What a run exercised: outcome variants per operation, and row transitions."""
+
+    outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    examples: int = 0
+    steps: int = 0
+
+    def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
+        self.steps += 1
+        self.outcomes[(type(command).__name__, m.variant(outcome))] += 1
+        for key in before.deliveries.keys() | after.deliveries.keys():
+            old, new = before.deliveries.get(key), after.deliveries.get(key)
+            if old != new:
+                self.transitions[(_status_name(old), _status_name(new))] += 1
+
+    def missing_outcomes(self) -> list[tuple[str, str]]:
+        every = [(op.__name__, v) for op, variants in m.OUTCOME_VARIANTS.items() for v in variants]
+        return [pair for pair in every if pair not in self.outcomes]
+
+    def missing_transitions(self) -> list[tuple[str, str]]:
+        every = [(_status_name_of(a), _status_name_of(b)) for a, b in m.TRANSITIONS]
+        return [pair for pair in every if pair not in self.transitions]
+
+
+def _status_name_of(status: m.Status | None) -> str:
+    return "absent" if status is None else status.value
+
+
+def _status_name(d: m.Delivery | None) -> str:
+    return _status_name_of(None if d is None else d.status)
+
+
+def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySystem) -> str:
+    """Which rows and fields differ, in world names."""
+    lines: list[str] = []
+    if expected.now != actual.now:
+        lines.append(f"clock: model {expected.now.isoformat()}, implementation {actual.now.isoformat()}")
+    for table in ("communities", "runs"):
+        exp, act = dict(getattr(expected, table)), dict(getattr(actual, table))
+        if exp != act:
+            lines.append(f"{table}: model {_named(exp)}, implementation {_named(act)}")
+    for table in ("workflows", "events"):
+        exp_set, act_set = getattr(expected, table), getattr(actual, table)
+        for key in sorted(exp_set - act_set, key=repr):
+            lines.append(f"{table}: {_named(key)} only in the model")
+        for key in sorted(act_set - exp_set, key=repr):
+            lines.append(f"{table}: {_named(key)} only in the implementation")
+    for key in sorted(expected.deliveries.keys() | actual.deliveries.keys(), key=repr):
+        exp_row, act_row = expected.deliveries.get(key), actual.deliveries.get(key)
+        where = f"delivery {w.name_of(key[1])} of community {w.name_of(key[0])}"
+        if exp_row is None:
+            lines.append(f"{where}: only in the implementation")
+        elif act_row is None:
+            lines.append(f"{where}: only in the model")
+        elif exp_row != act_row:
+            for field in attrs.fields(m.Delivery):
+                a, b = getattr(exp_row, field.name), getattr(act_row, field.name)
+                if a != b:
+                    lines.append(f"{where}: {field.name} is {b!r} but the model says {a!r}")
+    return "\n".join(lines) or "(no difference)"
+
+
+def _named(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_named(k)}: {_named(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_named(v) for v in value) + ")"
+    if isinstance(value, m.CommunityState):
+        return value.value
+    return w.name_of(value)
+
+
+# -- strategies, in world names ----------------------------------------------
+
+def _mostly(common: list[Any], rare: list[Any], weight: int = 3) -> st.SearchStrategy[Any]:
+    """Common values `weight` times as likely as rare ones; shrinks to the first."""
+    return st.sampled_from(common * weight + rare)
+
+
+communities = _mostly(["A", "B"], ["Z"])
+live_communities = st.sampled_from(list(w.LIVE_COMMUNITIES))
+targets = st.sampled_from(sorted(w.TARGETS))
+runs = _mostly(list(w.INITIAL_RUNS), ["R4"])
+steps = _mostly(["s1", "s2"], ["long", "padded"])
+delivery_names = st.sampled_from(sorted(w.DELIVERIES))
+lease_seconds = st.sampled_from([30, 5, 1])
+# Exactly a lease's length lands on its deadline: still renewable, not reapable.
+advances = st.sampled_from(
+    [dt.timedelta(seconds=s) for s in (1, 5, 30, 31)] + [dt.timedelta(microseconds=1), dt.timedelta(seconds=60)]
+)
+target_specs = st.tuples(
+    delivery_names,
+    targets,
+    _mostly(list(w.INITIAL_MESSAGES), ["M3"], weight=4),
+    st.sampled_from(sorted(w.DEFINITIONS)),
+    st.sampled_from(sorted(w.CAUSES)),
+)
+# How a claim's expected binding relates to the row it names: the real
+# binding, or the real one with a single field forged.
+BINDING_FORGERIES = ("exact", "community", "target", "workflow", "run", "step", "definition", "message", "cause")
+# How a lease presented to renew/finish relates to the one claim returned.
+LEASE_FORGERIES = ("held", "foreign-target", "older-generation", "newer-generation", "foreign-community")
+lease_forgeries = _mostly(["held"], list(LEASE_FORGERIES[1:]), weight=4)
+# Lineage changes are common; tenant lifecycle changes (which end most
+# activity in that tenant) are rarer.
+LINEAGE = ("R1", "R2", "R3", "R4", "W1", "W2", "M1", "M2", "M3")
+admin_actions = _mostly(
+    [f"{verb} {what}" for what in LINEAGE for verb in ("delete", "create")],
+    ["activate", "quiesce", "fence", "create", "delete"],
+    weight=1,
+)
+
+
+def _forge_binding(binding: Binding, how: str) -> Binding:
+    replacements: dict[str, tuple[str, dict[str, Any]]] = {
+        "community": ("community_id", w.COMMUNITIES),
+        "target": ("target_pubkey", w.TARGETS),
+        "workflow": ("workflow_id", w.WORKFLOWS),
+        "run": ("run_id", w.RUNS),
+        "step": ("step_id", w.STEPS),
+        "definition": ("definition_event_id", w.DEFINITIONS),
+        "message": ("message_event_id", w.MESSAGES),
+        "cause": ("cause", w.CAUSES),
+    }
+    if how == "exact":
+        return binding
+    field, table = replacements[how]
+    current = getattr(binding, field)
+    replacement = next(v for _, v in sorted(table.items()) if v != current)
+    return attrs.evolve(binding, **{field: replacement})
+
+
+def _forge_lease(lease: m.Lease, how: str) -> m.Lease:
+    if how == "held":
+        return lease
+    if how == "foreign-target":
+        other = next(v for v in w.TARGETS.values() if v != lease.target_pubkey)
+        return attrs.evolve(lease, target_pubkey=other)
+    if how == "older-generation":
+        return attrs.evolve(lease, lease_generation=lease.lease_generation - 1)
+    if how == "newer-generation":
+        return attrs.evolve(lease, lease_generation=lease.lease_generation + 1)
+    # A -> B (the same delivery id may exist there), B -> Z (maybe unknown).
+    return attrs.evolve(lease, community_id=w.COMMUNITIES[w.other(w.name_of(lease.community_id), w.COMMUNITIES)])
+
+
+class DeliveryConformance(RuleBasedStateMachine):
+    """Model and implementation in lockstep; subclassed per adapter by `machine_for`."""
+
+    adapter: DeliveryAdapter
+    coverage: Coverage
+    on_example: Callable[[Coverage], None] | None = None
+
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = m.initial_state(w.START)
+
+    # -- the lockstep core ----------------------------------------------------
+
+    def run(self, command: Any) -> Any:
+        before = self.model
+        after, expected = m.step(before, command)
+        actual = self.adapter.execute(command)
+        self.coverage.record(before, after, command, expected)
+        if actual != expected:
+            raise NonConformance(
+                f"outcome mismatch for {command!r}\n  model:          {expected!r}\n  implementation: {actual!r}"
+            )
+        violations = state_violations(after) + step_violations(before, after, expected)
+        if violations:
+            raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
+        self.model = after
+        snapshot = self.adapter.snapshot()
+        if snapshot != after:
+            raise NonConformance(
+                f"state mismatch after {command!r}\n" + describe_state_difference(after, snapshot)
+            )
+        return actual
+
+    @initialize()
+    def setup(self) -> None:
+        self.coverage.examples += 1
+        if self.on_example is not None:
+            self.on_example(self.coverage)
+        self.adapter.reset(w.START)
+        for name in w.LIVE_COMMUNITIES:
+            cid = w.COMMUNITIES[name]
+            self.run(m.CreateCommunity(cid))
+            for workflow in sorted(w.WORKFLOWS):
+                self.run(m.CreateWorkflow(cid, w.WORKFLOWS[workflow]))
+            for run in w.INITIAL_RUNS:
+                self.run(m.CreateRun(cid, w.WORKFLOWS[w.RUN_WORKFLOW[run]], w.RUNS[run]))
+            for message in w.INITIAL_MESSAGES:
+                self.run(m.PublishEvent(cid, w.MESSAGES[message]))
+
+    # -- deliveries -------------------------------------------------------------
+
+    @rule(
+        community=communities,
+        run=runs,
+        step=steps,
+        recipients=st.lists(target_specs, min_size=1, max_size=3),
+        wrong_workflow=_mostly([False], [True], weight=7),
+    )
+    def commit(
+        self, community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
+    ) -> None:
+        workflow = w.RUN_WORKFLOW[run]
+        if wrong_workflow:
+            workflow = w.other(workflow, w.WORKFLOWS)
+        deliveries = [
+            m.NewDelivery(
+                w.DELIVERIES[delivery],
+                w.binding(community, workflow, run, step, target, definition, message, cause),
+            )
+            for delivery, target, message, definition, cause in recipients
+        ]
+        self.run(m.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], deliveries))
+
+    @rule(
+        target=leases,
+        community=communities,
+        agent=_mostly(["recipient"], sorted(w.TARGETS)),
+        delivery=_mostly([None], sorted(w.DELIVERIES), weight=8),
+        expected=st.one_of(st.none(), _mostly(["exact"], list(BINDING_FORGERIES[1:]), weight=4)),
+        seconds=lease_seconds,
+    )
+    def claim(
+        self,
+        community: str,
+        agent: str,
+        delivery: str | None,
+        expected: str | None,
+        seconds: int,
+    ) -> Any:
+        """Claim as `agent` ("recipient": the target of the row in question),
+        for the named delivery or the oldest pending one, optionally
+        presenting that row's binding, exact or with one field forged."""
+        cid = w.COMMUNITIES[community]
+        if delivery is not None:
+            row = self.model.deliveries.get((cid, w.DELIVERIES[delivery]))
+        else:
+            pending = [d for d in self.model.deliveries.values() if d.key[0] == cid and d.status is m.Status.PENDING]
+            row = min(pending, key=lambda d: (d.created_at, d.id), default=None)
+        target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
+        binding = None
+        if expected is not None:
+            base = row.binding if row is not None else w.binding(community, "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+            binding = _forge_binding(base, expected)
+        outcome = self.run(
+            m.Claim(
+                community_id=cid,
+                target_pubkey=target,
+                lease_seconds=seconds,
+                delivery_id=None if delivery is None else w.DELIVERIES[delivery],
+                expected=binding,
+            )
+        )
+        return outcome.lease if isinstance(outcome, m.Claimed) else multiple()
+
+    @rule(lease=leases, forgery=lease_forgeries, seconds=lease_seconds)
+    def renew(self, lease: m.Lease, forgery: str, seconds: int) -> None:
+        self.run(m.Renew(_forge_lease(lease, forgery), seconds))
+
+    @rule(lease=leases, forgery=lease_forgeries, outcome=st.sampled_from(["finished", "failed"]))
+    def finish(self, lease: m.Lease, forgery: str, outcome: str) -> None:
+        self.run(m.Finish(_forge_lease(lease, forgery), m.Status(outcome)))
+
+    @rule()
+    def reap(self) -> None:
+        self.run(m.Reap())
+
+    @rule(by=advances)
+    def advance_clock(self, by: dt.timedelta) -> None:
+        self.run(m.AdvanceClock(by))
+
+    @rule(community=live_communities, delivery=delivery_names)
+    def get(self, community: str, delivery: str) -> None:
+        self.run(m.GetDelivery(w.COMMUNITIES[community], w.DELIVERIES[delivery]))
+
+    # -- tenants and lineage ---------------------------------------------------
+
+    @rule(community=communities, action=admin_actions)
+    def admin(self, community: str, action: str) -> None:
+        """Tenant lifecycle ("fence", "delete", ...) and lineage ("delete R1", "create M3", ...)."""
+        cid = w.COMMUNITIES[community]
+        verb, _, what = action.partition(" ")
+        if not what:
+            states = {"activate": m.CommunityState.ACTIVE, "quiesce": m.CommunityState.QUIESCING}
+            states["fence"] = m.CommunityState.FENCED
+            if verb in states:
+                self.run(m.SetCommunityState(cid, states[verb]))
+            else:
+                self.run(m.CreateCommunity(cid) if verb == "create" else m.DeleteCommunity(cid))
+        elif what in w.RUNS:
+            workflow = w.WORKFLOWS[w.RUN_WORKFLOW[what]]
+            self.run(m.CreateRun(cid, workflow, w.RUNS[what]) if verb == "create" else m.DeleteRun(cid, w.RUNS[what]))
+        elif what in w.WORKFLOWS:
+            wid = w.WORKFLOWS[what]
+            self.run(m.CreateWorkflow(cid, wid) if verb == "create" else m.DeleteWorkflow(cid, wid))
+        else:
+            eid = w.MESSAGES[what]
+            self.run(m.PublishEvent(cid, eid) if verb == "create" else m.DeleteEvent(cid, eid))
+
+
+def machine_for(
+    adapter: DeliveryAdapter,
+    coverage: Coverage | None = None,
+    on_example: Callable[[Coverage], None] | None = None,
+) -> type[DeliveryConformance]:
+    """A machine class bound to one adapter (reused, and reset, across examples)."""
+    return type(
+        "DeliveryConformance",
+        (DeliveryConformance,),
+        {
+            "adapter": adapter,
+            "coverage": coverage if coverage is not None else Coverage(),
+            "on_example": staticmethod(on_example) if on_example is not None else None,
+        },
+    )

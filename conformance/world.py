@@ -1,0 +1,89 @@
+"""A small, named universe for the delivery conformance machine.
+
+Generated programs speak in short names ("A", "R1", "T2", "d3") so a
+counterexample reads like a scenario; this module maps each name to the
+concrete value the model and the implementation see. Two communities share
+the same run, workflow, event and delivery names, so the same delivery id
+exists in both as independent rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+
+from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
+
+_NS = uuid.UUID("6c656173-6570-4f6f-8000-000000000000")  # "leaseproof"-ish
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _uuid(name: str) -> uuid.UUID:
+    return uuid.uuid5(_NS, name)
+
+
+def _key(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+# Created by the machine's set-up in both A and B; "Z" exists only if a
+# generated program creates it.
+COMMUNITIES = {name: _uuid(f"community {name}") for name in ("A", "B", "Z")}
+LIVE_COMMUNITIES = ("A", "B")
+TARGETS = {name: _key(f"target {name}") for name in ("T1", "T2")}
+WORKFLOWS = {name: _uuid(f"workflow {name}") for name in ("W1", "W2")}
+# Each run belongs to one workflow; R4 starts absent.
+RUN_WORKFLOW = {"R1": "W1", "R2": "W1", "R3": "W2", "R4": "W2"}
+RUNS = {name: _uuid(f"run {name}") for name in RUN_WORKFLOW}
+INITIAL_RUNS = ("R1", "R2", "R3")
+# Message events; M3 starts unpublished.
+MESSAGES = {name: _key(f"message {name}") for name in ("M1", "M2", "M3")}
+INITIAL_MESSAGES = ("M1", "M2")
+DEFINITIONS = {name: _key(f"definition {name}") for name in ("D1", "D2")}
+STEPS = {"s1": "s1", "s2": "s2", "long": "x" * 64, "padded": "  s1  "}
+DELIVERIES = {name: _uuid(f"delivery {name}") for name in ("d1", "d2", "d3", "d4")}
+CAUSES: dict[str, Cause] = {
+    "event:E1": EventCause(_key("cause E1")),
+    "event:E2": EventCause(_key("cause E2")),
+    "schedule:S1": ScheduleCause(START.replace(hour=6)),
+    "webhook:H1": WebhookCause(_uuid("invocation H1")),
+}
+
+
+def other(name: str, names: dict[str, object] | tuple[str, ...]) -> str:
+    """The next name of the same kind: a foreign but well-formed value."""
+    ordered = sorted(names)
+    return ordered[(ordered.index(name) + 1) % len(ordered)]
+
+
+def binding(
+    community: str,
+    workflow: str,
+    run: str,
+    step: str,
+    target: str,
+    definition: str,
+    message: str,
+    cause: str,
+) -> Binding:
+    return Binding(
+        community_id=COMMUNITIES[community],
+        workflow_id=WORKFLOWS[workflow],
+        run_id=RUNS[run],
+        step_id=STEPS[step],
+        target_pubkey=TARGETS[target],
+        definition_event_id=DEFINITIONS[definition],
+        message_event_id=MESSAGES[message],
+        cause=CAUSES[cause],
+    )
+
+
+def name_of(value: object) -> str:
+    """The world name of a concrete value, for readable reports."""
+    for table in (COMMUNITIES, TARGETS, WORKFLOWS, RUNS, MESSAGES, DEFINITIONS, DELIVERIES):
+        for name, known in table.items():
+            if known == value:
+                return name
+    return repr(value)
