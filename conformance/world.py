@@ -43,7 +43,32 @@ MESSAGES = {name: _key(f"message {name}") for name in ("M1", "M2", "M3")}
 INITIAL_MESSAGES = ("M1", "M2")
 DEFINITIONS = {name: _key(f"definition {name}") for name in ("D1", "D2")}
 STEPS = {"s1": "s1", "s2": "s2", "long": "x" * 64, "padded": "  s1  "}
-DELIVERIES = {name: _uuid(f"delivery {name}") for name in ("d1", "d2", "d3", "d4")}
+# Producers normally derive a fresh id per (run, step, target): the same
+# id in both communities. Named ids are reused on purpose, to collide.
+DELIVERIES = {name: _uuid(f"delivery {name}") for name in ("d1", "d2")}
+FRESH = "fresh"
+
+
+def delivery_id(name: str, run: str, step: str, target: str) -> uuid.UUID:
+    if name != FRESH:
+        return DELIVERIES[name]
+    return _uuid(f"delivery {run}/{step}/{target}")
+
+
+def delivery_named(name: str) -> uuid.UUID:
+    """`d1`, or a fresh id by its identity, `R1/s1/T2`."""
+    if name in DELIVERIES:
+        return DELIVERIES[name]
+    run, step, target = name.split("/")
+    return delivery_id(FRESH, run, step, target)
+
+
+_FRESH_NAMES = {
+    delivery_id(FRESH, run, step, target): f"{run}/{step}/{target}"
+    for run in RUN_WORKFLOW
+    for step in STEPS
+    for target in TARGETS
+}
 CAUSES: dict[str, Cause] = {
     "event:E1": EventCause(_key("cause E1")),
     "event:E2": EventCause(_key("cause E2")),
@@ -86,4 +111,4 @@ def name_of(value: object) -> str:
         for name, known in table.items():
             if known == value:
                 return name
-    return repr(value)
+    return _FRESH_NAMES.get(value, repr(value))  # type: ignore[arg-type]

@@ -276,11 +276,12 @@ class PostgresDeliveryStore:
         try:
             return handler(command)
         except psycopg.errors.DatabaseError as exc:
-            if exc.sqlstate == FENCE_SQLSTATE:
+            community_id = _community_of(command)
+            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
                 # The database's own fence fired (a concurrent state change
                 # won the race with our explicit check): the same refusal.
                 state = m.CommunityState(exc.diag.message_detail or "deleted")
-                raise Refused(m.CommunityNotWritable(_community_of(command), state)) from exc
+                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
             raise
 
     # -- helpers that every write shares --------------------------------------
@@ -515,10 +516,11 @@ _METHOD_FOR: dict[type, str] = {
 }
 
 
-def _community_of(command: Any) -> uuid.UUID:
-    if hasattr(command, "lease"):
+def _community_of(command: Any) -> uuid.UUID | None:
+    """The one community a command writes to, if it names one."""
+    if isinstance(command, m.Renew | m.Finish):
         return command.lease.community_id
-    return command.community_id
+    return getattr(command, "community_id", None)
 
 
 def _lease_params(lease: m.Lease) -> dict[str, Any]:

@@ -1,0 +1,151 @@
+"""Mutants of the PostgreSQL store: each reintroduces one known bug.
+
+A conformance suite is only as good as the bugs it catches. Each mutant
+differs from `PostgresDeliveryStore` in one named statement or method, and
+says which review finding (or bug class) it stands for. The tests prove
+that the conformance machine kills every one of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from leaseproof.impl.store import PostgresDeliveryStore
+from leaseproof.model import delivery as m
+from leaseproof.model.errors import Refused
+
+
+def _swap(sql: str, old: str, new: str) -> str:
+    """`sql` with `old` replaced; refuses to build a mutant identical to the original."""
+    if old not in sql:
+        raise ValueError(f"mutant fragment not found in statement: {old!r}")
+    return sql.replace(old, new)
+
+
+_EXPIRY = "AND lease_until >= lp_now()"
+_TARGET = "AND target_pubkey = %(target_pubkey)s"
+_GENERATION = "AND lease_generation = %(lease_generation)s"
+Store = PostgresDeliveryStore
+
+
+class ReconcileUnfenced(Store):
+    SQL_FINISH_RECONCILE = _swap(Store.SQL_FINISH_RECONCILE, _GENERATION, "")
+
+
+class RenewIgnoresExpiry(Store):
+    SQL_RENEW = _swap(Store.SQL_RENEW, _EXPIRY, "")
+
+
+class FinishIgnoresExpiry(Store):
+    SQL_FINISH = _swap(Store.SQL_FINISH, _EXPIRY, "")
+
+
+class ClaimScopeUnchecked(Store):
+    def claim(self, c: m.Claim) -> Any:
+        # Scope by the request only; bind every other expected field.
+        if c.expected is not None:
+            c = attrs.evolve(
+                c,
+                expected=attrs.evolve(c.expected, community_id=c.community_id, target_pubkey=c.target_pubkey),
+            )
+        return super().claim(c)
+
+
+class LeaseTargetUnbound(Store):
+    SQL_RENEW = _swap(Store.SQL_RENEW, _TARGET, "")
+    SQL_FINISH = _swap(Store.SQL_FINISH, _TARGET, "")
+    SQL_FINISH_RECONCILE = _swap(Store.SQL_FINISH_RECONCILE, _TARGET, "")
+
+
+class ReapIgnoresFence(Store):
+    SQL_REAP = _swap(Store.SQL_REAP, "WHERE c.state = 'active'", "")
+
+
+class ReapAtDeadline(Store):
+    SQL_REAP = _swap(Store.SQL_REAP, "lease_until < lp_now()", "lease_until <= lp_now()")
+
+
+class LeaseLostAtDeadline(Store):
+    SQL_RENEW = _swap(Store.SQL_RENEW, _EXPIRY, "AND lease_until > lp_now()")
+    SQL_FINISH = _swap(Store.SQL_FINISH, _EXPIRY, "AND lease_until > lp_now()")
+
+
+class ClaimNewestFirst(Store):
+    SQL_CLAIM = _swap(Store.SQL_CLAIM, "ORDER BY created_at, id", "ORDER BY created_at DESC, id DESC")
+
+
+def _ignore(sql: str, *fragments: str) -> str:
+    """Keep each fragment's parameter bound but make its comparison always true."""
+    for fragment in fragments:
+        sql = _swap(sql, fragment, f"AND ({fragment.removeprefix('AND ')} OR true)")
+    return sql
+
+
+class ClaimIgnoresCause(Store):
+    SQL_CLAIM = _ignore(
+        Store.SQL_CLAIM,
+        "AND cause_kind = %(cause_kind)s::delivery_cause_kind",
+        "AND cause_event_id IS NOT DISTINCT FROM %(cause_event_id)s::bytea",
+        "AND cause_scheduled_for IS NOT DISTINCT FROM %(cause_scheduled_for)s::timestamptz",
+        "AND cause_invocation_id IS NOT DISTINCT FROM %(cause_invocation_id)s::uuid",
+    )
+
+
+class ReapKeepsGeneration(Store):
+    SQL_REAP = _swap(Store.SQL_REAP, "lease_generation = d.lease_generation + 1", "lease_generation = d.lease_generation")
+
+
+class ReconcileEchoesRequest(Store):
+    """The retry is told the outcome it asked for, not the one recorded."""
+
+    def finish(self, c: m.Finish) -> Any:
+        outcome = super().finish(c)
+        if isinstance(outcome, m.AlreadyTerminal):
+            return m.AlreadyTerminal(c.outcome)
+        return outcome
+
+
+class WritesTrustFenceTrigger(Store):
+    """Writes skip the explicit community-state check and rely on the trigger alone."""
+
+    def _writable(self, community_id: Any) -> None:
+        if self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone() is None:
+            raise Refused(m.UnknownCommunity(community_id))
+
+
+class CommitNotAtomic(Store):
+    """Each target commits on its own: a failing target leaves the others."""
+
+    def commit_deliveries(self, c: m.CommitDeliveries) -> Any:
+        created = []
+        for new in c.deliveries:
+            outcome = super().commit_deliveries(attrs.evolve(c, deliveries=(new,)))
+            created.extend(outcome.created)
+        return m.Committed(tuple(created), outcome.identity_existed)
+
+
+@attrs.frozen
+class Mutant:
+    name: str
+    stands_for: str
+    store: type[PostgresDeliveryStore]
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("reconcile-unfenced", "review finding 1: finish's reconciliation read ignores the generation", ReconcileUnfenced),
+    Mutant("renew-ignores-expiry", "review finding 2: an expired, unreaped holder can renew", RenewIgnoresExpiry),
+    Mutant("finish-ignores-expiry", "review finding 2: an expired, unreaped holder can settle", FinishIgnoresExpiry),
+    Mutant("claim-scope-unchecked", "review finding 3: expected binding's community/target not checked", ClaimScopeUnchecked),
+    Mutant("lease-target-unbound", "review finding 4: renew/finish/reconcile ignore the lease's target", LeaseTargetUnbound),
+    Mutant("reap-ignores-fence", "a fenced tenant aborts the fleet-wide sweep", ReapIgnoresFence),
+    Mutant("reap-at-deadline", "off by one: reaps a lease at its exact deadline", ReapAtDeadline),
+    Mutant("lease-lost-at-deadline", "off by one: a holder loses its lease at the exact deadline", LeaseLostAtDeadline),
+    Mutant("claim-newest-first", "claim order: newest pending row wins", ClaimNewestFirst),
+    Mutant("claim-ignores-cause", "a forged wake with another cause still claims", ClaimIgnoresCause),
+    Mutant("reap-keeps-generation", "reap returns a row to pending without bumping the fence", ReapKeepsGeneration),
+    Mutant("reconcile-echoes-request", "a retry is told its requested outcome, not the recorded terminal", ReconcileEchoesRequest),
+    Mutant("writes-trust-fence-trigger", "a write that touches no row of a fenced tenant is not refused", WritesTrustFenceTrigger),
+    Mutant("commit-not-atomic", "a failing target leaves the other targets of its step committed", CommitNotAtomic),
+)
