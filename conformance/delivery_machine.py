@@ -39,7 +39,10 @@ class Coverage:
     outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     examples: int = 0
+    scenarios: int = 0
     steps: int = 0
+    # The example in which the first failure appeared (before shrinking).
+    first_failure: int | None = None
 
     def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
         self.steps += 1
@@ -92,7 +95,7 @@ def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySyst
             for field in attrs.fields(m.Delivery):
                 a, b = getattr(exp_row, field.name), getattr(act_row, field.name)
                 if a != b:
-                    lines.append(f"{where}: {field.name} is {b!r} but the model says {a!r}")
+                    lines.append(f"{where}: {field.name} is {w.describe(b)} but the model says {w.describe(a)}")
     return "\n".join(lines) or "(no difference)"
 
 
@@ -198,13 +201,23 @@ class DeliveryConformance(RuleBasedStateMachine):
     # -- the lockstep core ----------------------------------------------------
 
     def run(self, command: Any) -> Any:
+        try:
+            return self._lockstep(command)
+        except BaseException:
+            if self.coverage.first_failure is None:
+                self.coverage.first_failure = self.coverage.examples
+            raise
+
+    def _lockstep(self, command: Any) -> Any:
         before = self.model
         after, expected = m.step(before, command)
         actual = self.adapter.execute(command)
         self.coverage.record(before, after, command, expected)
         if actual != expected:
             raise NonConformance(
-                f"outcome mismatch for {command!r}\n  model:          {expected!r}\n  implementation: {actual!r}"
+                f"outcome mismatch for {w.describe(command)}\n"
+                f"  model:          {w.describe(expected)}\n"
+                f"  implementation: {w.describe(actual)}"
             )
         violations = state_violations(after) + step_violations(before, after, expected)
         if violations:
@@ -213,7 +226,7 @@ class DeliveryConformance(RuleBasedStateMachine):
         snapshot = self.adapter.snapshot()
         if snapshot != after:
             raise NonConformance(
-                f"state mismatch after {command!r}\n" + describe_state_difference(after, snapshot)
+                f"state mismatch after {w.describe(command)}\n" + describe_state_difference(after, snapshot)
             )
         return actual
 

@@ -10,8 +10,11 @@ exists in both as independent rows.
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import hashlib
 import uuid
+
+import attrs
 
 from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
 
@@ -107,8 +110,26 @@ def binding(
 
 def name_of(value: object) -> str:
     """The world name of a concrete value, for readable reports."""
-    for table in (COMMUNITIES, TARGETS, WORKFLOWS, RUNS, MESSAGES, DEFINITIONS, DELIVERIES):
+    for table in (COMMUNITIES, TARGETS, WORKFLOWS, RUNS, MESSAGES, DEFINITIONS, DELIVERIES, CAUSES):
         for name, known in table.items():
             if known == value:
                 return name
+    if isinstance(value, str) and value in STEPS.values():
+        return next(name for name, step in STEPS.items() if step == value)
     return _FRESH_NAMES.get(value, repr(value))  # type: ignore[arg-type]
+
+
+def describe(value: object) -> str:
+    """A value in world names: ids by name, instants relative to START."""
+    if attrs.has(type(value)):
+        fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}" for f in attrs.fields(type(value)))
+        return f"{type(value).__name__}({fields})"
+    if isinstance(value, uuid.UUID | bytes):
+        return name_of(value)
+    if isinstance(value, dt.datetime):
+        return f"T+{(value - START).total_seconds():g}s"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, tuple | list):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    return repr(value)

@@ -1,0 +1,174 @@
+"""`leaseproof`: run the conformance verdict from the command line.
+
+Exit status: 0 the implementation conforms; 1 it does not (the minimal
+counterexample is printed); 2 usage or provisioning error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections import defaultdict
+from typing import TextIO
+
+from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.verify import Verdict, run_conformance
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.provision import ProvisioningError, postgres_server, scratch_database
+from leaseproof.impl.store import PostgresDeliveryStore
+from leaseproof.model import delivery as m
+
+EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError("must be between 0 and 2**63 - 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="leaseproof",
+        description="Verify lease-fenced, multi-tenant state machines on PostgreSQL against their executable model.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verify = commands.add_parser(
+        "verify",
+        help="drive the model and the bundled PostgreSQL implementation in lockstep and give the verdict",
+        description=(
+            "Drive the delivery model and the bundled PostgreSQL implementation in lockstep through "
+            "randomized programs; compare every outcome and the full persisted state after every step."
+        ),
+    )
+    verify.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    verify.add_argument("--max-examples", type=_positive, default=300, help="programs to run (default: 300)")
+    verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
+    verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
+    verify.add_argument(
+        "--mutant",
+        choices=[mutant.name for mutant in MUTANTS],
+        metavar="NAME",
+        help="verify a known-buggy variant of the implementation instead: "
+        + ", ".join(mutant.name for mutant in MUTANTS),
+    )
+    verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
+    return parser
+
+
+class _Progress:
+    """One line of progress on stderr: rewritten in place on a terminal, every 10% otherwise."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.live = stream.isatty()
+        self.next_report = 0
+
+    def __call__(self, coverage: Coverage) -> None:
+        done = coverage.examples
+        if coverage.first_failure is None:
+            line = f"  example {done}/{self.total}"
+        else:
+            line = f"  failed in example {coverage.first_failure}; shrinking, try {done - coverage.first_failure}"
+        line += f" · {coverage.steps:,} steps"
+        if self.live:
+            self.stream.write("\r" + line.ljust(60))
+            self.stream.flush()
+        elif done >= self.next_report:
+            self.stream.write(line + "\n")
+            self.next_report = done + max(1, min(self.total, 500) // 10)
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * 60 + "\r")
+            self.stream.flush()
+
+
+def _summary(verdict: Verdict, out: TextIO) -> None:
+    coverage = verdict.coverage
+    examples = f"{coverage.examples:,}"
+    if coverage.first_failure is not None:
+        examples = f"{coverage.first_failure:,} until the first failure, {coverage.examples:,} with shrinking"
+    out.write(
+        f"scenarios: {coverage.scenarios}   examples: {examples}   steps: {coverage.steps:,}"
+        f"   time: {verdict.seconds:.1f}s   seed: {verdict.seed}\n"
+    )
+    out.write("outcomes reached (operation: variant ×count):\n")
+    by_operation: dict[str, list[str]] = defaultdict(list)
+    for (operation, variant), count in sorted(coverage.outcomes.items()):
+        by_operation[operation].append(f"{variant} ×{count:,}")
+    for operation in (op.__name__ for op in m.OUTCOME_VARIANTS):
+        out.write(f"  {operation:<18} {', '.join(by_operation.get(operation, ['-']))}\n")
+    transitions = ", ".join(f"{a}→{b} ×{n:,}" for (a, b), n in sorted(coverage.transitions.items()))
+    out.write(f"row transitions reached: {transitions or '-'}\n")
+    missing = [f"{op}: {v}" for op, v in coverage.missing_outcomes()]
+    missing += [f"{a}→{b}" for a, b in coverage.missing_transitions()]
+    out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
+
+
+def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    store = PostgresDeliveryStore
+    if args.mutant:
+        mutant = next(mu for mu in MUTANTS if mu.name == args.mutant)
+        store = mutant.store
+        out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
+    seed_value = args.seed if args.seed is not None else random.randrange(2**63)
+    try:
+        with postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")) as server:
+            out.write(f"server: {server.description}\n")
+            with scratch_database(server) as dsn:
+                adapter = PostgresDeliveryAdapter(dsn, store)
+                out.write(f"verifying the delivery machine against {adapter.name}\n")
+                out.flush()
+                progress = _Progress(args.max_examples, err)
+                try:
+                    verdict = run_conformance(
+                        adapter,
+                        max_examples=args.max_examples,
+                        seed_value=seed_value,
+                        steps=args.steps,
+                        shrink=not args.no_shrink,
+                        on_example=progress,
+                    )
+                finally:
+                    progress.close()
+                    adapter.close()
+    except ProvisioningError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    _summary(verdict, out)
+    if verdict.conforms:
+        out.write("verdict: CONFORMS — every outcome and every persisted field matched the model\n")
+        return EXIT_CONFORMS
+    out.write("verdict: DOES NOT CONFORM\n")
+    out.write(f"minimal counterexample (replay with --seed {verdict.seed}):\n")
+    out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
+    out.write(f"what went wrong:\n{verdict.failure}\n")
+    return EXIT_NONCONFORMING
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "verify":
+        return verify(args, sys.stdout, sys.stderr)
+    raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())

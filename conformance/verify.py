@@ -1,0 +1,71 @@
+"""Run the delivery conformance machine against one adapter and judge it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from leaseproof.conformance.boundary import DeliveryAdapter
+from leaseproof.conformance.delivery_machine import Coverage, machine_for
+from leaseproof.conformance.scenarios import run_scenarios
+
+
+@attrs.frozen
+class Verdict:
+    conforms: bool
+    coverage: Coverage
+    seconds: float
+    seed: int
+    counterexample: str = ""  # the minimal failing program, as Hypothesis prints it
+    failure: str = ""  # what went wrong in its last step
+
+
+def run_conformance(
+    adapter: DeliveryAdapter,
+    *,
+    max_examples: int,
+    seed_value: int,
+    steps: int = 50,
+    shrink: bool = True,
+    on_example: Callable[[Coverage], None] | None = None,
+) -> Verdict:
+    """Drive `adapter` and the model in lockstep: the fixed scenarios, then
+    `max_examples` generated programs."""
+    coverage = Coverage()
+    machine = seed(seed_value)(machine_for(adapter, coverage, on_example))
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    config = settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        phases=phases,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    started = time.monotonic()
+    try:
+        run_scenarios(machine)
+        with with_reporter(lambda _: None):  # the program arrives on the exception instead
+            run_state_machine_as_test(machine, settings=config)
+    except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
+        return Verdict(
+            conforms=False,
+            coverage=coverage,
+            seconds=time.monotonic() - started,
+            seed=seed_value,
+            counterexample="\n".join(failing_program(exc)),
+            failure=f"{type(exc).__name__}: {exc}",
+        )
+    return Verdict(True, coverage, time.monotonic() - started, seed_value)
+
+
+def failing_program(exc: BaseException) -> list[str]:
+    """The steps of the shrunk failing program, from Hypothesis's notes on `exc`."""
+    notes = getattr(exc, "__notes__", [])
+    return [line for line in notes if line.startswith(("state", "leases_", "in the fixed scenario"))]

