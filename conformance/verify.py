@@ -32,10 +32,11 @@ def run_conformance(
     seed_value: int,
     steps: int = 50,
     shrink: bool = True,
+    scenarios: bool = True,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> Verdict:
-    """Drive `adapter` and the model in lockstep: the fixed scenarios, then
-    `max_examples` generated programs."""
+    """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
+    `scenarios` is false), then `max_examples` generated programs."""
     coverage = Coverage()
     machine = seed(seed_value)(machine_for(adapter, coverage, on_example))
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
@@ -50,7 +51,8 @@ def run_conformance(
     )
     started = time.monotonic()
     try:
-        run_scenarios(machine)
+        if scenarios:
+            run_scenarios(machine)
         with with_reporter(lambda _: None):  # the program arrives on the exception instead
             run_state_machine_as_test(machine, settings=config)
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
