@@ -78,7 +78,7 @@ def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySyst
         exp, act = dict(getattr(expected, table)), dict(getattr(actual, table))
         if exp != act:
             lines.append(f"{table}: model {_named(exp)}, implementation {_named(act)}")
-    for table in ("workflows", "events"):
+    for table in ("workflows", "events", "retired"):
         exp_set, act_set = getattr(expected, table), getattr(actual, table)
         for key in sorted(exp_set - act_set, key=repr):
             lines.append(f"{table}: {_named(key)} only in the model")

@@ -134,6 +134,19 @@ def commits_and_cascades(s: DeliveryConformance) -> None:
     s.tenant("A", "create R1")
 
 
+def recreated_run_does_not_reuse_delivery_ids(s: DeliveryConformance) -> None:
+    """Generations restart with each row, so a deleted delivery's id is
+    retired: recreating its run and recommitting the step under the same id
+    is refused, and the old lease governs nothing."""
+    old = _lease(s.claim("A", "T1", None, None, 30))
+    s.tenant("A", "delete R1")
+    s.tenant("A", "create R1")
+    s.commit("A", "R1", "s1", [("fresh", "T1", "M1", "D1", "event:E1")], False)
+    s.commit("A", "R1", "s1", [("d1", "T1", "M1", "D1", "event:E1")], False)
+    s.renew(old, "held", 30)
+    s.finish(old, "held", "finished")
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     stale_holder_finishes_after_newer_holder,
     expired_holder_before_the_reaper,
@@ -141,6 +154,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     rebuilt_lease_with_foreign_target,
     fenced_tenant,
     commits_and_cascades,
+    recreated_run_does_not_reuse_delivery_ids,
 )
 
 

@@ -10,7 +10,7 @@ from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
 
 _RESET = """
-    TRUNCATE workflow_agent_deliveries, workflow_runs, workflows, events, communities, lp_clock
+    TRUNCATE workflow_agent_deliveries, retired_delivery_ids, workflow_runs, workflows, events, communities, lp_clock
 """
 
 

@@ -126,6 +126,12 @@ class CommitNotAtomic(Store):
         return m.Committed(tuple(created), outcome.identity_existed)
 
 
+class DeliveryIdsReused(Store):
+    """A deleted delivery's id may name a new row, where its old lease still acts."""
+
+    SQL_RETIRED_IDS = _swap(Store.SQL_RETIRED_IDS, "AND id = ANY(%(ids)s)", "AND id = ANY(%(ids)s) AND false")
+
+
 @attrs.frozen
 class Mutant:
     name: str
@@ -147,5 +153,6 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("reap-keeps-generation", "reap returns a row to pending without bumping the fence", ReapKeepsGeneration),
     Mutant("reconcile-echoes-request", "a retry is told its requested outcome, not the recorded terminal", ReconcileEchoesRequest),
     Mutant("writes-trust-fence-trigger", "a write that touches no row of a fenced tenant is not refused", WritesTrustFenceTrigger),
+    Mutant("delivery-ids-reused", "a stale lease governs a new row that reuses a deleted row's id", DeliveryIdsReused),
     Mutant("commit-not-atomic", "a failing target leaves the other targets of its step committed", CommitNotAtomic),
 )

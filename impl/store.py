@@ -124,6 +124,16 @@ class PostgresDeliveryStore:
         SELECT id FROM events WHERE community_id = %(community_id)s AND id = ANY(%(event_ids)s) FOR KEY SHARE
     """
 
+    SQL_RETIRED_IDS = """
+        SELECT id FROM retired_delivery_ids WHERE community_id = %(community_id)s AND id = ANY(%(ids)s)
+    """
+
+    SQL_IDENTITY_TAKEN = """
+        SELECT 1 FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND run_id = %(run_id)s
+          AND step_id = %(step_id)s AND target_pubkey = %(target_pubkey)s
+    """
+
     SQL_INSERT_DELIVERY = """
         INSERT INTO workflow_agent_deliveries (
             community_id, id, workflow_id, run_id, step_id, target_pubkey,
@@ -242,6 +252,7 @@ class PostgresDeliveryStore:
         "DELETE FROM workflow_runs WHERE community_id = %(community_id)s",
         "DELETE FROM workflows WHERE community_id = %(community_id)s",
         "DELETE FROM events WHERE community_id = %(community_id)s",
+        "DELETE FROM retired_delivery_ids WHERE community_id = %(community_id)s",
     )
     SQL_CREATE_WORKFLOW = """
         INSERT INTO workflows (community_id, id) VALUES (%(community_id)s, %(workflow_id)s)
@@ -397,12 +408,19 @@ class PostgresDeliveryStore:
             for event_id in wanted:
                 if event_id not in known:
                     raise Refused(m.NotFound("event", c.community_id, event_id))
-            created = [self._insert(new) for new in c.deliveries]
+            ids = [new.id for new in c.deliveries]
+            retired = {r["id"] for r in self.conn.execute(self.SQL_RETIRED_IDS, {**params, "ids": ids})}
+            created = [self._insert(new, retired) for new in c.deliveries]
         return m.Committed(tuple(i for i in created if i is not None), existed)
 
-    def _insert(self, new: m.NewDelivery) -> uuid.UUID | None:
+    def _insert(self, new: m.NewDelivery, retired: set[uuid.UUID]) -> uuid.UUID | None:
+        columns = binding_columns(new.binding)
+        if new.id in retired:
+            if self._one(self.SQL_IDENTITY_TAKEN, columns) is not None:
+                return None  # a producer retry of a live identity: a no-op, as ever
+            raise Refused(m.DeliveryIdTaken(new.binding.community_id, new.id))
         try:
-            row = self._one(self.SQL_INSERT_DELIVERY, {"id": new.id, **binding_columns(new.binding)})
+            row = self._one(self.SQL_INSERT_DELIVERY, {"id": new.id, **columns})
         except pg_errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "workflow_agent_deliveries_pkey":
                 raise
@@ -487,6 +505,7 @@ class PostgresDeliveryStore:
             deliveries = [
                 delivery_from_row(r) for r in q(f"SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries")
             ]
+            retired = frozenset((r["community_id"], r["id"]) for r in q("SELECT community_id, id FROM retired_delivery_ids"))
         return m.DeliverySystem(
             now=now,
             communities=FrozenMap(communities),
@@ -494,6 +513,7 @@ class PostgresDeliveryStore:
             runs=FrozenMap(runs),
             events=events,
             deliveries=FrozenMap((d.key, d) for d in deliveries),
+            retired=retired,
         )
 
 

@@ -115,8 +115,13 @@ class Lease:
     community_id: uuid.UUID = uuid_field()
     delivery_id: uuid.UUID = uuid_field()
     target_pubkey: bytes = key_field()
-    lease_generation: int = attrs.field(validator=_instance_of(int))
+    lease_generation: int = attrs.field()
     lease_until: dt.datetime = instant_field()
+
+    @lease_generation.validator
+    def _generation(self, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidValue("lease_generation", value, "must be a non-negative integer")
 
 
 @attrs.frozen
@@ -385,7 +390,7 @@ class WorkflowMismatch(Rejection):
 
 @attrs.frozen
 class DeliveryIdTaken(Rejection):
-    """The producer's id already names a delivery with another identity."""
+    """The producer's id names a delivery with another identity, or a deleted one."""
 
     community_id: uuid.UUID
     delivery_id: uuid.UUID
@@ -458,9 +463,18 @@ class DeliverySystem:
     runs: FrozenMap[CommunityKey, uuid.UUID] = FrozenMap()  # (community, run) -> workflow
     events: frozenset[tuple[uuid.UUID, bytes]] = frozenset()
     deliveries: FrozenMap[CommunityKey, Delivery] = FrozenMap()
+    # Ids of deleted deliveries. An id is never reused within its community:
+    # generations restart with each row, so a lease on a deleted row could
+    # otherwise govern a new row under the same id and generation.
+    retired: frozenset[CommunityKey] = frozenset()
 
     def without_deliveries(self, doomed: Callable[[Delivery], bool]) -> DeliverySystem:
-        return attrs.evolve(self, deliveries=self.deliveries.remove_where(lambda _, d: doomed(d)))
+        gone = frozenset(key for key, d in self.deliveries.items() if doomed(d))
+        return attrs.evolve(
+            self,
+            deliveries=self.deliveries.remove_where(lambda key, _: key in gone),
+            retired=self.retired | gone,
+        )
 
     def with_delivery(self, delivery: Delivery) -> DeliverySystem:
         return attrs.evolve(self, deliveries=self.deliveries.set(delivery.key, delivery))
@@ -512,6 +526,7 @@ def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Step:
             runs=s.runs.remove_where(lambda k, _: k[0] == cid),
             events=frozenset(k for k in s.events if k[0] != cid),
             deliveries=s.deliveries.remove_where(lambda k, _: k[0] == cid),
+            retired=frozenset(k for k in s.retired if k[0] != cid),  # the tombstone retires them all
         ),
         Ok(),
     )
@@ -606,7 +621,7 @@ def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
     for new in c.deliveries:
         if identity(new.binding) in taken:
             continue  # a producer retry: that target is a no-op
-        if (cid, new.id) in s.deliveries:
+        if (cid, new.id) in s.deliveries or (cid, new.id) in s.retired:
             return start, DeliveryIdTaken(cid, new.id)  # all targets roll back
         s = s.with_delivery(
             Delivery(

@@ -43,10 +43,13 @@ def state_violations(s: DeliverySystem) -> list[str]:
         if identity in identities:
             found.append(f"{where}: shares (community, run, step, target) with delivery {identities[identity]}")
         identities[identity] = d.id
+    for key in s.retired & s.deliveries.keys():
+        found.append(f"delivery {key[1]} of community {key[0]} is both live and retired")
     for community, run in s.runs:
         if (community, s.runs[(community, run)]) not in s.workflows:
             found.append(f"run {run} of community {community}: its workflow does not exist")
     owners = [k[0] for k in s.workflows] + [k[0] for k in s.runs] + [k[0] for k in s.events]
+    owners += [k[0] for k in s.retired]
     for community in owners:
         if s.communities.get(community) in (None, CommunityState.DELETED):
             found.append(f"community {community} is {s.communities.get(community)} but still owns rows")
@@ -59,6 +62,9 @@ def step_violations(before: DeliverySystem, after: DeliverySystem, outcome: obje
         found.append(f"the rejection {outcome!r} changed the state")
     if after.now < before.now:
         found.append(f"the clock went back from {before.now} to {after.now}")
+    for key in before.retired - after.retired:
+        if after.communities.get(key[0]) is not CommunityState.DELETED:  # only a purge forgets them
+            found.append(f"delivery id {key[1]} of community {key[0]} was un-retired")
     allowed = set(TRANSITIONS)
     for key, old in before.deliveries.items():
         new = after.deliveries.get(key)

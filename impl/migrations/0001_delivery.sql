@@ -111,6 +111,30 @@ CREATE TABLE workflow_agent_deliveries (
     FOREIGN KEY (community_id, message_event_id) REFERENCES events ON DELETE CASCADE
 );
 
+-- Ids of deleted deliveries, never reused within their community: a
+-- generation restarts with each row, so a lease on a deleted row must not
+-- meet a new row under the same id. A purged community forgets them (its
+-- tombstone refuses every write).
+CREATE TABLE retired_delivery_ids (
+    community_id uuid NOT NULL REFERENCES communities ON DELETE CASCADE,
+    id uuid NOT NULL,
+    PRIMARY KEY (community_id, id)
+);
+
+CREATE FUNCTION lp_retire_delivery_id() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT state FROM communities WHERE id = OLD.community_id) IS DISTINCT FROM 'deleted' THEN
+        INSERT INTO retired_delivery_ids (community_id, id) VALUES (OLD.community_id, OLD.id)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN OLD;
+END
+$$;
+
+CREATE TRIGGER workflow_agent_deliveries_retire AFTER DELETE ON workflow_agent_deliveries
+    FOR EACH ROW EXECUTE FUNCTION lp_retire_delivery_id();
+
 -- The claim path: oldest pending row of one (community, target).
 CREATE INDEX workflow_agent_deliveries_claim
     ON workflow_agent_deliveries (community_id, target_pubkey, created_at, id)
