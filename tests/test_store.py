@@ -294,3 +294,17 @@ def test_migrations_apply_once(delivery_dsn: str) -> None:
         assert migrate(conn) == []  # the template already holds them all
         versions = [r["version"] for r in conn.execute("SELECT version FROM lp_schema_migrations ORDER BY 1")]
     assert versions == [version for version, _ in available()] and versions
+
+
+def test_a_deleted_deliverys_id_is_retired_so_its_lease_governs_nothing(world: World) -> None:
+    world.commit(A, (D1, T1))
+    old = world.claim(A, T1)
+    world.store.execute(m.DeleteRun(A, RUN))
+    world.store.execute(m.CreateRun(A, WORKFLOW, RUN))
+    assert world.refusal(m.CommitDeliveries(A, RUN, "s1", [m.NewDelivery(D1, binding(A, T1))])) == m.DeliveryIdTaken(A, D1)
+    assert world.commit(A, (D2, T1)) == m.Committed((D2,), identity_existed=False)
+    assert world.commit(A, (D1, T1)) == m.Committed((), identity_existed=True)  # a retry of a live identity
+    fresh = world.claim(A, T1)
+    assert (fresh.delivery_id, fresh.lease_generation) == (D2, 1)
+    assert world.store.execute(m.Renew(old, 30)) == m.LeaseLost()
+    assert world.store.snapshot().retired == frozenset({(A, D1)})
