@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from leaseproof.model.delivery import (
     TRANSITIONS,
+    AlreadyTerminal,
+    ClaimMiss,
     CommunityState,
     DeliverySystem,
+    Found,
+    LeaseLost,
     Rejection,
     Status,
 )
@@ -31,7 +35,7 @@ def state_violations(s: DeliverySystem) -> list[str]:
             found.append(f"{where}: finished_at must be set iff terminal (status {d.status.value})")
         if d.lease_generation < 0 or (claimed and d.lease_generation < 1):
             found.append(f"{where}: generation {d.lease_generation} impossible while {d.status.value}")
-        if claimed and not (d.claimed_at <= s.now and d.claimed_at <= d.lease_until):  # type: ignore[operator]
+        if claimed and d.claimed_at and d.lease_until and not (d.claimed_at <= s.now and d.claimed_at <= d.lease_until):
             found.append(f"{where}: claimed_at must not lie after now or after lease_until")
         if d.created_at > s.now or (d.finished_at is not None and d.finished_at > s.now):
             found.append(f"{where}: a timestamp lies in the future")
@@ -58,8 +62,9 @@ def state_violations(s: DeliverySystem) -> list[str]:
 
 def step_violations(before: DeliverySystem, after: DeliverySystem, outcome: object) -> list[str]:
     found: list[str] = []
-    if isinstance(outcome, Rejection) and after != before:
-        found.append(f"the rejection {outcome!r} changed the state")
+    if isinstance(outcome, Rejection | ClaimMiss | LeaseLost | AlreadyTerminal | Found) and after != before:
+        kind = "rejection" if isinstance(outcome, Rejection) else "no-op outcome"
+        found.append(f"the {kind} {outcome!r} changed the state")
     if after.now < before.now:
         found.append(f"the clock went back from {before.now} to {after.now}")
     for key in before.retired - after.retired:
@@ -75,8 +80,15 @@ def step_violations(before: DeliverySystem, after: DeliverySystem, outcome: obje
         else:
             if new.status is not old.status and (old.status, new.status) not in allowed:
                 found.append(f"{where}: illegal transition {old.status.value} -> {new.status.value}")
+            # Exactly claim and reap move the fence, by one each.
+            moved = (old.status, new.status) in ((Status.PENDING, Status.CLAIMED), (Status.CLAIMED, Status.PENDING))
             if new.lease_generation < old.lease_generation:
                 found.append(f"{where}: generation fell from {old.lease_generation} to {new.lease_generation}")
+            elif new.lease_generation - old.lease_generation != int(moved):
+                found.append(
+                    f"{where}: generation went {old.lease_generation} -> {new.lease_generation}"
+                    f" on {old.status.value} -> {new.status.value}"
+                )
             if (new.binding, new.created_at) != (old.binding, old.created_at):
                 found.append(f"{where}: binding or created_at changed")
             if old.status.terminal and new != old:
