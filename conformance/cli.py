@@ -1,19 +1,26 @@
 """`leaseproof`: run the conformance verdict from the command line.
 
 Exit status: 0 the implementation conforms; 1 it does not (the minimal
-counterexample is printed); 2 usage or provisioning error.
+counterexample is printed); 2 usage or provisioning error, or an adapter
+fault (the adapter broke; nothing was judged).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
+import inspect
 import random
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
+from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
 from leaseproof.conformance.verify import Verdict, run_conformance
+from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import MUTANTS
 from leaseproof.impl.provision import ProvisioningError, postgres_server, scratch_database
@@ -69,6 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(mutant.name for mutant in MUTANTS),
     )
     verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
+    chosen = verify.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--adapter",
+        metavar="MODULE:FACTORY",
+        help="verify an in-process adapter: FACTORY() returns it (given dsn=... if it takes a dsn parameter)",
+    )
+    chosen.add_argument(
+        "--adapter-cmd",
+        metavar="COMMAND",
+        help="verify an adapter in a child process speaking specs/adapter-protocol.md on stdin/stdout",
+    )
+    verify.add_argument(
+        "--reply-timeout", type=_positive, default=30, help="seconds an --adapter-cmd child may take per reply (default: 30)"
+    )
     return parser
 
 
@@ -103,12 +124,16 @@ class _Progress:
 def _summary(verdict: Verdict, out: TextIO) -> None:
     coverage = verdict.coverage
     examples = f"{coverage.examples:,}"
-    if coverage.first_failure is not None:
+    if coverage.first_failure == 0:
+        examples = "none (a fixed scenario failed first)"
+    elif coverage.first_failure is not None:
         examples = f"{coverage.first_failure:,} until the first failure, {coverage.examples:,} with shrinking"
     out.write(
         f"scenarios: {coverage.scenarios}   examples: {examples}   steps: {coverage.steps:,}"
         f"   time: {verdict.seconds:.1f}s   seed: {verdict.seed}\n"
     )
+    if verdict.fault:
+        return  # nothing was judged: coverage would only mislead
     out.write("outcomes reached (operation: variant ×count):\n")
     by_operation: dict[str, list[str]] = defaultdict(list)
     for (operation, variant), count in sorted(coverage.outcomes.items()):
@@ -122,37 +147,86 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
     out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
 
 
+def _load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"--adapter {spec!r}: expected MODULE:FACTORY, e.g. mypackage.leaseproof_adapter:make")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--adapter {spec!r}: cannot load it: {exc}") from None
+    if not callable(factory):
+        raise UsageError(f"--adapter {spec!r}: {attribute} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit 2 with this message."""
+
+
+@contextlib.contextmanager
+def _adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> Iterator[DeliveryAdapter]:
+    """The adapter the arguments name, with whatever server it needs, closed afterwards."""
+    if args.mutant and (args.adapter or args.adapter_cmd):
+        raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
+    if args.adapter_cmd:
+        adapter: DeliveryAdapter = SubprocessAdapter(args.adapter_cmd, reply_timeout=args.reply_timeout)
+        try:
+            yield adapter
+        finally:
+            adapter.close()
+        return
+    factory = _load_factory(args.adapter) if args.adapter else None
+    wants_dsn = factory is None or "dsn" in inspect.signature(factory).parameters
+    with contextlib.ExitStack() as stack:
+        dsn = None
+        if wants_dsn:
+            server = stack.enter_context(postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")))
+            out.write(f"server: {server.description}\n")
+            dsn = stack.enter_context(scratch_database(server))
+        if factory is None:
+            mutant = next((mu for mu in MUTANTS if mu.name == args.mutant), None)
+            if mutant is not None:
+                out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
+            adapter = PostgresDeliveryAdapter(dsn, mutant.store if mutant else PostgresDeliveryStore)  # type: ignore[arg-type]
+        else:
+            try:
+                adapter = factory(dsn=dsn) if wants_dsn else factory()
+            except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
+                raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
+        stack.callback(adapter.close)
+        yield adapter
+
+
 def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    store = PostgresDeliveryStore
-    if args.mutant:
-        mutant = next(mu for mu in MUTANTS if mu.name == args.mutant)
-        store = mutant.store
-        out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     seed_value = args.seed if args.seed is not None else random.randrange(2**63)
     try:
-        with postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")) as server:
-            out.write(f"server: {server.description}\n")
-            with scratch_database(server) as dsn:
-                adapter = PostgresDeliveryAdapter(dsn, store)
-                out.write(f"verifying the delivery machine against {adapter.name}\n")
-                out.flush()
-                progress = _Progress(args.max_examples, err)
-                try:
-                    verdict = run_conformance(
-                        adapter,
-                        max_examples=args.max_examples,
-                        seed_value=seed_value,
-                        steps=args.steps,
-                        shrink=not args.no_shrink,
-                        on_example=progress,
-                    )
-                finally:
-                    progress.close()
-                    adapter.close()
-    except ProvisioningError as exc:
+        with _adapter(args, out, err) as adapter:
+            out.write(f"verifying the delivery machine against {adapter.name}\n")
+            out.flush()
+            progress = _Progress(args.max_examples, err)
+            try:
+                verdict = run_conformance(
+                    adapter,
+                    max_examples=args.max_examples,
+                    seed_value=seed_value,
+                    steps=args.steps,
+                    shrink=not args.no_shrink,
+                    on_example=progress,
+                )
+            finally:
+                progress.close()
+    except (ProvisioningError, UsageError, AdapterFault) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     _summary(verdict, out)
+    if verdict.fault:
+        out.write("verdict: NONE — the adapter failed, so nothing was judged\n")
+        out.write(f"fault: {verdict.fault}\n")
+        if verdict.fault_program:
+            out.write("where, and the program's commands up to the fault:\n")
+            out.write("".join(f"  {line}\n" for line in verdict.fault_program))
+        return EXIT_USAGE
     if verdict.conforms:
         out.write("verdict: CONFORMS — every outcome and every persisted field matched the model\n")
         return EXIT_CONFORMS

@@ -32,6 +32,18 @@ class NonConformance(AssertionError):
     """The implementation disagreed with the model."""
 
 
+class RunAborted(BaseException):
+    """The adapter failed (raised, or broke the protocol): stop at once.
+
+    A BaseException, so Hypothesis neither shrinks nor retries it: a fault
+    is not a counterexample and is never compared with the model.
+    """
+
+    def __init__(self, fault: BaseException, program: list[str]) -> None:
+        super().__init__(str(fault))
+        self.fault, self.program = fault, program
+
+
 @attrs.define
 class Coverage:
     """What a run exercised: outcome variants per operation, and row transitions."""
@@ -41,7 +53,8 @@ class Coverage:
     examples: int = 0
     scenarios: int = 0
     steps: int = 0
-    # The example in which the first failure appeared (before shrinking).
+    # The example in which the first failure appeared (before shrinking);
+    # 0 when a fixed scenario failed.
     first_failure: int | None = None
 
     def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
@@ -197,6 +210,13 @@ class DeliveryConformance(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.model = m.initial_state(w.START)
+        self.program: list[str] = []  # this example's commands so far, for fault reports
+
+    def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
+            raise RunAborted(fault, self.program) from fault
 
     # -- the lockstep core ----------------------------------------------------
 
@@ -211,7 +231,8 @@ class DeliveryConformance(RuleBasedStateMachine):
     def _lockstep(self, command: Any) -> Any:
         before = self.model
         after, expected = m.step(before, command)
-        actual = self.adapter.execute(command)
+        self.program.append(w.describe(command))
+        actual = self._adapter(self.adapter.execute, command)
         self.coverage.record(before, after, command, expected)
         if actual != expected:
             raise NonConformance(
@@ -223,7 +244,7 @@ class DeliveryConformance(RuleBasedStateMachine):
         if violations:
             raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
         self.model = after
-        snapshot = self.adapter.snapshot()
+        snapshot = self._adapter(self.adapter.snapshot)
         if snapshot != after:
             raise NonConformance(
                 f"state mismatch after {w.describe(command)}\n" + describe_state_difference(after, snapshot)
@@ -235,7 +256,7 @@ class DeliveryConformance(RuleBasedStateMachine):
         self.coverage.examples += 1
         if self.on_example is not None:
             self.on_example(self.coverage)
-        self.adapter.reset(w.START)
+        self._adapter(self.adapter.reset, w.START)
         for name in w.LIVE_COMMUNITIES:
             cid = w.COMMUNITIES[name]
             self.run(m.CreateCommunity(cid))

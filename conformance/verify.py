@@ -11,7 +11,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from leaseproof.conformance.boundary import DeliveryAdapter
-from leaseproof.conformance.delivery_machine import Coverage, machine_for
+from leaseproof.conformance.delivery_machine import Coverage, RunAborted, machine_for
 from leaseproof.conformance.scenarios import run_scenarios
 
 
@@ -23,6 +23,8 @@ class Verdict:
     seed: int
     counterexample: str = ""  # the minimal failing program, as Hypothesis prints it
     failure: str = ""  # what went wrong in its last step
+    fault: str = ""  # the adapter broke: no verdict on conformance, and why
+    fault_program: tuple[str, ...] = ()  # where it happened, and the commands run in that program
 
 
 def run_conformance(
@@ -55,6 +57,15 @@ def run_conformance(
             run_scenarios(machine)
         with with_reporter(lambda _: None):  # the program arrives on the exception instead
             run_state_machine_as_test(machine, settings=config)
+    except RunAborted as aborted:
+        return Verdict(
+            conforms=False,
+            coverage=coverage,
+            seconds=time.monotonic() - started,
+            seed=seed_value,
+            fault=f"{type(aborted.fault).__name__}: {aborted.fault}",
+            fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
+        )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
         return Verdict(
             conforms=False,

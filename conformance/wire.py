@@ -1,0 +1,246 @@
+"""The out-of-process adapter boundary: JSON lines over a child's stdin/stdout.
+
+`specs/adapter-protocol.md` is the contract. `SubprocessAdapter` is the
+harness side: it starts the child, shakes hands and turns every reply into
+a model value. `serve` is the adapter side for any in-process adapter, so a
+Python implementation can be checked through the wire exactly like one in
+Rust, Go or Java.
+
+Anything that is not a well-formed, timely reply to the request just sent
+is an `AdapterFault`: the run stops and says why. Faults are never compared
+with the model.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import os
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from leaseproof.conformance import codec
+from leaseproof.conformance.boundary import DeliveryAdapter
+from leaseproof.model import delivery as m
+
+PROTOCOL_VERSION = 1
+MACHINE = "delivery"
+# Every adapter of the delivery machine must support these: the harness's
+# set-up and the lease lifecycle cannot be checked without them.
+CORE_OPERATIONS = frozenset(
+    {
+        "CreateCommunity", "CreateWorkflow", "CreateRun", "PublishEvent", "CommitDeliveries",
+        "Claim", "Renew", "Finish", "Reap", "AdvanceClock",
+    }
+)  # fmt: skip
+ALL_OPERATIONS = frozenset(op.__name__ for op in m.OUTCOME_VARIANTS)
+STDERR_TAIL_LINES = 20
+
+
+class AdapterFault(Exception):
+    """The adapter or its infrastructure broke; the run stops, nothing is compared."""
+
+
+class SubprocessAdapter:
+    """A `DeliveryAdapter` whose implementation runs in a child process."""
+
+    def __init__(self, command: str, *, reply_timeout: float = 30.0) -> None:
+        self.command = command
+        self.reply_timeout = reply_timeout
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        self._next_id = 0
+        try:
+            self.process = subprocess.Popen(
+                shlex.split(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                bufsize=1,
+            )
+        except OSError as exc:
+            raise AdapterFault(f"could not start the adapter {command!r}: {exc}") from None
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        hello = self._call("hello", {"protocol": PROTOCOL_VERSION})
+        try:
+            self.name, self.operations = _check_hello(hello)
+        except AdapterFault as fault:
+            self.close()
+            raise self._fault(str(fault)) from None
+
+    # -- the DeliveryAdapter interface --------------------------------------------
+
+    def reset(self, start: dt.datetime) -> None:
+        self._call("reset", {"machine": MACHINE, "start": codec.encode(start)})
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        result = self._call("execute", {"machine": MACHINE, "command": codec.encode(command)})
+        try:
+            outcome = codec.decode(result)
+        except codec.DecodeError as exc:
+            raise self._fault(f"its outcome for {type(command).__name__} is malformed: {exc}") from None
+        expected = m.OUTCOME_VARIANTS[type(command)]
+        if m.variant(outcome) not in expected:
+            raise self._fault(
+                f"it answered {type(command).__name__} with {type(outcome).__name__}, "
+                f"which is not an outcome of that operation ({', '.join(expected)})"
+            )
+        return outcome
+
+    def snapshot(self) -> m.DeliverySystem:
+        result = self._call("snapshot", {"machine": MACHINE})
+        try:
+            return codec.decode_state(result)
+        except codec.DecodeError as exc:
+            raise self._fault(f"its snapshot is malformed: {exc}") from None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self._call("close", {}, timeout=5)
+            except AdapterFault:
+                pass
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def stderr_tail(self) -> list[str]:
+        return list(self._stderr)
+
+    # -- the exchange ---------------------------------------------------------------
+
+    def _call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
+        self._next_id += 1
+        request = {"id": self._next_id, "method": method, "params": params}
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(request, separators=(",", ":")) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._fault(f"it stopped reading before the {method!r} request{self._exit_note()}") from None
+        wait = self.reply_timeout if timeout is None else timeout
+        try:
+            line = self._replies.get(timeout=wait)
+        except queue.Empty:
+            self.process.kill()
+            raise self._fault(f"no reply to {method!r} within {wait:g}s") from None
+        if line is None:
+            raise self._fault(f"it closed its stdout before replying to {method!r}{self._exit_note()}")
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            raise self._fault(f"its reply to {method!r} is not JSON: {line[:200]!r}") from None
+        if not isinstance(reply, dict) or reply.get("id") != self._next_id:
+            raise self._fault(f"its reply to {method!r} (request id {self._next_id}) has the wrong id: {line[:200]!r}")
+        if "fault" in reply:
+            fault = reply["fault"]
+            message = fault.get("message") if isinstance(fault, dict) else fault
+            raise self._fault(f"it reported a fault on {method!r}: {message}")
+        if "result" not in reply:
+            raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {line[:200]!r}")
+        return reply["result"]
+
+    def _fault(self, problem: str) -> AdapterFault:
+        tail = self.stderr_tail()
+        text = f"adapter {self.command!r} failed: {problem}"
+        if tail:
+            text += "\nits last stderr lines:\n" + "\n".join(f"  | {line}" for line in tail)
+        return AdapterFault(text)
+
+    def _exit_note(self) -> str:
+        try:
+            code = self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f" (it exited with status {code})"
+
+    def _pump_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._replies.put(line)
+        self._replies.put(None)
+
+    def _pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._stderr.append(line.rstrip("\n"))
+
+
+def _check_hello(result: Any) -> tuple[str, frozenset[str]]:
+    if not isinstance(result, dict):
+        raise AdapterFault(f"its hello reply is not an object: {result!r}")
+    if result.get("protocol") != PROTOCOL_VERSION:
+        raise AdapterFault(
+            f"it speaks protocol {result.get('protocol')!r}; this harness speaks {PROTOCOL_VERSION}"
+        )
+    machines = result.get("machines")
+    if not isinstance(machines, dict) or MACHINE not in machines:
+        raise AdapterFault(f"it does not offer the {MACHINE!r} machine (machines: {machines!r})")
+    operations = machines[MACHINE]
+    if not isinstance(operations, list) or not all(isinstance(op, str) for op in operations):
+        raise AdapterFault(f"its {MACHINE!r} operations are not a list of names: {operations!r}")
+    unknown = set(operations) - ALL_OPERATIONS
+    if unknown:
+        raise AdapterFault(f"it offers operations the model does not have: {sorted(unknown)}")
+    missing = CORE_OPERATIONS - set(operations)
+    if missing:
+        raise AdapterFault(f"it lacks mandatory operations: {sorted(missing)}")
+    name = result.get("implementation")
+    return (name if isinstance(name, str) else "unnamed adapter"), frozenset(operations)
+
+
+# -- the adapter side, for any in-process adapter ---------------------------------
+
+
+def serve(
+    adapter: DeliveryAdapter,
+    *,
+    implementation: str,
+    operations: frozenset[str] = ALL_OPERATIONS,
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+) -> None:
+    """Answer protocol requests on `stdin` until "close" or end of input."""
+    handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "hello": lambda p: {
+            "protocol": PROTOCOL_VERSION,
+            "implementation": implementation,
+            "machines": {MACHINE: sorted(operations)},
+        },
+        "reset": lambda p: adapter.reset(codec.decode(p["start"], dt.datetime)),
+        "execute": lambda p: codec.encode(adapter.execute(codec.decode(p["command"]))),
+        "snapshot": lambda p: codec.encode_state(adapter.snapshot()),
+        "close": lambda p: None,
+    }
+    for line in stdin:
+        request = json.loads(line)
+        method = request.get("method")
+        try:
+            if method not in handlers:
+                raise ValueError(f"unknown method {method!r}")
+            reply = {"id": request.get("id"), "result": handlers[method](request.get("params") or {})}
+        except Exception as exc:  # noqa: BLE001 - every failure is reported as a fault, not a crash
+            reply = {"id": request.get("id"), "fault": {"message": f"{type(exc).__name__}: {exc}"}}
+        stdout.write(json.dumps(reply, separators=(",", ":")) + "\n")
+        stdout.flush()
+        if method == "close":
+            return
+
+
+def stdout_for_protocol() -> TextIO:
+    """Reserve the real stdout for protocol lines; anything else printed goes to stderr."""
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    return protocol
