@@ -15,10 +15,14 @@ import random
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TextIO
 
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.trace import TraceError, check, replay
+from leaseproof.conformance.trace import read as read_trace
+from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import Verdict, run_conformance
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
@@ -64,33 +68,66 @@ def build_parser() -> argparse.ArgumentParser:
             "randomized programs; compare every outcome and the full persisted state after every step."
         ),
     )
-    verify.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     verify.add_argument("--max-examples", type=_positive, default=300, help="programs to run (default: 300)")
     verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
     verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
+    verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
     verify.add_argument(
+        "--trace-out",
+        type=Path,
+        metavar="FILE",
+        help="where to write the counterexample as a trace (default: leaseproof-counterexample-SEED.jsonl)",
+    )
+    _add_adapter_arguments(verify)
+
+    replay = commands.add_parser(
+        "replay",
+        help="replay trace files against an implementation and report the first divergence of each",
+        description="Replay each trace step by step against an implementation and the model; report the first divergence.",
+    )
+    replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.jsonl)")
+    replay.add_argument(
+        "--expect-fail",
+        type=Path,
+        metavar="FILE",
+        help="names of traces this implementation knowingly fails, one per line; an unexpected pass is an error too",
+    )
+    _add_adapter_arguments(replay)
+
+    check = commands.add_parser(
+        "check-trace",
+        help="check a history recorded by another system against the model",
+        description=(
+            "Run the model over a recorded sequential history (commands with the outcomes, and optionally the "
+            "states, another system produced) and report the first step where the model disagrees."
+        ),
+    )
+    check.add_argument("trace", type=Path, metavar="FILE")
+    return parser
+
+
+def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    parser.add_argument(
         "--mutant",
         choices=[mutant.name for mutant in MUTANTS],
         metavar="NAME",
-        help="verify a known-buggy variant of the implementation instead: "
-        + ", ".join(mutant.name for mutant in MUTANTS),
+        help="use a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in MUTANTS),
     )
-    verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
-    chosen = verify.add_mutually_exclusive_group()
+    chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument(
         "--adapter",
         metavar="MODULE:FACTORY",
-        help="verify an in-process adapter: FACTORY() returns it (given dsn=... if it takes a dsn parameter)",
+        help="an in-process adapter: FACTORY() returns it (given dsn=... if it takes a dsn parameter)",
     )
     chosen.add_argument(
         "--adapter-cmd",
         metavar="COMMAND",
-        help="verify an adapter in a child process speaking specs/adapter-protocol.md on stdin/stdout",
+        help="an adapter in a child process speaking specs/adapter-protocol.md on stdin/stdout",
     )
-    verify.add_argument(
+    parser.add_argument(
         "--reply-timeout", type=_positive, default=30, help="seconds an --adapter-cmd child may take per reply (default: 30)"
     )
-    return parser
 
 
 class _Progress:
@@ -226,6 +263,7 @@ def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if verdict.fault_program:
             out.write("where, and the program's commands up to the fault:\n")
             out.write("".join(f"  {line}\n" for line in verdict.fault_program))
+        _write_trace(verdict, args, out, err)
         return EXIT_USAGE
     if verdict.conforms:
         out.write("verdict: CONFORMS — every outcome and every persisted field matched the model\n")
@@ -234,6 +272,76 @@ def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(f"minimal counterexample (replay with --seed {verdict.seed}):\n")
     out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
     out.write(f"what went wrong:\n{verdict.failure}\n")
+    _write_trace(verdict, args, out, err)
+    return EXIT_NONCONFORMING
+
+
+def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    if verdict.trace is None:
+        return
+    path = args.trace_out or Path(f"leaseproof-counterexample-{verdict.seed}.jsonl")
+    try:
+        write_trace(verdict.trace, path)
+    except OSError as exc:
+        err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
+        return
+    out.write(f"trace: {path} ({len(verdict.trace.steps)} steps; replay it with: leaseproof replay {path})\n")
+
+
+def _expected_failures(path: Path | None) -> set[str]:
+    if path is None:
+        return set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"--expect-fail {path}: {exc.strerror}") from None
+    return {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
+
+
+def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        traces = [(path, read_trace(path)) for path in args.traces]
+        expected = _expected_failures(args.expect_fail)
+        with _adapter(args, out, err) as adapter:
+            out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
+            results = [(path, replay(trace, adapter)) for path, trace in traces]
+    except (ProvisioningError, UsageError, AdapterFault, TraceError) as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the adapter raised: a fault, not a divergence
+        err.write(f"leaseproof: the adapter failed: {type(exc).__name__}: {exc}\n")
+        return EXIT_USAGE
+    unexpected = 0
+    for path, divergence in results:
+        listed = path.name in expected or path.stem in expected
+        if divergence is None and not listed:
+            out.write(f"pass  {path}\n")
+        elif divergence is not None and listed:
+            out.write(f"xfail {path} (listed in {args.expect_fail})\n")
+        elif divergence is None:
+            unexpected += 1
+            out.write(f"XPASS {path}: listed as an expected failure but it passes; remove it from {args.expect_fail}\n")
+        else:
+            unexpected += 1
+            out.write(f"FAIL  {path}\n" + "".join(f"      {line}\n" for line in divergence.report().splitlines()))
+    unknown = expected - {p.name for p, _ in results} - {p.stem for p, _ in results}
+    for name in sorted(unknown):
+        out.write(f"note: {name} is listed in {args.expect_fail} but was not replayed\n")
+    out.write(f"{len(results) - unexpected} passed, {unexpected} failed\n")
+    return EXIT_NONCONFORMING if unexpected else EXIT_CONFORMS
+
+
+def check_trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    divergence = check(trace)
+    if divergence is None:
+        out.write(f"{args.trace}: all {len(trace.steps)} steps agree with the model\n")
+        return EXIT_CONFORMS
+    out.write(f"{args.trace}: the model disagrees\n{divergence.report()}\n")
     return EXIT_NONCONFORMING
 
 
@@ -241,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
         return verify(args, sys.stdout, sys.stderr)
+    if args.command == "replay":
+        return replay_traces(args, sys.stdout, sys.stderr)
+    if args.command == "check-trace":
+        return check_trace(args, sys.stdout, sys.stderr)
     raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
 
 

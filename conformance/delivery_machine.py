@@ -56,6 +56,9 @@ class Coverage:
     # The example in which the first failure appeared (before shrinking);
     # 0 when a fixed scenario failed.
     first_failure: int | None = None
+    # The commands of the most recent program; after a failure, Hypothesis
+    # last replays the minimal one, so this is the counterexample.
+    last_commands: list[Any] = attrs.field(factory=list)
 
     def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
         self.steps += 1
@@ -211,6 +214,8 @@ class DeliveryConformance(RuleBasedStateMachine):
         super().__init__()
         self.model = m.initial_state(w.START)
         self.program: list[str] = []  # this example's commands so far, for fault reports
+        self.commands: list[Any] = []
+        self.coverage.last_commands = self.commands
 
     def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -232,6 +237,7 @@ class DeliveryConformance(RuleBasedStateMachine):
         before = self.model
         after, expected = m.step(before, command)
         self.program.append(w.describe(command))
+        self.commands.append(command)
         actual = self._adapter(self.adapter.execute, command)
         self.coverage.record(before, after, command, expected)
         if actual != expected:

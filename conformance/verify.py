@@ -12,7 +12,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage, RunAborted, machine_for
+from leaseproof.conformance import world as w
 from leaseproof.conformance.scenarios import run_scenarios
+from leaseproof.conformance.trace import Trace, record
 
 
 @attrs.frozen
@@ -25,6 +27,7 @@ class Verdict:
     failure: str = ""  # what went wrong in its last step
     fault: str = ""  # the adapter broke: no verdict on conformance, and why
     fault_program: tuple[str, ...] = ()  # where it happened, and the commands run in that program
+    trace: Trace | None = None  # the counterexample as a language-neutral trace
 
 
 def run_conformance(
@@ -65,6 +68,7 @@ def run_conformance(
             seed=seed_value,
             fault=f"{type(aborted.fault).__name__}: {aborted.fault}",
             fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
+            trace=record(f"fault of {adapter.name}, seed {seed_value}", w.START, coverage.last_commands),
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
         return Verdict(
@@ -74,6 +78,7 @@ def run_conformance(
             seed=seed_value,
             counterexample="\n".join(failing_program(exc)),
             failure=f"{type(exc).__name__}: {exc}",
+            trace=record(f"counterexample against {adapter.name}, seed {seed_value}", w.START, coverage.last_commands),
         )
     return Verdict(True, coverage, time.monotonic() - started, seed_value)
 

@@ -114,6 +114,9 @@ def name_of(value: object) -> str:
         for name, known in table.items():
             if known == value:
                 return name
+    for name, cause in CAUSES.items():
+        if isinstance(cause, EventCause) and cause.event_id == value:
+            return name.removeprefix("event:")
     if isinstance(value, str) and value in STEPS.values():
         return next(name for name, step in STEPS.items() if step == value)
     return _FRESH_NAMES.get(value, repr(value))  # type: ignore[arg-type]
@@ -128,6 +131,8 @@ def describe(value: object) -> str:
         return name_of(value)
     if isinstance(value, dt.datetime):
         return f"T+{(value - START).total_seconds():g}s"
+    if isinstance(value, dt.timedelta):
+        return f"{value.total_seconds():g}s"
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, tuple | list):

@@ -16,6 +16,8 @@ from leaseproof.impl.migrate import migrate
 from leaseproof.impl.provision import Server, postgres_server, scratch_database
 from leaseproof.impl.store import connect
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Server]:

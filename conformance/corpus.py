@@ -1,0 +1,51 @@
+"""The regression corpus: the minimal counterexample of every shipped mutant, as traces.
+
+    python -m leaseproof.conformance.corpus DIR [--dsn DSN]
+
+rewrites DIR/<mutant>.jsonl from a seeded, shrunk search against each
+mutant (fixed scenarios off, so each trace is what the search itself found).
+Each trace must replay cleanly against the real store and diverge against
+its mutant; the test suite checks both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from leaseproof.conformance.trace import write
+from leaseproof.conformance.verify import run_conformance
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.provision import postgres_server, scratch_database
+
+SEED = 20261129
+BUDGET = 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leaseproof.conformance.corpus", description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--dsn")
+    args = parser.parse_args(argv)
+    args.directory.mkdir(parents=True, exist_ok=True)
+    with postgres_server(args.dsn) as server:
+        for mutant in MUTANTS:
+            with scratch_database(server) as dsn:
+                adapter = PostgresDeliveryAdapter(dsn, mutant.store)
+                try:
+                    verdict = run_conformance(adapter, max_examples=BUDGET, seed_value=SEED, scenarios=False)
+                finally:
+                    adapter.close()
+            if verdict.conforms or verdict.trace is None:
+                print(f"{mutant.name}: not killed within {BUDGET} programs", file=sys.stderr)
+                return 1
+            path = args.directory / f"{mutant.name}.jsonl"
+            write(verdict.trace, path)
+            print(f"{mutant.name}: {len(verdict.trace.steps)} steps, {verdict.seconds:.1f}s -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
