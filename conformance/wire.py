@@ -224,9 +224,16 @@ def serve(
         "close": lambda p: None,
     }
     for line in stdin:
-        request = json.loads(line)
+        try:
+            request = json.loads(line)
+        except json.JSONDecodeError as exc:
+            request = {"id": None, "method": None, "params": None, "error": f"the request is not JSON: {exc.msg}"}
+        if not isinstance(request, dict):
+            request = {"id": None, "method": None, "params": None, "error": "the request is not a JSON object"}
         method = request.get("method")
         try:
+            if "error" in request:
+                raise ValueError(request["error"])
             if method not in handlers:
                 raise ValueError(f"unknown method {method!r}")
             reply = {"id": request.get("id"), "result": handlers[method](request.get("params") or {})}
