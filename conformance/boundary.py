@@ -14,9 +14,31 @@ from typing import Protocol, runtime_checkable
 from leaseproof.model import delivery as m
 
 
+# Every adapter must support these: the harness's set-up and the lease
+# lifecycle cannot be checked without them. The others are optional: an
+# adapter lists what it offers in `operations`, and the harness never sends
+# the rest.
+CORE_OPERATIONS = frozenset(
+    {
+        "CreateCommunity", "CreateWorkflow", "CreateRun", "PublishEvent", "CommitDeliveries",
+        "Claim", "Renew", "Finish", "Reap", "AdvanceClock",
+    }
+)  # fmt: skip
+ALL_OPERATIONS = frozenset(op.__name__ for op in m.OUTCOME_VARIANTS)
+
+
+def offered_operations(adapter: object) -> frozenset[str]:
+    """The operations an adapter offers: its `operations` attribute, else all of them."""
+    return frozenset(getattr(adapter, "operations", ALL_OPERATIONS))
+
+
 @runtime_checkable
 class DeliveryAdapter(Protocol):
-    """An implementation of the delivery machine, driven command by command."""
+    """An implementation of the delivery machine, driven command by command.
+
+    An adapter may also have `operations`, the names of the commands it
+    offers (at least `CORE_OPERATIONS`); without it, it offers them all.
+    """
 
     name: str
 

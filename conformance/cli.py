@@ -179,6 +179,9 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
         out.write(f"  {operation:<18} {', '.join(by_operation.get(operation, ['-']))}\n")
     transitions = ", ".join(f"{a}→{b} ×{n:,}" for (a, b), n in sorted(coverage.transitions.items()))
     out.write(f"row transitions reached: {transitions or '-'}\n")
+    if coverage.skipped:
+        skipped = ", ".join(f"{op} ×{n:,}" for op, n in sorted(coverage.skipped.items()))
+        out.write(f"not offered by the adapter, so never sent: {skipped}\n")
     missing = [f"{op}: {v}" for op, v in coverage.missing_outcomes()]
     missing += [f"{a}→{b}" for a, b in coverage.missing_transitions()]
     out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
@@ -204,16 +207,16 @@ class UsageError(Exception):
 @contextlib.contextmanager
 def _adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> Iterator[DeliveryAdapter]:
     """The adapter the arguments name, with whatever server it needs, closed afterwards."""
-    if args.mutant and (args.adapter or args.adapter_cmd):
+    if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
-    if args.adapter_cmd:
+    if args.adapter_cmd is not None:
         adapter: DeliveryAdapter = SubprocessAdapter(args.adapter_cmd, reply_timeout=args.reply_timeout)
         try:
             yield adapter
         finally:
             adapter.close()
         return
-    factory = _load_factory(args.adapter) if args.adapter else None
+    factory = _load_factory(args.adapter) if args.adapter is not None else None
     wants_dsn = factory is None or "dsn" in inspect.signature(factory).parameters
     with contextlib.ExitStack() as stack:
         dsn = None
@@ -285,7 +288,8 @@ def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: T
     except OSError as exc:
         err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
         return
-    out.write(f"trace: {path} ({len(verdict.trace.steps)} steps; replay it with: leaseproof replay {path})\n")
+    what = "the program up to the fault" if verdict.fault else "the counterexample"
+    out.write(f"trace: {path} ({what}, {len(verdict.trace.steps)} steps; replay it with: leaseproof replay {path})\n")
 
 
 def _expected_failures(path: Path | None) -> set[str]:

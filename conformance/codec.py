@@ -69,7 +69,8 @@ def encode(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        u = value.astimezone(dt.timezone.utc)
+        return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
     if isinstance(value, dt.timedelta):
         return value // dt.timedelta(microseconds=1)
     if isinstance(value, enum.Enum):
@@ -125,7 +126,10 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
     if expected is dt.datetime:
         if not isinstance(data, str) or not _INSTANT.match(data):
             raise DecodeError(path, f"expected an instant like 2026-01-01T00:00:00.000000Z, got {data!r}")
-        return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+        try:
+            return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            raise DecodeError(path, f"{data!r} is not a real instant") from None
     if expected is dt.timedelta:
         if not isinstance(data, int) or isinstance(data, bool):
             raise DecodeError(path, f"expected integer microseconds, got {_kind(data)}")
@@ -209,39 +213,49 @@ def decode_state(data: Any, path: str = "") -> m.DeliverySystem:
     if not isinstance(data, dict) or data.get("type") != "DeliverySystem":
         raise DecodeError(path, 'expected an object with "type": "DeliverySystem"')
     tables = ("communities", "workflows", "runs", "events", "deliveries", "retired")
-    missing = [t for t in ("now", *tables) if t not in data]
-    if missing:
-        raise DecodeError(path, f"DeliverySystem needs members {missing}")
+    _require_members(data, {"type", "now", *tables}, "DeliverySystem", path)
     for table in tables:
         if not isinstance(data[table], list):
             raise DecodeError(f"{path}.{table}", "expected an array")
 
-    def pair(row: Any, where: str, key: type = uuid.UUID) -> tuple[uuid.UUID, Any]:
-        if not isinstance(row, dict):
-            raise DecodeError(where, "expected an object")
-        return decode(row.get("community_id"), uuid.UUID, f"{where}.community_id"), decode(
-            row.get("id"), key, f"{where}.id"
-        )
+    def table(name: str, members: dict[str, Any]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        """Rows keyed by their first two members (the second alone for communities); no duplicates."""
+        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for i, row in enumerate(data[name]):
+            where = f"{path}.{name}[{i}]"
+            _require_members(row, set(members), "a row", where)
+            values = tuple(decode(row[k], t, f"{where}.{k}") for k, t in members.items())
+            key = values[:1] if name == "communities" else values[:2]
+            if key in rows:
+                raise DecodeError(where, f"duplicate row for {[encode(v) for v in key]}")
+            rows[key] = values
+        return rows
 
-    communities = {}
-    for i, row in enumerate(data["communities"]):
-        where = f"{path}.communities[{i}]"
-        if not isinstance(row, dict):
-            raise DecodeError(where, "expected an object")
-        communities[decode(row.get("id"), uuid.UUID, f"{where}.id")] = decode(
-            row.get("state"), m.CommunityState, f"{where}.state"
-        )
-    runs = {}
-    for i, row in enumerate(data["runs"]):
-        where = f"{path}.runs[{i}]"
-        runs[pair(row, where)] = decode(row.get("workflow_id"), uuid.UUID, f"{where}.workflow_id")
-    deliveries = [decode(row, m.Delivery, f"{path}.deliveries[{i}]") for i, row in enumerate(data["deliveries"])]
+    communities = table("communities", {"id": uuid.UUID, "state": m.CommunityState})
+    runs = table("runs", {"community_id": uuid.UUID, "id": uuid.UUID, "workflow_id": uuid.UUID})
+    key_pair = {"community_id": uuid.UUID, "id": uuid.UUID}
+    deliveries: dict[tuple[uuid.UUID, uuid.UUID], m.Delivery] = {}
+    for i, row in enumerate(data["deliveries"]):
+        delivery = decode(row, m.Delivery, f"{path}.deliveries[{i}]")
+        if delivery.key in deliveries:
+            raise DecodeError(f"{path}.deliveries[{i}]", "duplicate row for the same (community, id)")
+        deliveries[delivery.key] = delivery
     return m.DeliverySystem(
         now=decode(data["now"], dt.datetime, f"{path}.now"),
-        communities=FrozenMap(communities),
-        workflows=frozenset(pair(r, f"{path}.workflows[{i}]") for i, r in enumerate(data["workflows"])),
-        runs=FrozenMap(runs),
-        events=frozenset(pair(r, f"{path}.events[{i}]", bytes) for i, r in enumerate(data["events"])),
-        deliveries=FrozenMap((d.key, d) for d in deliveries),
-        retired=frozenset(pair(r, f"{path}.retired[{i}]") for i, r in enumerate(data["retired"])),
+        communities=FrozenMap({k[0]: v[1] for k, v in communities.items()}),
+        workflows=frozenset(table("workflows", key_pair)),
+        runs=FrozenMap({k: v[2] for k, v in runs.items()}),
+        events=frozenset(table("events", {"community_id": uuid.UUID, "id": bytes})),
+        deliveries=FrozenMap(deliveries),
+        retired=frozenset(table("retired", key_pair)),
     )
+
+
+def _require_members(data: Any, members: set[str], what: str, path: str) -> None:
+    if not isinstance(data, dict):
+        raise DecodeError(path, f"expected an object, got {_kind(data)}")
+    missing, unknown = members - data.keys(), data.keys() - members
+    if missing:
+        raise DecodeError(path, f"{what} needs members {sorted(missing)}")
+    if unknown:
+        raise DecodeError(path, f"unknown members {sorted(unknown)} for {what}")

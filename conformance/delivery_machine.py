@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.boundary import DeliveryAdapter
+from leaseproof.conformance.boundary import ALL_OPERATIONS, DeliveryAdapter, offered_operations
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
@@ -59,6 +59,9 @@ class Coverage:
     # The commands of the most recent program; after a failure, Hypothesis
     # last replays the minimal one, so this is the counterexample.
     last_commands: list[Any] = attrs.field(factory=list)
+    # Commands never sent because the adapter does not offer them, by operation.
+    skipped: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    offered: frozenset[str] = ALL_OPERATIONS
 
     def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
         self.steps += 1
@@ -69,7 +72,10 @@ class Coverage:
                 self.transitions[(_status_name(old), _status_name(new))] += 1
 
     def missing_outcomes(self) -> list[tuple[str, str]]:
-        every = [(op.__name__, v) for op, variants in m.OUTCOME_VARIANTS.items() for v in variants]
+        """Variants never reached, of the operations the adapter offers."""
+        every = [
+            (op.__name__, v) for op, variants in m.OUTCOME_VARIANTS.items() for v in variants if op.__name__ in self.offered
+        ]
         return [pair for pair in every if pair not in self.outcomes]
 
     def missing_transitions(self) -> list[tuple[str, str]]:
@@ -234,6 +240,9 @@ class DeliveryConformance(RuleBasedStateMachine):
             raise
 
     def _lockstep(self, command: Any) -> Any:
+        if type(command).__name__ not in self.coverage.offered:
+            self.coverage.skipped[type(command).__name__] += 1
+            return None  # never generated for this adapter: neither side runs it
         before = self.model
         after, expected = m.step(before, command)
         self.program.append(w.describe(command))
@@ -403,12 +412,14 @@ def machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
+    coverage = coverage if coverage is not None else Coverage()
+    coverage.offered = offered_operations(adapter)
     return type(
         "DeliveryConformance",
         (DeliveryConformance,),
         {
             "adapter": adapter,
-            "coverage": coverage if coverage is not None else Coverage(),
+            "coverage": coverage,
             "on_example": staticmethod(on_example) if on_example is not None else None,
         },
     )

@@ -26,20 +26,11 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from leaseproof.conformance import codec
-from leaseproof.conformance.boundary import DeliveryAdapter
+from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS, DeliveryAdapter
 from leaseproof.model import delivery as m
 
 PROTOCOL_VERSION = 1
 MACHINE = "delivery"
-# Every adapter of the delivery machine must support these: the harness's
-# set-up and the lease lifecycle cannot be checked without them.
-CORE_OPERATIONS = frozenset(
-    {
-        "CreateCommunity", "CreateWorkflow", "CreateRun", "PublishEvent", "CommitDeliveries",
-        "Claim", "Renew", "Finish", "Reap", "AdvanceClock",
-    }
-)  # fmt: skip
-ALL_OPERATIONS = frozenset(op.__name__ for op in m.OUTCOME_VARIANTS)
 STDERR_TAIL_LINES = 20
 
 
@@ -54,11 +45,17 @@ class SubprocessAdapter:
         self.command = command
         self.reply_timeout = reply_timeout
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._replies: queue.Queue[str | None] = queue.Queue()
+        self._replies: queue.Queue[str | Exception | None] = queue.Queue()
         self._next_id = 0
         try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise AdapterFault(f"cannot parse the adapter command {command!r}: {exc}") from None
+        if not argv:
+            raise AdapterFault("the adapter command is empty")
+        try:
             self.process = subprocess.Popen(
-                shlex.split(command),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -137,6 +134,9 @@ class SubprocessAdapter:
             raise self._fault(f"no reply to {method!r} within {wait:g}s") from None
         if line is None:
             raise self._fault(f"it closed its stdout before replying to {method!r}{self._exit_note()}")
+        if isinstance(line, Exception):
+            self.process.kill()
+            raise self._fault(f"its reply to {method!r} is not valid UTF-8: {line}")
         try:
             reply = json.loads(line)
         except json.JSONDecodeError:
@@ -167,14 +167,21 @@ class SubprocessAdapter:
 
     def _pump_stdout(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._replies.put(line)
+        try:
+            for line in self.process.stdout:
+                self._replies.put(line)
+        except UnicodeDecodeError as exc:
+            self._replies.put(exc)
+            return
         self._replies.put(None)
 
     def _pump_stderr(self) -> None:
         assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self._stderr.append(line.rstrip("\n"))
+        try:
+            for line in self.process.stderr:
+                self._stderr.append(line.rstrip("\n"))
+        except UnicodeDecodeError:
+            self._stderr.append("(the rest of stderr is not valid UTF-8)")
 
 
 def _check_hello(result: Any) -> tuple[str, frozenset[str]]:

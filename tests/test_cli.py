@@ -5,16 +5,18 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from leaseproof.impl.provision import Server
 
 
-def _verify(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _verify(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "leaseproof.conformance.cli", "verify", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -34,13 +36,16 @@ def test_verify_passes_the_bundled_implementation_and_summarises(pg_server: Serv
     assert "example 1/15" in run.stderr  # progress goes to stderr
 
 
-def test_verify_fails_a_mutant_with_a_replayable_counterexample(pg_server: Server) -> None:
-    run = _verify("--dsn", pg_server.dsn, "--max-examples", "30", "--seed", "3", "--mutant", "lease-target-unbound")
+def test_verify_fails_a_mutant_with_a_replayable_counterexample(pg_server: Server, tmp_path: Path) -> None:
+    args = ("--dsn", pg_server.dsn, "--max-examples", "30", "--seed", "3", "--mutant", "lease-target-unbound")
+    run = _verify(*args, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "verdict: DOES NOT CONFORM" in run.stdout
     assert "replay with --seed 3" in run.stdout
     assert "in the fixed scenario rebuilt_lease_with_foreign_target" in run.stdout
     assert "implementation: Renewed" in run.stdout or "implementation: Settled" in run.stdout
+    trace = tmp_path / "leaseproof-counterexample-3.jsonl"
+    assert f"trace: {trace.name} (the counterexample" in run.stdout and trace.is_file()
 
 
 def test_bad_usage_exits_2() -> None:
