@@ -4,8 +4,11 @@ its randomized search alone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
 from leaseproof.conformance.delivery_machine import Coverage, NonConformance, RunAborted, machine_for
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.verify import run_conformance
@@ -73,3 +76,34 @@ def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) 
     assert len(program) <= 8, verdict.counterexample  # shrunk: claim, then act with a forged target
     assert "foreign-target" in verdict.counterexample
     assert "outcome mismatch" in verdict.failure and "model:" in verdict.failure
+
+
+class _CoreOnly:
+    """The bundled adapter, offering only the mandatory operations, and recording what it is sent."""
+
+    operations = CORE_OPERATIONS
+
+    def __init__(self, inner: PostgresDeliveryAdapter) -> None:
+        self.inner, self.name, self.sent = inner, "core-only", set()
+
+    def reset(self, start: Any) -> None:
+        self.inner.reset(start)
+
+    def execute(self, command: Any) -> Any:
+        self.sent.add(type(command).__name__)
+        return self.inner.execute(command)
+
+    def snapshot(self) -> Any:
+        return self.inner.snapshot()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_operations_an_adapter_does_not_offer_are_never_sent(adapter: PostgresDeliveryAdapter) -> None:
+    core_only = _CoreOnly(adapter)
+    verdict = run_conformance(core_only, max_examples=20, seed_value=SEED)
+    assert verdict.conforms, verdict.failure
+    assert core_only.sent == set(CORE_OPERATIONS)
+    assert set(verdict.coverage.skipped) == set(ALL_OPERATIONS - CORE_OPERATIONS)
+    assert all(op in CORE_OPERATIONS for op, _ in verdict.coverage.missing_outcomes())
