@@ -124,3 +124,26 @@ def test_expected_failures_never_go_stale(trace_file: Path, tmp_path: Path, pg_s
     assert run.returncode == 1 and "XPASS" in run.stdout and "remove it from" in run.stdout
     run = _cli("replay", str(trace_file), *mutant)
     assert run.returncode == 1 and "FAIL" in run.stdout and "first divergence at step 11" in run.stdout
+
+
+def test_the_corpus_holds_one_trace_per_shipped_mutant() -> None:
+    assert sorted(p.stem for p in CORPUS.glob("*.jsonl")) == sorted(mu.name for mu in MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
+def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(mutant: object, delivery_dsn: str) -> None:
+    trace = read(CORPUS / f"{mutant.name}.jsonl")  # type: ignore[attr-defined]
+    assert check(trace) is None, "the recorded expectations no longer match the model: regenerate the corpus"
+    real = PostgresDeliveryAdapter(delivery_dsn)
+    try:
+        assert replay(trace, real) is None
+    finally:
+        real.close()
+    buggy = PostgresDeliveryAdapter(delivery_dsn, mutant.store)  # type: ignore[attr-defined]
+    try:
+        caught = replay(trace, buggy) is not None
+    except Exception:  # noqa: BLE001 - the mutant raised instead of answering: caught too
+        caught = True
+    finally:
+        buggy.close()
+    assert caught, f"the corpus trace of {mutant.name} no longer catches it"  # type: ignore[attr-defined]
