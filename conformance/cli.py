@@ -200,6 +200,13 @@ def _load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
     return factory  # type: ignore[no-any-return]
 
 
+def _takes_dsn(factory: Callable[..., DeliveryAdapter]) -> bool:
+    try:
+        return "dsn" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no introspectable signature: call it bare
+        return False
+
+
 class UsageError(Exception):
     """Bad command-line input: exit 2 with this message."""
 
@@ -217,7 +224,7 @@ def _adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> Iterator[Del
             adapter.close()
         return
     factory = _load_factory(args.adapter) if args.adapter is not None else None
-    wants_dsn = factory is None or "dsn" in inspect.signature(factory).parameters
+    wants_dsn = factory is None or _takes_dsn(factory)
     with contextlib.ExitStack() as stack:
         dsn = None
         if wants_dsn:
@@ -234,6 +241,9 @@ def _adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> Iterator[Del
                 adapter = factory(dsn=dsn) if wants_dsn else factory()
             except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
                 raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
+            lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
+            if lacking:
+                raise UsageError(f"--adapter {args.adapter}: the factory returned {adapter!r}, which lacks {lacking}")
         stack.callback(adapter.close)
         yield adapter
 

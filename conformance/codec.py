@@ -35,8 +35,8 @@ from leaseproof.model import delivery as m
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
 
-_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
-_HEX = re.compile(r"^(?:[0-9a-f]{2})*$")
+_INSTANT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
 
 
 class DecodeError(ValueError):
@@ -120,11 +120,11 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
             raise DecodeError(path, f"{data!r} is not in canonical lowercase hyphenated form")
         return parsed
     if expected is bytes:
-        if not isinstance(data, str) or not _HEX.match(data):
+        if not isinstance(data, str) or not _HEX.fullmatch(data):
             raise DecodeError(path, f"expected lowercase hex, got {data!r}")
         return bytes.fromhex(data)
     if expected is dt.datetime:
-        if not isinstance(data, str) or not _INSTANT.match(data):
+        if not isinstance(data, str) or not _INSTANT.fullmatch(data):
             raise DecodeError(path, f"expected an instant like 2026-01-01T00:00:00.000000Z, got {data!r}")
         try:
             return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
@@ -133,7 +133,10 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
     if expected is dt.timedelta:
         if not isinstance(data, int) or isinstance(data, bool):
             raise DecodeError(path, f"expected integer microseconds, got {_kind(data)}")
-        return dt.timedelta(microseconds=data)
+        try:
+            return dt.timedelta(microseconds=data)
+        except OverflowError:
+            raise DecodeError(path, f"{data} microseconds is out of range") from None
     if isinstance(expected, type) and issubclass(expected, enum.Enum):
         try:
             return expected(data)

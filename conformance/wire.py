@@ -67,12 +67,11 @@ class SubprocessAdapter:
             raise AdapterFault(f"could not start the adapter {command!r}: {exc}") from None
         threading.Thread(target=self._pump_stdout, daemon=True).start()
         threading.Thread(target=self._pump_stderr, daemon=True).start()
-        hello = self._call("hello", {"protocol": PROTOCOL_VERSION})
         try:
-            self.name, self.operations = _check_hello(hello)
+            self.name, self.operations = _check_hello(self._call("hello", {"protocol": PROTOCOL_VERSION}))
         except AdapterFault as fault:
-            self.close()
-            raise self._fault(str(fault)) from None
+            self.close()  # a refused handshake leaves no child behind
+            raise fault if str(fault).startswith("adapter ") else self._fault(str(fault)) from None
 
     # -- the DeliveryAdapter interface --------------------------------------------
 
@@ -141,7 +140,7 @@ class SubprocessAdapter:
             reply = json.loads(line)
         except json.JSONDecodeError:
             raise self._fault(f"its reply to {method!r} is not JSON: {line[:200]!r}") from None
-        if not isinstance(reply, dict) or reply.get("id") != self._next_id:
+        if not isinstance(reply, dict) or type(reply.get("id")) is not int or reply["id"] != self._next_id:
             raise self._fault(f"its reply to {method!r} (request id {self._next_id}) has the wrong id: {line[:200]!r}")
         if "fault" in reply:
             fault = reply["fault"]
@@ -187,7 +186,7 @@ class SubprocessAdapter:
 def _check_hello(result: Any) -> tuple[str, frozenset[str]]:
     if not isinstance(result, dict):
         raise AdapterFault(f"its hello reply is not an object: {result!r}")
-    if result.get("protocol") != PROTOCOL_VERSION:
+    if type(result.get("protocol")) is not int or result["protocol"] != PROTOCOL_VERSION:
         raise AdapterFault(
             f"it speaks protocol {result.get('protocol')!r}; this harness speaks {PROTOCOL_VERSION}"
         )
