@@ -1,0 +1,553 @@
+"""The workflow definition lifecycle and atomic run admission: the executable spec.
+
+A workflow definition is a signed, replaceable event addressed by its
+coordinate (community, workflow UUID), authored by its owner and scoped to
+one channel. The runtime keeps a projection of the current head. Serving
+replicas cache the enabled records for up to `CACHE_TTL` without
+cross-replica invalidation, so a replica may select a stale record; a run is
+admitted only if the *selected* record still matches the current row in
+every field that identifies a revision, and then the run executes exactly
+that record, now and on every later resume.
+
+`step(state, command)` returns the next state and exactly one outcome; a
+`Rejection` never changes the state. Checks run in a fixed order:
+  1. value rules (at construction);
+  2. the community: unknown, or not `active` (refuses every write);
+  3. the operation's own lookups, authority and ordering rules.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import attrs
+
+from leaseproof.model.binding import instant_field, key_field, uuid_field
+from leaseproof.model.delivery import (
+    AdvanceClock,
+    CommunityNotWritable,
+    CommunityState,
+    CreateCommunity,
+    NotFound,
+    Ok,
+    Rejection,
+    SetCommunityState,
+    UnknownCommunity,
+)
+from leaseproof.model.errors import InvalidValue
+from leaseproof.model.frozenmap import FrozenMap
+
+# How long a replica serves its cache before it reloads (the seed's ten seconds).
+CACHE_TTL = dt.timedelta(seconds=10)
+MAX_ACTIONS = 8
+DOORS = ("event", "schedule", "manual", "webhook")
+# The deletion paths the lifecycle rejects: each would split head and runtime.
+ALTERNATE_DELETIONS = (
+    "name",
+    "numeric-alias",
+    "event-id-target",
+    "admin",
+    "report-enforcement",
+    "report-enforcement-retry",
+)
+
+
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in choices:
+            raise InvalidValue(attribute.name, value, f"must be one of {', '.join(choices)}")
+
+    return validator
+
+
+def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or not 0 < len(value) <= MAX_ACTIONS:
+        raise InvalidValue(attribute.name, value, f"must be 1 to {MAX_ACTIONS} actions")
+    for action in value:
+        if not isinstance(action, str) or not action.strip() or len(action) > 64 or "\x00" in action:
+            raise InvalidValue(attribute.name, value, "each action must be non-blank text of at most 64 characters")
+
+
+def _optional_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidValue(attribute.name, value, "must be true, false or omitted")
+
+
+def _run_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidValue(attribute.name, value, "must be a positive integer")
+
+
+# -- values ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Definition:
+    """A definition's content: what a run executes, and its `enabled` value
+    (omitted means enabled)."""
+
+    actions: tuple[str, ...] = attrs.field(converter=tuple, validator=_actions)
+    enabled: bool | None = attrs.field(default=None, validator=_optional_bool)
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled is not False
+
+    @property
+    def hash(self) -> bytes:
+        """The definition hash: SHA-256 of the canonical JSON of the content."""
+        content = {"actions": list(self.actions), "enabled": self.enabled}
+        return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).digest()
+
+
+@attrs.frozen
+class DefinitionEvent:
+    """A signed save of one coordinate (kind 30620)."""
+
+    event_id: bytes = key_field()
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+    author: bytes = key_field()
+    channel_id: uuid.UUID = uuid_field()
+    created_at: dt.datetime = instant_field()
+    definition: Definition = attrs.field(validator=attrs.validators.instance_of(Definition))
+
+
+@attrs.frozen
+class Head:
+    """The signed head of a coordinate: the newest accepted save."""
+
+    event_id: bytes = key_field()
+    author: bytes = key_field()
+    channel_id: uuid.UUID = uuid_field()
+    created_at: dt.datetime = instant_field()
+    definition: Definition = attrs.field(validator=attrs.validators.instance_of(Definition))
+
+
+@attrs.frozen
+class Record:
+    """The runtime projection of a head: what replicas cache and runs pin.
+
+    `incarnation` is the `created_at` of the save that (re)created the
+    coordinate, so an identical recreation is still a different record.
+    """
+
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+    owner: bytes = key_field()
+    channel_id: uuid.UUID = uuid_field()
+    hash: bytes = key_field()
+    enabled: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    incarnation: dt.datetime = instant_field()
+    actions: tuple[str, ...] = attrs.field(converter=tuple, validator=_actions)
+
+    @property
+    def coordinate(self) -> tuple[uuid.UUID, uuid.UUID]:
+        return (self.community_id, self.workflow_id)
+
+
+@attrs.frozen
+class Cache:
+    """One replica's cache of enabled records, loaded at `loaded_at`."""
+
+    loaded_at: dt.datetime
+    records: FrozenMap[tuple[uuid.UUID, uuid.UUID], Record] = FrozenMap()
+
+
+@attrs.frozen
+class Run:
+    """An admitted run, pinned to the exact record it was admitted for."""
+
+    run_id: int
+    door: str
+    record: Record
+    admitted_at: dt.datetime
+
+
+# -- commands --------------------------------------------------------------
+
+
+@attrs.frozen
+class SetAuthority:
+    """Grant (`active=True`) or revoke a member's authority in a channel."""
+
+    community_id: uuid.UUID = uuid_field()
+    channel_id: uuid.UUID = uuid_field()
+    member: bytes = key_field()
+    active: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+
+
+@attrs.frozen
+class SaveDefinition:
+    """Create, update, enable or disable: one signed event."""
+
+    event: DefinitionEvent = attrs.field(validator=attrs.validators.instance_of(DefinitionEvent))
+
+
+@attrs.frozen
+class DeleteDefinition:
+    """The canonical deletion, signed by the definition's author at `created_at`."""
+
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+    author: bytes = key_field()
+    created_at: dt.datetime = instant_field()
+
+
+@attrs.frozen
+class AlternateDelete:
+    """A deletion through a path other than the author's canonical one."""
+
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+    path: str = attrs.field(validator=_one_of(ALTERNATE_DELETIONS))
+
+
+@attrs.frozen
+class RefreshCache:
+    replica: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen
+class Fire:
+    """A trigger through one door on one replica, for one coordinate."""
+
+    replica: str = attrs.field(validator=attrs.validators.instance_of(str))
+    door: str = attrs.field(validator=_one_of(DOORS))
+    community_id: uuid.UUID = uuid_field()
+    workflow_id: uuid.UUID = uuid_field()
+
+
+@attrs.frozen
+class ResumeRun:
+    """Continue an admitted run (for example after an approval wait)."""
+
+    run_id: int = attrs.field(validator=_run_id)
+
+
+Command: TypeAlias = (
+    CreateCommunity
+    | SetCommunityState
+    | SetAuthority
+    | SaveDefinition
+    | DeleteDefinition
+    | AlternateDelete
+    | RefreshCache
+    | Fire
+    | ResumeRun
+    | AdvanceClock
+)
+
+
+# -- outcomes --------------------------------------------------------------
+
+
+@attrs.frozen
+class Created:
+    """The save (re)created the coordinate as a new incarnation."""
+
+    incarnation: dt.datetime
+
+
+@attrs.frozen
+class Updated:
+    """The save replaced the head; `enabled` is the projected value."""
+
+    enabled: bool
+
+
+@attrs.frozen
+class Superseded:
+    """The event is not newer than the head: nothing changed."""
+
+    head_created_at: dt.datetime
+
+
+@attrs.frozen
+class BeforeCutoff:
+    """The coordinate was deleted at `cutoff`; an event at or before it cannot revive it."""
+
+    cutoff: dt.datetime
+
+
+@attrs.frozen
+class Deleted:
+    cutoff: dt.datetime
+
+
+@attrs.frozen
+class Admitted:
+    """A run id, executing exactly the selected record."""
+
+    run_id: int
+    record: Record
+
+
+@attrs.frozen
+class NotSelected:
+    """The replica's cache holds no enabled record for the coordinate: no run, no action."""
+
+
+@attrs.frozen
+class AdmissionRefused:
+    """The selected record is not the current, active, enabled revision: no run, no action."""
+
+
+@attrs.frozen
+class Resumed:
+    actions: tuple[str, ...]
+
+
+@attrs.frozen
+class ResumeRefused:
+    """The pinned revision is no longer current and enabled: fail closed."""
+
+
+@attrs.frozen
+class NoAuthority(Rejection):
+    """The author lacks active authority in the channel."""
+
+    channel_id: uuid.UUID
+    member: bytes
+
+
+@attrs.frozen
+class NotAuthor(Rejection):
+    """Only the definition's signing author manages it (and in its channel)."""
+
+    workflow_id: uuid.UUID
+    author: bytes
+
+
+@attrs.frozen
+class UnknownReplica(Rejection):
+    replica: str
+
+
+@attrs.frozen
+class AlternateDeletionRejected(Rejection):
+    path: str
+
+
+@attrs.frozen
+class UnknownRun(Rejection):
+    run_id: int
+
+
+Outcome: TypeAlias = Any
+
+_COMMUNITY = ("UnknownCommunity", "CommunityNotWritable")
+OUTCOME_VARIANTS: dict[type, tuple[str, ...]] = {
+    CreateCommunity: ("Ok", "AlreadyExists"),
+    SetCommunityState: ("Ok", *_COMMUNITY),
+    SetAuthority: ("Ok", *_COMMUNITY),
+    SaveDefinition: ("Created", "Updated", "Superseded", "BeforeCutoff", *_COMMUNITY, "NoAuthority", "NotAuthor"),
+    DeleteDefinition: ("Deleted", "Superseded", *_COMMUNITY, "NotFound", "NoAuthority", "NotAuthor"),
+    AlternateDelete: ("AlternateDeletionRejected",),
+    RefreshCache: ("Ok", "UnknownReplica"),
+    Fire: ("Admitted", "NotSelected", "AdmissionRefused", "UnknownReplica", *_COMMUNITY),
+    ResumeRun: ("Resumed", "ResumeRefused", "UnknownRun"),
+    AdvanceClock: ("Ok",),
+}
+
+
+def variant(outcome: Outcome) -> str:
+    return type(outcome).__name__
+
+
+# -- state -----------------------------------------------------------------
+
+Coordinate: TypeAlias = tuple[uuid.UUID, uuid.UUID]
+
+
+@attrs.frozen
+class LifecycleSystem:
+    """Everything the lifecycle persists, the replicas' caches, and the clock."""
+
+    now: dt.datetime = instant_field()
+    communities: FrozenMap[uuid.UUID, CommunityState] = FrozenMap()
+    # (community, channel, member) of every member with active authority.
+    authority: frozenset[tuple[uuid.UUID, uuid.UUID, bytes]] = frozenset()
+    heads: FrozenMap[Coordinate, Head] = FrozenMap()
+    runtime: FrozenMap[Coordinate, Record] = FrozenMap()
+    cutoffs: FrozenMap[Coordinate, dt.datetime] = FrozenMap()
+    runs: FrozenMap[int, Run] = FrozenMap()
+    caches: FrozenMap[str, Cache] = FrozenMap()
+    # Every action executed, in order: (run id, action).
+    executed: tuple[tuple[int, str], ...] = ()
+
+
+def initial_state(now: dt.datetime, replicas: tuple[str, ...] = ("r1", "r2")) -> LifecycleSystem:
+    """Empty, with each replica's (empty) cache loaded now."""
+    return LifecycleSystem(now=now, caches=FrozenMap({r: Cache(loaded_at=now) for r in replicas}))
+
+
+def _community_refusal(s: LifecycleSystem, community_id: uuid.UUID) -> Rejection | None:
+    current = s.communities.get(community_id)
+    if current is None:
+        return UnknownCommunity(community_id)
+    if current is not CommunityState.ACTIVE:
+        return CommunityNotWritable(community_id, current)
+    return None
+
+
+def _enabled_records(s: LifecycleSystem) -> FrozenMap[Coordinate, Record]:
+    return FrozenMap((k, r) for k, r in s.runtime.items() if r.enabled)
+
+
+Step: TypeAlias = tuple[LifecycleSystem, Outcome]
+
+
+def _create_community(s: LifecycleSystem, c: CreateCommunity) -> Step:
+    from leaseproof.model.delivery import AlreadyExists
+
+    if c.community_id in s.communities:
+        return s, AlreadyExists("community", c.community_id, c.community_id)
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok()
+
+
+def _set_community_state(s: LifecycleSystem, c: SetCommunityState) -> Step:
+    current = s.communities.get(c.community_id)
+    if current is None:
+        return s, UnknownCommunity(c.community_id)
+    if current is CommunityState.DELETED:
+        return s, CommunityNotWritable(c.community_id, current)
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok()
+
+
+def _set_authority(s: LifecycleSystem, c: SetAuthority) -> Step:
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    member = (c.community_id, c.channel_id, c.member)
+    authority = s.authority | {member} if c.active else s.authority - {member}
+    return attrs.evolve(s, authority=authority), Ok()
+
+
+def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
+    e = c.event
+    coordinate = (e.community_id, e.workflow_id)
+    if refusal := _community_refusal(s, e.community_id):
+        return s, refusal
+    if (e.community_id, e.channel_id, e.author) not in s.authority:
+        return s, NoAuthority(e.channel_id, e.author)
+    head = s.heads.get(coordinate)
+    if head is not None and (head.author, head.channel_id) != (e.author, e.channel_id):
+        return s, NotAuthor(e.workflow_id, e.author)
+    if head is not None and e.created_at <= head.created_at:
+        return s, Superseded(head.created_at)
+    cutoff = s.cutoffs.get(coordinate)
+    if head is None and cutoff is not None and e.created_at <= cutoff:
+        return s, BeforeCutoff(cutoff)
+    # An update keeps the incarnation; a (re)creation starts a new one.
+    incarnation = e.created_at if head is None else s.runtime[coordinate].incarnation
+    record = Record(
+        community_id=e.community_id,
+        workflow_id=e.workflow_id,
+        owner=e.author,
+        channel_id=e.channel_id,
+        hash=e.definition.hash,
+        enabled=e.definition.is_enabled,
+        incarnation=incarnation,
+        actions=e.definition.actions,
+    )
+    new_head = Head(e.event_id, e.author, e.channel_id, e.created_at, e.definition)
+    s = attrs.evolve(s, heads=s.heads.set(coordinate, new_head), runtime=s.runtime.set(coordinate, record))
+    return s, (Created(incarnation) if head is None else Updated(record.enabled))
+
+
+def _delete(s: LifecycleSystem, c: DeleteDefinition) -> Step:
+    coordinate = (c.community_id, c.workflow_id)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    head = s.heads.get(coordinate)
+    if head is None:
+        return s, NotFound("workflow", c.community_id, c.workflow_id)
+    if head.author != c.author:
+        return s, NotAuthor(c.workflow_id, c.author)
+    if (c.community_id, head.channel_id, c.author) not in s.authority:
+        return s, NoAuthority(head.channel_id, c.author)
+    if c.created_at < head.created_at:
+        return s, Superseded(head.created_at)
+    # Tombstone, runtime removal and cutoff, together.
+    doomed = lambda k, _: k == coordinate  # noqa: E731
+    return (
+        attrs.evolve(
+            s,
+            heads=s.heads.remove_where(doomed),
+            runtime=s.runtime.remove_where(doomed),
+            cutoffs=s.cutoffs.set(coordinate, c.created_at),
+        ),
+        Deleted(c.created_at),
+    )
+
+
+def _alternate_delete(s: LifecycleSystem, c: AlternateDelete) -> Step:
+    return s, AlternateDeletionRejected(c.path)
+
+
+def _refresh(s: LifecycleSystem, c: RefreshCache) -> Step:
+    if c.replica not in s.caches:
+        return s, UnknownReplica(c.replica)
+    return attrs.evolve(s, caches=s.caches.set(c.replica, Cache(s.now, _enabled_records(s)))), Ok()
+
+
+def _fire(s: LifecycleSystem, c: Fire) -> Step:
+    cache = s.caches.get(c.replica)
+    if cache is None:
+        return s, UnknownReplica(c.replica)
+    if s.now - cache.loaded_at >= CACHE_TTL:  # an expired cache reloads before it serves
+        cache = Cache(s.now, _enabled_records(s))
+        s = attrs.evolve(s, caches=s.caches.set(c.replica, cache))
+    selected = cache.records.get((c.community_id, c.workflow_id))
+    if selected is None:
+        return s, NotSelected()
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
+    if s.runtime.get(selected.coordinate) != selected or not selected.enabled:
+        return s, AdmissionRefused()
+    run_id = len(s.runs) + 1
+    run = Run(run_id, c.door, selected, s.now)
+    executed = s.executed + tuple((run_id, action) for action in selected.actions)
+    return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, selected)
+
+
+def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
+    run = s.runs.get(c.run_id)
+    if run is None:
+        return s, UnknownRun(c.run_id)
+    if s.runtime.get(run.record.coordinate) != run.record:
+        return s, ResumeRefused()
+    executed = s.executed + tuple((run.run_id, action) for action in run.record.actions)
+    return attrs.evolve(s, executed=executed), Resumed(run.record.actions)
+
+
+def _advance_clock(s: LifecycleSystem, c: AdvanceClock) -> Step:
+    return attrs.evolve(s, now=s.now + c.by), Ok()
+
+
+_HANDLERS: dict[type, Callable[[LifecycleSystem, Any], Step]] = {
+    CreateCommunity: _create_community,
+    SetCommunityState: _set_community_state,
+    SetAuthority: _set_authority,
+    SaveDefinition: _save,
+    DeleteDefinition: _delete,
+    AlternateDelete: _alternate_delete,
+    RefreshCache: _refresh,
+    Fire: _fire,
+    ResumeRun: _resume,
+    AdvanceClock: _advance_clock,
+}
+assert _HANDLERS.keys() == OUTCOME_VARIANTS.keys()
+
+
+def step(state: LifecycleSystem, command: Command) -> Step:
+    """Apply one command: the next state and the command's one outcome."""
+    handler = _HANDLERS.get(type(command))
+    if handler is None:
+        raise TypeError(f"not a lifecycle command: {command!r}")
+    return handler(state, command)
