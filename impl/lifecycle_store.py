@@ -1,0 +1,277 @@
+"""The lifecycle machine on PostgreSQL: definition writes, and replica engines.
+
+`LifecycleStore` owns saves and deletions, each one transaction serialized
+per coordinate. `ReplicaEngine` is one serving replica: its own connection,
+its own TTL cache of enabled records, and the only admission path, one
+locking `INSERT … SELECT` that matches the *selected* record against the
+current row. Like the delivery store, statements are named class
+attributes so a mutant differs in exactly the statement it names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import psycopg
+
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as m
+from leaseproof.model.errors import Refused
+from leaseproof.model.frozenmap import FrozenMap
+
+_RECORD_COLUMNS = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions"
+
+
+def record_from_row(row: dict[str, Any]) -> m.Record:
+    return m.Record(
+        community_id=row["community_id"],
+        workflow_id=row["workflow_id"],
+        owner=bytes(row["owner"]),
+        channel_id=row["channel_id"],
+        hash=bytes(row["hash"]),
+        enabled=row["enabled"],
+        incarnation=row["incarnation"],
+        actions=tuple(row["actions"]),
+    )
+
+
+def _record_params(record: m.Record) -> dict[str, Any]:
+    return {
+        "community_id": record.community_id,
+        "workflow_id": record.workflow_id,
+        "owner": record.owner,
+        "channel_id": record.channel_id,
+        "hash": record.hash,
+        "enabled": record.enabled,
+        "incarnation": record.incarnation,
+        "actions": list(record.actions),
+    }
+
+
+class _Writes:
+    """What every writer shares: the community check under a share lock."""
+
+    SQL_COMMUNITY_STATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR SHARE"
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        self.conn = conn
+
+    def _writable(self, community_id: uuid.UUID) -> None:
+        row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
+        if row is None:
+            raise Refused(d.UnknownCommunity(community_id))
+        state = d.CommunityState(row["state"])
+        if state is not d.CommunityState.ACTIVE:
+            raise Refused(d.CommunityNotWritable(community_id, state))
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        return self.conn.execute(sql, params).fetchone()
+
+    SQL_EXECUTE = "INSERT INTO executed_actions (run_id, action) SELECT %(run_id)s, unnest(%(actions)s::text[])"
+
+    def execute_actions(self, run_id: int, actions: tuple[str, ...]) -> None:
+        """The sink: a real system would act here; we record each action, in order."""
+        self.conn.execute(self.SQL_EXECUTE, {"run_id": run_id, "actions": list(actions)})
+
+
+class LifecycleStore(_Writes):
+    """Communities, channel authority, saves and deletions."""
+
+    SQL_LOCK_COORDINATE = """
+        SELECT pg_advisory_xact_lock(hashtextextended(
+            jsonb_build_array('definition', %(community_id)s::text, %(workflow_id)s::text)::text, 0))
+    """
+    SQL_HAS_AUTHORITY = """
+        SELECT 1 FROM channel_authority
+        WHERE community_id = %(community_id)s AND channel_id = %(channel_id)s AND member = %(member)s
+    """
+    SQL_GRANT = "INSERT INTO channel_authority VALUES (%(community_id)s, %(channel_id)s, %(member)s) ON CONFLICT DO NOTHING"
+    SQL_REVOKE = """
+        DELETE FROM channel_authority
+        WHERE community_id = %(community_id)s AND channel_id = %(channel_id)s AND member = %(member)s
+    """
+    SQL_HEAD = """
+        SELECT author, channel_id, created_at FROM definition_heads
+        WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s FOR UPDATE
+    """
+    SQL_INCARNATION = """
+        SELECT incarnation FROM definition_runtime WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s
+    """
+    SQL_CUTOFF = "SELECT cutoff FROM definition_cutoffs WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s"
+    SQL_UPSERT_HEAD = """
+        INSERT INTO definition_heads
+            (community_id, workflow_id, event_id, author, channel_id, created_at, actions, enabled, hash)
+        VALUES (%(community_id)s, %(workflow_id)s, %(event_id)s, %(owner)s, %(channel_id)s, %(created_at)s,
+                %(actions)s, %(signed_enabled)s, %(hash)s)
+        ON CONFLICT (community_id, workflow_id) DO UPDATE SET
+            event_id = excluded.event_id, created_at = excluded.created_at,
+            actions = excluded.actions, enabled = excluded.enabled, hash = excluded.hash
+    """
+    SQL_UPSERT_RUNTIME = f"""
+        INSERT INTO definition_runtime ({_RECORD_COLUMNS})
+        VALUES (%(community_id)s, %(workflow_id)s, %(owner)s, %(channel_id)s, %(hash)s, %(enabled)s,
+                %(incarnation)s, %(actions)s)
+        ON CONFLICT (community_id, workflow_id) DO UPDATE SET
+            hash = excluded.hash, enabled = excluded.enabled, actions = excluded.actions
+    """
+    # Tombstone, runtime removal and cutoff, together.
+    SQL_DELETE = (
+        "DELETE FROM definition_runtime WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s",
+        "DELETE FROM definition_heads WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s",
+        """INSERT INTO definition_cutoffs VALUES (%(community_id)s, %(workflow_id)s, %(created_at)s)
+           ON CONFLICT (community_id, workflow_id) DO UPDATE SET cutoff = excluded.cutoff""",
+    )
+
+    def set_authority(self, c: m.SetAuthority) -> d.Ok:
+        params = {"community_id": c.community_id, "channel_id": c.channel_id, "member": c.member}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            self.conn.execute(self.SQL_GRANT if c.active else self.SQL_REVOKE, params)
+        return d.Ok()
+
+    def save(self, c: m.SaveDefinition) -> Any:
+        e = c.event
+        params: dict[str, Any] = {
+            "community_id": e.community_id,
+            "workflow_id": e.workflow_id,
+            "channel_id": e.channel_id,
+            "member": e.author,
+        }
+        with self.conn.transaction():
+            self._writable(e.community_id)
+            self.conn.execute(self.SQL_LOCK_COORDINATE, params)
+            if self._one(self.SQL_HAS_AUTHORITY, params) is None:
+                raise Refused(m.NoAuthority(e.channel_id, e.author))
+            head = self._one(self.SQL_HEAD, params)
+            if head is not None and (bytes(head["author"]), head["channel_id"]) != (e.author, e.channel_id):
+                raise Refused(m.NotAuthor(e.workflow_id, e.author))
+            if head is not None and e.created_at <= head["created_at"]:
+                return m.Superseded(head["created_at"])
+            cutoff = self._one(self.SQL_CUTOFF, params)
+            if head is None and cutoff is not None and e.created_at <= cutoff["cutoff"]:
+                return m.BeforeCutoff(cutoff["cutoff"])
+            incarnation = e.created_at if head is None else self._one(self.SQL_INCARNATION, params)["incarnation"]  # type: ignore[index]
+            record = m.Record(
+                community_id=e.community_id,
+                workflow_id=e.workflow_id,
+                owner=e.author,
+                channel_id=e.channel_id,
+                hash=e.definition.hash,
+                enabled=e.definition.is_enabled,
+                incarnation=incarnation,
+                actions=e.definition.actions,
+            )
+            row = {
+                **_record_params(record),
+                "event_id": e.event_id,
+                "created_at": e.created_at,
+                "signed_enabled": e.definition.enabled,
+            }
+            self.conn.execute(self.SQL_UPSERT_HEAD, row)
+            self.conn.execute(self.SQL_UPSERT_RUNTIME, row)
+        return m.Created(incarnation) if head is None else m.Updated(record.enabled)
+
+    def delete(self, c: m.DeleteDefinition) -> Any:
+        params = {"community_id": c.community_id, "workflow_id": c.workflow_id, "created_at": c.created_at}
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            self.conn.execute(self.SQL_LOCK_COORDINATE, params)
+            head = self._one(self.SQL_HEAD, params)
+            if head is None:
+                raise Refused(d.NotFound("workflow", c.community_id, c.workflow_id))
+            if bytes(head["author"]) != c.author:
+                raise Refused(m.NotAuthor(c.workflow_id, c.author))
+            authority = {**params, "channel_id": head["channel_id"], "member": c.author}
+            if self._one(self.SQL_HAS_AUTHORITY, authority) is None:
+                raise Refused(m.NoAuthority(head["channel_id"], c.author))
+            if c.created_at < head["created_at"]:
+                return m.Superseded(head["created_at"])
+            for sql in self.SQL_DELETE:
+                self.conn.execute(sql, params)
+        return m.Deleted(c.created_at)
+
+    def alternate_delete(self, c: m.AlternateDelete) -> Any:
+        # Every alternate path would split head and runtime: refused, always.
+        raise Refused(m.AlternateDeletionRejected(c.path))
+
+
+class ReplicaEngine(_Writes):
+    """One serving replica: its own connection and its own TTL cache."""
+
+    SQL_NOW = "SELECT lp_now() AS now"
+    SQL_ENABLED = f"SELECT {_RECORD_COLUMNS} FROM definition_runtime WHERE enabled"
+    # The only admission path: the selected record must still be the
+    # current, active, enabled row in every revision field; the share lock
+    # makes definition writers and deleters wait for (or win over) it.
+    SQL_ADMIT = """
+        INSERT INTO admitted_runs
+            (community_id, workflow_id, door, owner, channel_id, hash, enabled, incarnation, actions, admitted_at)
+        SELECT r.community_id, r.workflow_id, %(door)s, r.owner, r.channel_id, r.hash, r.enabled,
+               r.incarnation, r.actions, lp_now()
+        FROM (
+            SELECT * FROM definition_runtime
+            WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s
+              AND enabled
+              AND hash = %(hash)s
+              AND owner = %(owner)s
+              AND channel_id = %(channel_id)s
+              AND incarnation = %(incarnation)s
+            FOR SHARE
+        ) r
+        RETURNING id
+    """
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]], name: str) -> None:
+        super().__init__(conn)
+        self.name = name
+        self.cache = m.Cache(loaded_at=self._now())
+
+    def _now(self) -> dt.datetime:
+        return self.conn.execute(self.SQL_NOW).fetchone()["now"]  # type: ignore[index]
+
+    def refresh(self) -> None:
+        with self.conn.transaction():
+            now = self._now()
+            rows = self.conn.execute(self.SQL_ENABLED).fetchall()
+        records = (record_from_row(row) for row in rows)
+        self.cache = m.Cache(now, FrozenMap((r.coordinate, r) for r in records))
+
+    def fire(self, c: m.Fire) -> Any:
+        if self._now() - self.cache.loaded_at >= m.CACHE_TTL:
+            self.refresh()
+        selected = self.cache.records.get((c.community_id, c.workflow_id))
+        if selected is None:
+            return m.NotSelected()
+        with self.conn.transaction():
+            self._writable(c.community_id)
+            row = self._one(self.SQL_ADMIT, {**_record_params(selected), "door": c.door})
+            if row is None:
+                return m.AdmissionRefused()
+            self.execute_actions(row["id"], selected.actions)
+        return m.Admitted(row["id"], selected)
+
+
+class RunResumer(_Writes):
+    """Resume of an admitted run: only its pinned revision, only while current."""
+
+    SQL_PINNED = f"SELECT {_RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s"
+    SQL_STILL_CURRENT = """
+        SELECT 1 FROM definition_runtime
+        WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s AND enabled
+          AND hash = %(hash)s AND owner = %(owner)s AND channel_id = %(channel_id)s
+          AND incarnation = %(incarnation)s AND actions = %(actions)s
+        FOR SHARE
+    """
+
+    def resume(self, c: m.ResumeRun) -> Any:
+        with self.conn.transaction():
+            row = self._one(self.SQL_PINNED, {"run_id": c.run_id})
+            if row is None:
+                raise Refused(m.UnknownRun(c.run_id))
+            pinned = record_from_row(row)
+            if self._one(self.SQL_STILL_CURRENT, _record_params(pinned)) is None:
+                return m.ResumeRefused()
+            self.execute_actions(c.run_id, pinned.actions)
+        return m.Resumed(pinned.actions)
