@@ -12,75 +12,27 @@ reads as a scenario: claim, advance past expiry, reap, reclaim, finish twice.
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
+from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.boundary import ALL_OPERATIONS, DeliveryAdapter, offered_operations
+from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
+from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for callers of this module
+    Coverage,
+    LockstepMachine,
+    MachineSpec,
+    NonConformance,
+    RunAborted,
+    bind,
+)
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
-
-
-class NonConformance(AssertionError):
-    """The implementation disagreed with the model."""
-
-
-class RunAborted(BaseException):
-    """The adapter failed (raised, or broke the protocol): stop at once.
-
-    A BaseException, so Hypothesis neither shrinks nor retries it: a fault
-    is not a counterexample and is never compared with the model.
-    """
-
-    def __init__(self, fault: BaseException, program: list[str]) -> None:
-        super().__init__(str(fault))
-        self.fault, self.program = fault, program
-
-
-@attrs.define
-class Coverage:
-    """What a run exercised: outcome variants per operation, and row transitions."""
-
-    outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
-    transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
-    examples: int = 0
-    scenarios: int = 0
-    steps: int = 0
-    # The example in which the first failure appeared (before shrinking);
-    # 0 when a fixed scenario failed.
-    first_failure: int | None = None
-    # The commands of the most recent program; after a failure, Hypothesis
-    # last replays the minimal one, so this is the counterexample.
-    last_commands: list[Any] = attrs.field(factory=list)
-    # Commands never sent because the adapter does not offer them, by operation.
-    skipped: collections.Counter[str] = attrs.field(factory=collections.Counter)
-    offered: frozenset[str] = ALL_OPERATIONS
-
-    def record(self, before: m.DeliverySystem, after: m.DeliverySystem, command: Any, outcome: Any) -> None:
-        self.steps += 1
-        self.outcomes[(type(command).__name__, m.variant(outcome))] += 1
-        for key in before.deliveries.keys() | after.deliveries.keys():
-            old, new = before.deliveries.get(key), after.deliveries.get(key)
-            if old != new:
-                self.transitions[(_status_name(old), _status_name(new))] += 1
-
-    def missing_outcomes(self) -> list[tuple[str, str]]:
-        """Variants never reached, of the operations the adapter offers."""
-        every = [
-            (op.__name__, v) for op, variants in m.OUTCOME_VARIANTS.items() for v in variants if op.__name__ in self.offered
-        ]
-        return [pair for pair in every if pair not in self.outcomes]
-
-    def missing_transitions(self) -> list[tuple[str, str]]:
-        every = [(_status_name_of(a), _status_name_of(b)) for a, b in m.TRANSITIONS]
-        return [pair for pair in every if pair not in self.transitions]
 
 
 def _status_name_of(status: m.Status | None) -> str:
@@ -129,6 +81,20 @@ def _named(value: Any) -> str:
     if isinstance(value, m.CommunityState):
         return value.value
     return w.name_of(value)
+
+
+DELIVERY = MachineSpec(
+    name="delivery",
+    step=m.step,
+    initial_state=m.initial_state,
+    violations=lambda before, after, outcome: state_violations(after) + step_violations(before, after, outcome),
+    variants=m.OUTCOME_VARIANTS,
+    variant=m.variant,
+    describe=w.describe,
+    difference=lambda model, implementation: describe_state_difference(model, implementation),
+    transitions=tuple((_status_name_of(a), _status_name_of(b)) for a, b in m.TRANSITIONS),
+    transitions_of=lambda before, after: _row_transitions(before, after),
+)
 
 
 # -- strategies, in world names ----------------------------------------------
@@ -207,71 +173,16 @@ def _forge_lease(lease: m.Lease, how: str) -> m.Lease:
     return attrs.evolve(lease, community_id=w.COMMUNITIES[w.other(w.name_of(lease.community_id), w.COMMUNITIES)])
 
 
-class DeliveryConformance(RuleBasedStateMachine):
-    """Model and implementation in lockstep; subclassed per adapter by `machine_for`."""
+class DeliveryConformance(LockstepMachine):
+    """The delivery model and an implementation in lockstep; bound to an adapter by `machine_for`."""
 
-    adapter: DeliveryAdapter
-    coverage: Coverage
-    on_example: Callable[[Coverage], None] | None = None
-
+    spec = DELIVERY
+    start = w.START
     leases = Bundle("leases")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.model = m.initial_state(w.START)
-        self.program: list[str] = []  # this example's commands so far, for fault reports
-        self.commands: list[Any] = []
-        self.coverage.last_commands = self.commands
-
-    def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return call(*args)
-        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
-            raise RunAborted(fault, self.program) from fault
-
-    # -- the lockstep core ----------------------------------------------------
-
-    def run(self, command: Any) -> Any:
-        try:
-            return self._lockstep(command)
-        except BaseException:
-            if self.coverage.first_failure is None:
-                self.coverage.first_failure = self.coverage.examples
-            raise
-
-    def _lockstep(self, command: Any) -> Any:
-        if type(command).__name__ not in self.coverage.offered:
-            self.coverage.skipped[type(command).__name__] += 1
-            return None  # never generated for this adapter: neither side runs it
-        before = self.model
-        after, expected = m.step(before, command)
-        self.program.append(w.describe(command))
-        self.commands.append(command)
-        actual = self._adapter(self.adapter.execute, command)
-        self.coverage.record(before, after, command, expected)
-        if actual != expected:
-            raise NonConformance(
-                f"outcome mismatch for {w.describe(command)}\n"
-                f"  model:          {w.describe(expected)}\n"
-                f"  implementation: {w.describe(actual)}"
-            )
-        violations = state_violations(after) + step_violations(before, after, expected)
-        if violations:
-            raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
-        self.model = after
-        snapshot = self._adapter(self.adapter.snapshot)
-        if snapshot != after:
-            raise NonConformance(
-                f"state mismatch after {w.describe(command)}\n" + describe_state_difference(after, snapshot)
-            )
-        return actual
 
     @initialize()
     def setup(self) -> None:
-        self.coverage.examples += 1
-        if self.on_example is not None:
-            self.on_example(self.coverage)
-        self._adapter(self.adapter.reset, w.START)
+        self.begin()
         for name in w.LIVE_COMMUNITIES:
             cid = w.COMMUNITIES[name]
             self.run(m.CreateCommunity(cid))
@@ -406,20 +317,19 @@ class DeliveryConformance(RuleBasedStateMachine):
             self.run(m.PublishEvent(cid, eid) if verb == "create" else m.DeleteEvent(cid, eid))
 
 
+def _row_transitions(before: m.DeliverySystem, after: m.DeliverySystem) -> list[tuple[str, str]]:
+    changed = []
+    for key in before.deliveries.keys() | after.deliveries.keys():
+        old, new = before.deliveries.get(key), after.deliveries.get(key)
+        if old != new:
+            changed.append((_status_name(old), _status_name(new)))
+    return changed
+
+
 def machine_for(
     adapter: DeliveryAdapter,
     coverage: Coverage | None = None,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    coverage = coverage if coverage is not None else Coverage()
-    coverage.offered = offered_operations(adapter)
-    return type(
-        "DeliveryConformance",
-        (DeliveryConformance,),
-        {
-            "adapter": adapter,
-            "coverage": coverage,
-            "on_example": staticmethod(on_example) if on_example is not None else None,
-        },
-    )
+    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))  # type: ignore[return-value]

@@ -11,6 +11,7 @@ from leaseproof.model.errors import Refused
 
 _RESET = """
     TRUNCATE workflow_agent_deliveries, retired_delivery_ids, workflow_runs, workflows, events, communities, lp_clock
+        CASCADE
 """
 
 

@@ -1,0 +1,183 @@
+"""The lockstep core every conformance machine shares.
+
+A machine is described by a `MachineSpec` (Porcupine-style: the model's
+step, its initial state, its invariants, its catalogue of outcome variants
+and how to describe things); `LockstepMachine` drives the model and an
+adapter with the same commands and checks, after every step, that the
+outcomes are equal, that the model kept its invariants, and that the
+implementation's full state equals the model's.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from hypothesis.stateful import RuleBasedStateMachine
+
+
+class NonConformance(AssertionError):
+    """The implementation disagreed with the model."""
+
+
+class RunAborted(BaseException):
+    """The adapter failed (raised, or broke the protocol): stop at once.
+
+    A BaseException, so Hypothesis neither shrinks nor retries it: a fault
+    is not a counterexample and is never compared with the model.
+    """
+
+    def __init__(self, fault: BaseException, program: list[str]) -> None:
+        super().__init__(str(fault))
+        self.fault, self.program = fault, program
+
+
+@attrs.frozen
+class MachineSpec:
+    """What the lockstep core needs to know about one machine's model."""
+
+    name: str
+    step: Callable[[Any, Any], tuple[Any, Any]]
+    initial_state: Callable[[dt.datetime], Any]
+    violations: Callable[[Any, Any, Any], list[str]]  # (before, after, outcome): state and step invariants
+    variants: dict[type, tuple[str, ...]]
+    variant: Callable[[Any], str]
+    describe: Callable[[Any], str]
+    difference: Callable[[Any, Any], str]  # (model state, implementation state)
+    # Named transitions of the machine's rows, if it has any, and how to read them off a step.
+    transitions: tuple[tuple[str, str], ...] = ()
+    transitions_of: Callable[[Any, Any], list[tuple[str, str]]] = lambda before, after: []
+
+
+@attrs.define
+class Coverage:
+    """What a run exercised: outcome variants per operation, and row transitions."""
+
+    spec: MachineSpec | None = None
+    outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    examples: int = 0
+    scenarios: int = 0
+    steps: int = 0
+    # The example in which the first failure appeared (before shrinking);
+    # 0 when a fixed scenario failed.
+    first_failure: int | None = None
+    # The commands of the most recent program; after a failure, Hypothesis
+    # last replays the minimal one, so this is the counterexample.
+    last_commands: list[Any] = attrs.field(factory=list)
+    # Commands never sent because the adapter does not offer them, by operation.
+    skipped: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    offered: frozenset[str] | None = None  # None: everything
+
+    def record(self, before: Any, after: Any, command: Any, outcome: Any) -> None:
+        assert self.spec is not None
+        self.steps += 1
+        self.outcomes[(type(command).__name__, self.spec.variant(outcome))] += 1
+        for pair in self.spec.transitions_of(before, after):
+            self.transitions[pair] += 1
+
+    def offers(self, operation: str) -> bool:
+        return self.offered is None or operation in self.offered
+
+    def missing_outcomes(self) -> list[tuple[str, str]]:
+        """Variants never reached, of the operations the adapter offers."""
+        assert self.spec is not None
+        return [
+            (op.__name__, v)
+            for op, variants in self.spec.variants.items()
+            for v in variants
+            if self.offers(op.__name__) and (op.__name__, v) not in self.outcomes
+        ]
+
+    def missing_transitions(self) -> list[tuple[str, str]]:
+        assert self.spec is not None
+        return [pair for pair in self.spec.transitions if pair not in self.transitions]
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """Model and implementation in lockstep; a machine subclasses it with rules."""
+
+    spec: MachineSpec
+    adapter: Any
+    coverage: Coverage
+    on_example: Callable[[Coverage], None] | None = None
+    start: dt.datetime
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = self.spec.initial_state(self.start)
+        self.program: list[str] = []  # this example's commands so far, for fault reports
+        self.commands: list[Any] = []
+        self.coverage.last_commands = self.commands
+
+    def begin(self) -> None:
+        """Count the example and reset the implementation: the first thing a set-up does."""
+        self.coverage.examples += 1
+        if self.on_example is not None:
+            self.on_example(self.coverage)
+        self._adapter(self.adapter.reset, self.start)
+
+    def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
+            raise RunAborted(fault, self.program) from fault
+
+    def run(self, command: Any) -> Any:
+        try:
+            return self._lockstep(command)
+        except BaseException:
+            if self.coverage.first_failure is None:
+                self.coverage.first_failure = self.coverage.examples
+            raise
+
+    def _lockstep(self, command: Any) -> Any:
+        if not self.coverage.offers(type(command).__name__):
+            self.coverage.skipped[type(command).__name__] += 1
+            return None  # never generated for this adapter: neither side runs it
+        describe = self.spec.describe
+        before = self.model
+        after, expected = self.spec.step(before, command)
+        self.program.append(describe(command))
+        self.commands.append(command)
+        actual = self._adapter(self.adapter.execute, command)
+        self.coverage.record(before, after, command, expected)
+        if actual != expected:
+            raise NonConformance(
+                f"outcome mismatch for {describe(command)}\n"
+                f"  model:          {describe(expected)}\n"
+                f"  implementation: {describe(actual)}"
+            )
+        violations = self.spec.violations(before, after, expected)
+        if violations:
+            raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
+        self.model = after
+        snapshot = self._adapter(self.adapter.snapshot)
+        if snapshot != after:
+            raise NonConformance(f"state mismatch after {describe(command)}\n" + self.spec.difference(after, snapshot))
+        return actual
+
+
+def bind(
+    machine: type[LockstepMachine],
+    adapter: Any,
+    coverage: Coverage | None,
+    on_example: Callable[[Coverage], None] | None,
+    offered: frozenset[str] | None,
+) -> type[LockstepMachine]:
+    """A machine class bound to one adapter (reused, and reset, across examples)."""
+    coverage = coverage if coverage is not None else Coverage()
+    coverage.spec = machine.spec
+    coverage.offered = offered
+    return type(
+        machine.__name__,
+        (machine,),
+        {
+            "adapter": adapter,
+            "coverage": coverage,
+            "on_example": staticmethod(on_example) if on_example is not None else None,
+        },
+    )
