@@ -80,6 +80,12 @@ CAUSES: dict[str, Cause] = {
 }
 
 
+# The lifecycle machine's world: the same communities and workflow ids.
+AUTHORS = {name: _key(f"author {name}") for name in ("alice", "bob")}
+CHANNELS = {name: _uuid(f"channel {name}") for name in ("general", "ops")}
+REPLICAS = ("r1", "r2")
+
+
 def other(name: str, names: dict[str, object] | tuple[str, ...]) -> str:
     """The next name of the same kind: a foreign but well-formed value."""
     ordered = sorted(names)
@@ -110,7 +116,7 @@ def binding(
 
 def name_of(value: object) -> str:
     """The world name of a concrete value, for readable reports."""
-    for table in (COMMUNITIES, TARGETS, WORKFLOWS, RUNS, MESSAGES, DEFINITIONS, DELIVERIES, CAUSES):
+    for table in (COMMUNITIES, TARGETS, WORKFLOWS, RUNS, MESSAGES, DEFINITIONS, DELIVERIES, CAUSES, AUTHORS, CHANNELS):
         for name, known in table.items():
             if known == value:
                 return name
@@ -119,6 +125,8 @@ def name_of(value: object) -> str:
             return name.removeprefix("event:")
     if isinstance(value, str) and value in STEPS.values():
         return next(name for name, step in STEPS.items() if step == value)
+    if isinstance(value, bytes):
+        return _FRESH_NAMES.get(value, f"{value.hex()[:8]}…")  # type: ignore[arg-type]
     return _FRESH_NAMES.get(value, repr(value))  # type: ignore[arg-type]
 
 

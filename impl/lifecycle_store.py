@@ -211,13 +211,15 @@ class ReplicaEngine(_Writes):
         SELECT r.community_id, r.workflow_id, %(door)s, r.owner, r.channel_id, r.hash, r.enabled,
                r.incarnation, r.actions, lp_now()
         FROM (
-            SELECT * FROM definition_runtime
-            WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s
-              AND enabled
-              AND hash = %(hash)s
-              AND owner = %(owner)s
-              AND channel_id = %(channel_id)s
-              AND incarnation = %(incarnation)s
+            SELECT d.* FROM definition_runtime d
+            JOIN channel_authority a
+              ON a.community_id = d.community_id AND a.channel_id = d.channel_id AND a.member = d.owner
+            WHERE d.community_id = %(community_id)s AND d.workflow_id = %(workflow_id)s
+              AND d.enabled
+              AND d.hash = %(hash)s
+              AND d.owner = %(owner)s
+              AND d.channel_id = %(channel_id)s
+              AND d.incarnation = %(incarnation)s
             FOR SHARE
         ) r
         RETURNING id
@@ -239,6 +241,8 @@ class ReplicaEngine(_Writes):
         self.cache = m.Cache(now, FrozenMap((r.coordinate, r) for r in records))
 
     def fire(self, c: m.Fire) -> Any:
+        with self.conn.transaction():
+            self._writable(c.community_id)  # a refused fire touches nothing, not even the cache
         if self._now() - self.cache.loaded_at >= m.CACHE_TTL:
             self.refresh()
         selected = self.cache.records.get((c.community_id, c.workflow_id))
@@ -257,11 +261,14 @@ class RunResumer(_Writes):
     """Resume of an admitted run: only its pinned revision, only while current."""
 
     SQL_PINNED = f"SELECT {_RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s"
+    # The admission guard again, for the pinned record.
     SQL_STILL_CURRENT = """
-        SELECT 1 FROM definition_runtime
-        WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s AND enabled
-          AND hash = %(hash)s AND owner = %(owner)s AND channel_id = %(channel_id)s
-          AND incarnation = %(incarnation)s AND actions = %(actions)s
+        SELECT 1 FROM definition_runtime d
+        JOIN channel_authority a
+          ON a.community_id = d.community_id AND a.channel_id = d.channel_id AND a.member = d.owner
+        WHERE d.community_id = %(community_id)s AND d.workflow_id = %(workflow_id)s AND d.enabled
+          AND d.hash = %(hash)s AND d.owner = %(owner)s AND d.channel_id = %(channel_id)s
+          AND d.incarnation = %(incarnation)s AND d.actions = %(actions)s
         FOR SHARE
     """
 
@@ -271,6 +278,7 @@ class RunResumer(_Writes):
             if row is None:
                 raise Refused(m.UnknownRun(c.run_id))
             pinned = record_from_row(row)
+            self._writable(pinned.community_id)
             if self._one(self.SQL_STILL_CURRENT, _record_params(pinned)) is None:
                 return m.ResumeRefused()
             self.execute_actions(c.run_id, pinned.actions)

@@ -71,6 +71,10 @@ def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     for action in value:
         if not isinstance(action, str) or not action.strip() or len(action) > 64 or "\x00" in action:
             raise InvalidValue(attribute.name, value, "each action must be non-blank text of at most 64 characters")
+        try:
+            action.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidValue(attribute.name, value, "each action must be valid Unicode text") from None
 
 
 def _optional_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -295,7 +299,8 @@ class NotSelected:
 
 @attrs.frozen
 class AdmissionRefused:
-    """The selected record is not the current, active, enabled revision: no run, no action."""
+    """The selected record is not the current, enabled revision of an owner with
+    active channel authority: no run, no action."""
 
 
 @attrs.frozen
@@ -305,7 +310,7 @@ class Resumed:
 
 @attrs.frozen
 class ResumeRefused:
-    """The pinned revision is no longer current and enabled: fail closed."""
+    """The pinned revision no longer passes the admission guard: fail closed."""
 
 
 @attrs.frozen
@@ -344,14 +349,14 @@ Outcome: TypeAlias = Any
 _COMMUNITY = ("UnknownCommunity", "CommunityNotWritable")
 OUTCOME_VARIANTS: dict[type, tuple[str, ...]] = {
     CreateCommunity: ("Ok", "AlreadyExists"),
-    SetCommunityState: ("Ok", *_COMMUNITY),
+    SetCommunityState: ("Ok", "UnknownCommunity"),  # no command here deletes a community
     SetAuthority: ("Ok", *_COMMUNITY),
     SaveDefinition: ("Created", "Updated", "Superseded", "BeforeCutoff", *_COMMUNITY, "NoAuthority", "NotAuthor"),
     DeleteDefinition: ("Deleted", "Superseded", *_COMMUNITY, "NotFound", "NoAuthority", "NotAuthor"),
     AlternateDelete: ("AlternateDeletionRejected",),
     RefreshCache: ("Ok", "UnknownReplica"),
     Fire: ("Admitted", "NotSelected", "AdmissionRefused", "UnknownReplica", *_COMMUNITY),
-    ResumeRun: ("Resumed", "ResumeRefused", "UnknownRun"),
+    ResumeRun: ("Resumed", "ResumeRefused", "UnknownRun", "CommunityNotWritable"),
     AdvanceClock: ("Ok",),
 }
 
@@ -412,11 +417,8 @@ def _create_community(s: LifecycleSystem, c: CreateCommunity) -> Step:
 
 
 def _set_community_state(s: LifecycleSystem, c: SetCommunityState) -> Step:
-    current = s.communities.get(c.community_id)
-    if current is None:
+    if c.community_id not in s.communities:
         return s, UnknownCommunity(c.community_id)
-    if current is CommunityState.DELETED:
-        return s, CommunityNotWritable(c.community_id, current)
     return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok()
 
 
@@ -496,19 +498,29 @@ def _refresh(s: LifecycleSystem, c: RefreshCache) -> Step:
     return attrs.evolve(s, caches=s.caches.set(c.replica, Cache(s.now, _enabled_records(s)))), Ok()
 
 
+def _admissible(s: LifecycleSystem, record: Record) -> bool:
+    """The admission guard: the record is the current, enabled revision, and
+    its owner still holds active authority in its channel."""
+    return (
+        s.runtime.get(record.coordinate) == record
+        and record.enabled
+        and (record.community_id, record.channel_id, record.owner) in s.authority
+    )
+
+
 def _fire(s: LifecycleSystem, c: Fire) -> Step:
     cache = s.caches.get(c.replica)
     if cache is None:
         return s, UnknownReplica(c.replica)
+    if refusal := _community_refusal(s, c.community_id):
+        return s, refusal
     if s.now - cache.loaded_at >= CACHE_TTL:  # an expired cache reloads before it serves
         cache = Cache(s.now, _enabled_records(s))
         s = attrs.evolve(s, caches=s.caches.set(c.replica, cache))
     selected = cache.records.get((c.community_id, c.workflow_id))
     if selected is None:
         return s, NotSelected()
-    if refusal := _community_refusal(s, c.community_id):
-        return s, refusal
-    if s.runtime.get(selected.coordinate) != selected or not selected.enabled:
+    if not _admissible(s, selected):
         return s, AdmissionRefused()
     run_id = len(s.runs) + 1
     run = Run(run_id, c.door, selected, s.now)
@@ -520,7 +532,10 @@ def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
     run = s.runs.get(c.run_id)
     if run is None:
         return s, UnknownRun(c.run_id)
-    if s.runtime.get(run.record.coordinate) != run.record:
+    state = s.communities[run.record.community_id]
+    if state is not CommunityState.ACTIVE:
+        return s, CommunityNotWritable(run.record.community_id, state)
+    if not _admissible(s, run.record):
         return s, ResumeRefused()
     executed = s.executed + tuple((run.run_id, action) for action in run.record.actions)
     return attrs.evolve(s, executed=executed), Resumed(run.record.actions)

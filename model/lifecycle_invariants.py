@@ -51,8 +51,9 @@ def step_violations(before: LifecycleSystem, after: LifecycleSystem, outcome: ob
     new_actions = after.executed[len(before.executed) :]
     if isinstance(outcome, Admitted):
         current = before.runtime.get(outcome.record.coordinate)
-        if current != outcome.record or not current.enabled:
-            found.append(f"run {outcome.run_id} was admitted for a record that was not current and enabled")
+        owner = (outcome.record.community_id, outcome.record.channel_id, outcome.record.owner)
+        if current != outcome.record or not current.enabled or owner not in before.authority:
+            found.append(f"run {outcome.run_id} was admitted for a record that was not current, enabled and authorised")
         if new_actions != tuple((outcome.run_id, a) for a in outcome.record.actions):
             found.append(f"run {outcome.run_id} did not execute exactly its admitted record")
     elif isinstance(outcome, Resumed):
@@ -61,6 +62,10 @@ def step_violations(before: LifecycleSystem, after: LifecycleSystem, outcome: ob
             run = before.runs[run_id]
             if before.runtime.get(run.record.coordinate) != run.record:
                 found.append(f"run {run_id} resumed a revision that is no longer current")
+            if new_actions != tuple((run_id, a) for a in run.record.actions):
+                found.append(f"run {run_id} did not execute exactly its pinned record")
+        if len(runs) != 1:
+            found.append(f"a resume executed the actions of {len(runs)} runs")
     elif new_actions:
         found.append(f"actions executed without an admission or a resume: {new_actions}")
     if before.runs.keys() - after.runs.keys():
