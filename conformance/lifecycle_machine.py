@@ -61,7 +61,7 @@ def _mostly(common: list[Any], rare: list[Any], weight: int = 3) -> st.SearchStr
 
 
 communities = _mostly(["A", "B"], ["Z"], weight=5)
-workflows = st.sampled_from(sorted(w.WORKFLOWS))
+workflows = _mostly(["W1"], ["W2"])
 authors = _mostly(["alice"], ["bob"])
 channels = _mostly(["general"], ["ops"])
 replicas = _mostly(list(w.REPLICAS), ["r9"], weight=6)
@@ -103,7 +103,7 @@ class LifecycleConformance(LockstepMachine):
         workflow=workflows,
         author=authors,
         channel=channels,
-        content=st.sampled_from(sorted(CONTENTS)),
+        content=_mostly(["a"], ["a-on", "a-off", "b"], weight=2),
         when=_mostly(["newer"], list(WHENS[1:]), weight=4),
     )
     def save(self, community: str, workflow: str, author: str, channel: str, content: str, when: str) -> None:

@@ -31,14 +31,15 @@ class PostgresLifecycleAdapter:
         replicas: tuple[str, ...] = ("r1", "r2"),
         store_class: type[LifecycleStore] = LifecycleStore,
         engine_class: type[ReplicaEngine] = ReplicaEngine,
+        resumer_class: type[RunResumer] = RunResumer,
     ) -> None:
-        self.name = f"postgres:{store_class.__name__}+{engine_class.__name__}"
+        self.name = f"postgres:{store_class.__name__}+{engine_class.__name__}+{resumer_class.__name__}"
         self.conn = connect(dsn)
         migrate(self.conn)
         self.clock = PinnedClock(self.conn)
         self.communities = PostgresDeliveryStore(self.conn)
         self.store = store_class(self.conn)
-        self.resumer = RunResumer(self.conn)
+        self.resumer = resumer_class(self.conn)
         self.engines = {name: engine_class(connect(dsn), name) for name in replicas}
 
     def reset(self, start: dt.datetime) -> None:

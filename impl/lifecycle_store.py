@@ -37,7 +37,7 @@ def record_from_row(row: dict[str, Any]) -> m.Record:
     )
 
 
-def _record_params(record: m.Record) -> dict[str, Any]:
+def record_params(record: m.Record) -> dict[str, Any]:
     return {
         "community_id": record.community_id,
         "workflow_id": record.workflow_id,
@@ -164,7 +164,7 @@ class LifecycleStore(_Writes):
                 actions=e.definition.actions,
             )
             row = {
-                **_record_params(record),
+                **record_params(record),
                 "event_id": e.event_id,
                 "created_at": e.created_at,
                 "signed_enabled": e.definition.enabled,
@@ -250,7 +250,7 @@ class ReplicaEngine(_Writes):
             return m.NotSelected()
         with self.conn.transaction():
             self._writable(c.community_id)
-            row = self._one(self.SQL_ADMIT, {**_record_params(selected), "door": c.door})
+            row = self._one(self.SQL_ADMIT, {**record_params(selected), "door": c.door})
             if row is None:
                 return m.AdmissionRefused()
             self.execute_actions(row["id"], selected.actions)
@@ -279,7 +279,7 @@ class RunResumer(_Writes):
                 raise Refused(m.UnknownRun(c.run_id))
             pinned = record_from_row(row)
             self._writable(pinned.community_id)
-            if self._one(self.SQL_STILL_CURRENT, _record_params(pinned)) is None:
+            if self._one(self.SQL_STILL_CURRENT, record_params(pinned)) is None:
                 return m.ResumeRefused()
             self.execute_actions(c.run_id, pinned.actions)
         return m.Resumed(pinned.actions)
