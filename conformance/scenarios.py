@@ -10,6 +10,7 @@ whole spec, whatever the random search then adds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from hypothesis.stateful import MultipleResults
 
@@ -158,12 +159,12 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-def run_scenarios(machine: type[DeliveryConformance]) -> None:
+def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ...] = SCENARIOS) -> None:
     """Run every scenario on a fresh machine; the first failure propagates,
     annotated with the scenario's name."""
     coverage = machine.coverage
     examples = coverage.examples
-    for scenario in SCENARIOS:
+    for scenario in scenarios:
         state = machine()
         try:
             state.setup()

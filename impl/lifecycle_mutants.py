@@ -43,7 +43,7 @@ class RefreshedAdmissionStaleExecution(ReplicaEngine):
     """The caller refreshes the record for admission but executes its stale parse."""
 
     SQL_CURRENT = """
-        SELECT community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions
+        SELECT community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision
         FROM definition_runtime WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s
     """
 

@@ -14,6 +14,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
+import attrs
 import psycopg
 
 from leaseproof.model import delivery as d
@@ -21,7 +22,7 @@ from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused
 from leaseproof.model.frozenmap import FrozenMap
 
-_RECORD_COLUMNS = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions"
+_RECORD_COLUMNS = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision"
 
 
 def record_from_row(row: dict[str, Any]) -> m.Record:
@@ -34,6 +35,7 @@ def record_from_row(row: dict[str, Any]) -> m.Record:
         enabled=row["enabled"],
         incarnation=row["incarnation"],
         actions=tuple(row["actions"]),
+        revision=bytes(row["revision"]),
     )
 
 
@@ -47,6 +49,7 @@ def record_params(record: m.Record) -> dict[str, Any]:
         "enabled": record.enabled,
         "incarnation": record.incarnation,
         "actions": list(record.actions),
+        "revision": record.revision,
     }
 
 
@@ -112,9 +115,9 @@ class LifecycleStore(_Writes):
     SQL_UPSERT_RUNTIME = f"""
         INSERT INTO definition_runtime ({_RECORD_COLUMNS})
         VALUES (%(community_id)s, %(workflow_id)s, %(owner)s, %(channel_id)s, %(hash)s, %(enabled)s,
-                %(incarnation)s, %(actions)s)
+                %(incarnation)s, %(actions)s, %(revision)s)
         ON CONFLICT (community_id, workflow_id) DO UPDATE SET
-            hash = excluded.hash, enabled = excluded.enabled, actions = excluded.actions
+            hash = excluded.hash, enabled = excluded.enabled, actions = excluded.actions, revision = excluded.revision
     """
     # Tombstone, runtime removal and cutoff, together.
     SQL_DELETE = (
@@ -162,6 +165,7 @@ class LifecycleStore(_Writes):
                 enabled=e.definition.is_enabled,
                 incarnation=incarnation,
                 actions=e.definition.actions,
+                revision=e.event_id,
             )
             row = {
                 **record_params(record),
@@ -207,9 +211,9 @@ class ReplicaEngine(_Writes):
     # makes definition writers and deleters wait for (or win over) it.
     SQL_ADMIT = """
         INSERT INTO admitted_runs
-            (community_id, workflow_id, door, owner, channel_id, hash, enabled, incarnation, actions, admitted_at)
+            (community_id, workflow_id, door, owner, channel_id, hash, enabled, incarnation, actions, revision, admitted_at)
         SELECT r.community_id, r.workflow_id, %(door)s, r.owner, r.channel_id, r.hash, r.enabled,
-               r.incarnation, r.actions, lp_now()
+               r.incarnation, r.actions, r.revision, lp_now()
         FROM (
             SELECT d.* FROM definition_runtime d
             JOIN channel_authority a
@@ -222,7 +226,7 @@ class ReplicaEngine(_Writes):
               AND d.incarnation = %(incarnation)s
             FOR SHARE
         ) r
-        RETURNING id
+        RETURNING id, revision
     """
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]], name: str) -> None:
@@ -254,7 +258,8 @@ class ReplicaEngine(_Writes):
             if row is None:
                 return m.AdmissionRefused()
             self.execute_actions(row["id"], selected.actions)
-        return m.Admitted(row["id"], selected)
+        # The run pins the row it locked: the selected content, at the current revision.
+        return m.Admitted(row["id"], attrs.evolve(selected, revision=bytes(row["revision"])))
 
 
 class RunResumer(_Writes):
@@ -268,7 +273,7 @@ class RunResumer(_Writes):
           ON a.community_id = d.community_id AND a.channel_id = d.channel_id AND a.member = d.owner
         WHERE d.community_id = %(community_id)s AND d.workflow_id = %(workflow_id)s AND d.enabled
           AND d.hash = %(hash)s AND d.owner = %(owner)s AND d.channel_id = %(channel_id)s
-          AND d.incarnation = %(incarnation)s AND d.actions = %(actions)s
+          AND d.incarnation = %(incarnation)s AND d.actions = %(actions)s AND d.revision = %(revision)s
         FOR SHARE
     """
 

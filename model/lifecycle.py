@@ -39,6 +39,7 @@ from leaseproof.model.delivery import (
     SetCommunityState,
     UnknownCommunity,
 )
+from leaseproof.model.delivery import _instance_of
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
 
@@ -63,6 +64,11 @@ def _one_of(choices: tuple[str, ...]) -> Any:
             raise InvalidValue(attribute.name, value, f"must be one of {', '.join(choices)}")
 
     return validator
+
+
+def _as_tuple(value: Any) -> Any:
+    """Lists become tuples; anything else (a string, a number) is left for the validator to refuse."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -95,7 +101,7 @@ class Definition:
     """A definition's content: what a run executes, and its `enabled` value
     (omitted means enabled)."""
 
-    actions: tuple[str, ...] = attrs.field(converter=tuple, validator=_actions)
+    actions: tuple[str, ...] = attrs.field(converter=_as_tuple, validator=_actions)
     enabled: bool | None = attrs.field(default=None, validator=_optional_bool)
 
     @property
@@ -119,7 +125,7 @@ class DefinitionEvent:
     author: bytes = key_field()
     channel_id: uuid.UUID = uuid_field()
     created_at: dt.datetime = instant_field()
-    definition: Definition = attrs.field(validator=attrs.validators.instance_of(Definition))
+    definition: Definition = attrs.field(validator=_instance_of(Definition))
 
 
 @attrs.frozen
@@ -130,7 +136,7 @@ class Head:
     author: bytes = key_field()
     channel_id: uuid.UUID = uuid_field()
     created_at: dt.datetime = instant_field()
-    definition: Definition = attrs.field(validator=attrs.validators.instance_of(Definition))
+    definition: Definition = attrs.field(validator=_instance_of(Definition))
 
 
 @attrs.frozen
@@ -139,6 +145,8 @@ class Record:
 
     `incarnation` is the `created_at` of the save that (re)created the
     coordinate, so an identical recreation is still a different record.
+    `revision` is the event id of the head it projects: every accepted save
+    is a new revision, even one that restores earlier content.
     """
 
     community_id: uuid.UUID = uuid_field()
@@ -146,9 +154,10 @@ class Record:
     owner: bytes = key_field()
     channel_id: uuid.UUID = uuid_field()
     hash: bytes = key_field()
-    enabled: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    enabled: bool = attrs.field(validator=_instance_of(bool))
     incarnation: dt.datetime = instant_field()
-    actions: tuple[str, ...] = attrs.field(converter=tuple, validator=_actions)
+    actions: tuple[str, ...] = attrs.field(converter=_as_tuple, validator=_actions)
+    revision: bytes = key_field()
 
     @property
     def coordinate(self) -> tuple[uuid.UUID, uuid.UUID]:
@@ -183,14 +192,14 @@ class SetAuthority:
     community_id: uuid.UUID = uuid_field()
     channel_id: uuid.UUID = uuid_field()
     member: bytes = key_field()
-    active: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    active: bool = attrs.field(validator=_instance_of(bool))
 
 
 @attrs.frozen
 class SaveDefinition:
     """Create, update, enable or disable: one signed event."""
 
-    event: DefinitionEvent = attrs.field(validator=attrs.validators.instance_of(DefinitionEvent))
+    event: DefinitionEvent = attrs.field(validator=_instance_of(DefinitionEvent))
 
 
 @attrs.frozen
@@ -214,14 +223,14 @@ class AlternateDelete:
 
 @attrs.frozen
 class RefreshCache:
-    replica: str = attrs.field(validator=attrs.validators.instance_of(str))
+    replica: str = attrs.field(validator=_instance_of(str))
 
 
 @attrs.frozen
 class Fire:
     """A trigger through one door on one replica, for one coordinate."""
 
-    replica: str = attrs.field(validator=attrs.validators.instance_of(str))
+    replica: str = attrs.field(validator=_instance_of(str))
     door: str = attrs.field(validator=_one_of(DOORS))
     community_id: uuid.UUID = uuid_field()
     workflow_id: uuid.UUID = uuid_field()
@@ -456,6 +465,7 @@ def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
         enabled=e.definition.is_enabled,
         incarnation=incarnation,
         actions=e.definition.actions,
+        revision=e.event_id,
     )
     new_head = Head(e.event_id, e.author, e.channel_id, e.created_at, e.definition)
     s = attrs.evolve(s, heads=s.heads.set(coordinate, new_head), runtime=s.runtime.set(coordinate, record))
@@ -498,14 +508,24 @@ def _refresh(s: LifecycleSystem, c: RefreshCache) -> Step:
     return attrs.evolve(s, caches=s.caches.set(c.replica, Cache(s.now, _enabled_records(s)))), Ok()
 
 
-def _admissible(s: LifecycleSystem, record: Record) -> bool:
-    """The admission guard: the record is the current, enabled revision, and
-    its owner still holds active authority in its channel."""
-    return (
-        s.runtime.get(record.coordinate) == record
-        and record.enabled
-        and (record.community_id, record.channel_id, record.owner) in s.authority
-    )
+def _admission_fields(record: Record) -> tuple[Any, ...]:
+    """What admission matches, as the seed's admission does: everything but the revision."""
+    return (record.owner, record.channel_id, record.hash, record.incarnation, record.actions)
+
+
+def _admissible(s: LifecycleSystem, record: Record) -> Record | None:
+    """The admission guard: the current row, if it is the selected revision's
+    content and incarnation, enabled, and its owner still holds active
+    authority in its channel."""
+    current = s.runtime.get(record.coordinate)
+    if (
+        current is not None
+        and _admission_fields(current) == _admission_fields(record)
+        and current.enabled
+        and (current.community_id, current.channel_id, current.owner) in s.authority
+    ):
+        return current
+    return None
 
 
 def _fire(s: LifecycleSystem, c: Fire) -> Step:
@@ -520,12 +540,14 @@ def _fire(s: LifecycleSystem, c: Fire) -> Step:
     selected = cache.records.get((c.community_id, c.workflow_id))
     if selected is None:
         return s, NotSelected()
-    if not _admissible(s, selected):
+    admitted = _admissible(s, selected)
+    if admitted is None:
         return s, AdmissionRefused()
+    # The run pins the row it was admitted against: the selected content, at its current revision.
     run_id = len(s.runs) + 1
-    run = Run(run_id, c.door, selected, s.now)
-    executed = s.executed + tuple((run_id, action) for action in selected.actions)
-    return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, selected)
+    run = Run(run_id, c.door, admitted, s.now)
+    executed = s.executed + tuple((run_id, action) for action in admitted.actions)
+    return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, admitted)
 
 
 def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
@@ -535,7 +557,8 @@ def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
     state = s.communities[run.record.community_id]
     if state is not CommunityState.ACTIVE:
         return s, CommunityNotWritable(run.record.community_id, state)
-    if not _admissible(s, run.record):
+    # Any accepted save since admission (even one restoring the same content) is a new revision.
+    if _admissible(s, run.record) != run.record:
         return s, ResumeRefused()
     executed = s.executed + tuple((run.run_id, action) for action in run.record.actions)
     return attrs.evolve(s, executed=executed), Resumed(run.record.actions)

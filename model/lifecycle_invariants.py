@@ -15,12 +15,13 @@ def state_violations(s: LifecycleSystem) -> list[str]:
         record = s.runtime.get(coordinate)
         if record is None:
             continue
-        agreed = (record.owner, record.channel_id, record.hash, record.enabled, record.actions) == (
+        agreed = (record.owner, record.channel_id, record.hash, record.enabled, record.actions, record.revision) == (
             head.author,
             head.channel_id,
             head.definition.hash,
             head.definition.is_enabled,
             head.definition.actions,
+            head.event_id,
         )
         if not agreed:
             found.append(f"{coordinate}: the runtime record disagrees with the head")

@@ -32,6 +32,7 @@ CREATE TABLE definition_runtime (
     enabled boolean NOT NULL,
     incarnation timestamptz NOT NULL,
     actions text[] NOT NULL CHECK (cardinality(actions) BETWEEN 1 AND 8),
+    revision bytea NOT NULL CHECK (octet_length(revision) = 32),  -- the head's event id
     PRIMARY KEY (community_id, workflow_id),
     FOREIGN KEY (community_id, workflow_id) REFERENCES definition_heads ON DELETE CASCADE
 );
@@ -76,6 +77,7 @@ CREATE TABLE admitted_runs (
     enabled boolean NOT NULL,
     incarnation timestamptz NOT NULL,
     actions text[] NOT NULL,
+    revision bytea NOT NULL,
     admitted_at timestamptz NOT NULL
 );
 
