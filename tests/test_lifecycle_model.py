@@ -158,6 +158,7 @@ def record_of(e: DefinitionEvent, incarnation: dt.datetime | None = None) -> Rec
         enabled=e.definition.is_enabled,
         incarnation=e.created_at if incarnation is None else incarnation,
         actions=e.definition.actions,
+        revision=e.event_id,
     )
 
 
@@ -430,16 +431,6 @@ class TestCommandValues:
         ids=["active=1", "replica=5", "fire-replica=None", "actions=None", "actions=5", "actions='deploy'",
              "event=str", "definition=tuple"],
     )
-    @pytest.mark.xfail(
-        strict=True,
-        reason=(
-            "model bug (specs/lifecycle.md section 2 'Command value rules' and errors.py: bad input raises "
-            "InvalidValue naming the field): "
-            "lifecycle uses attrs.validators.instance_of (raises TypeError) where delivery uses its own "
-            "_instance_of (InvalidValue); `converter=tuple` raises TypeError for None/5 before the validator "
-            "runs, and silently splits a bare string 'deploy' into six one-letter actions"
-        ),
-    )
     def test_every_malformed_field_raises_invalid_value(self, field: str, make: Callable[[], Any]) -> None:
         raises_invalid(field, make)
 
@@ -513,6 +504,7 @@ class TestSave:
                 enabled=True,
                 incarnation=at(1),
                 actions=ACTIONS,
+                revision=E1.event_id,
             )
         }
         assert s == attrs.evolve(world(), heads=s.heads, runtime=s.runtime)  # nothing else moved
@@ -545,7 +537,8 @@ class TestSave:
     def test_omitting_enabled_on_update_re_enables(self) -> None:
         s = must(one_workflow(), SaveDefinition(event(at(2), DEF_A_OFF)), Updated(False))
         s = must(s, SaveDefinition(event(at(3), DEF_A)), Updated(True))
-        assert s.runtime[(C1, WF)] == record_of(E1)  # back to the exact first record
+        # Back to the first record's content, at a new revision.
+        assert attrs.evolve(s.runtime[(C1, WF)], revision=E1.event_id) == record_of(E1)
 
     @pytest.mark.parametrize("created_at", [at(0), at(1) - MICROSECOND, at(1)], ids=["older", "1us-older", "equal"])
     def test_older_or_equal_saves_are_superseded(self, created_at: dt.datetime) -> None:
@@ -815,7 +808,7 @@ class TestStaleReplica:
     def test_identical_recreation_is_stale_only_by_its_incarnation(self) -> None:
         s = _recreate_identical(warmed())
         stale, current = s.caches["r1"].records[(C1, WF)], s.runtime[(C1, WF)]
-        assert attrs.evolve(stale, incarnation=current.incarnation) == current
+        assert attrs.evolve(stale, incarnation=current.incarnation, revision=current.revision) == current
         unchanged(s, fire("r1", "webhook"), AdmissionRefused())
 
     def test_disabling_does_not_cancel_admitted_work(self) -> None:
@@ -1059,16 +1052,6 @@ class TestResume:
             ),
         ],
     )
-    @pytest.mark.xfail(
-        strict=True,
-        reason=(
-            "arguable gap vs DOMAIN Part 2 'Beyond the seeds' (a resume fails closed if the coordinate was "
-            "updated or disabled *meanwhile*): a run pins only the Record (hash, enabled, owner, channel, "
-            "incarnation, actions) and the guard compares it with the current record at resume time, so after "
-            "disable->re-enable or update->revert to identical content the resume executes. specs/lifecycle.md "
-            "section 10 chooses this on purpose ('the revision is the content, not the event')"
-        ),
-    )
     def test_resume_fails_closed_if_the_coordinate_changed_meanwhile_and_changed_back(
         self, meanwhile: tuple[SaveDefinition, SaveDefinition]
     ) -> None:
@@ -1076,7 +1059,8 @@ class TestResume:
         for save in meanwhile:
             s, outcome = apply(s, save)
             assert isinstance(outcome, Updated)
-        assert s.runtime[(C1, WF)] == record_of(E1)  # content identical to the pinned revision
+        # Content identical to the pinned revision, but a later revision of it.
+        assert attrs.evolve(s.runtime[(C1, WF)], revision=E1.event_id) == record_of(E1)
         unchanged(s, ResumeRun(1), ResumeRefused())
 
 
