@@ -14,22 +14,23 @@ import inspect
 import random
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
 from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
-from leaseproof.conformance.verify import Verdict, run_conformance
+from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
-from leaseproof.impl.provision import ProvisioningError, postgres_server, scratch_database
+from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
 from leaseproof.impl.store import PostgresDeliveryStore
-from leaseproof.model import delivery as m
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 
@@ -68,7 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
             "randomized programs; compare every outcome and the full persisted state after every step."
         ),
     )
-    verify.add_argument("--max-examples", type=_positive, default=300, help="programs to run (default: 300)")
+    verify.add_argument(
+        "--machine",
+        choices=sorted(MACHINES),
+        help="verify one machine (default: both, or the one a --mutant or external adapter implies)",
+    )
+    verify.add_argument("--max-examples", type=_positive, default=300, help="programs per machine (default: 300)")
     verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
     verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
     verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
@@ -110,9 +116,10 @@ def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument(
         "--mutant",
-        choices=[mutant.name for mutant in MUTANTS],
+        choices=[mutant.name for mutant in (*MUTANTS, *LIFECYCLE_MUTANTS)],
         metavar="NAME",
-        help="use a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in MUTANTS),
+        help="use a known-buggy variant of the bundled implementation: "
+        + ", ".join(mu.name for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
     )
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument(
@@ -175,13 +182,17 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
     by_operation: dict[str, list[str]] = defaultdict(list)
     for (operation, variant), count in sorted(coverage.outcomes.items()):
         by_operation[operation].append(f"{variant} ×{count:,}")
-    for operation in (op.__name__ for op in m.OUTCOME_VARIANTS):
+    assert coverage.spec is not None
+    for operation in (op.__name__ for op in coverage.spec.variants):
         out.write(f"  {operation:<18} {', '.join(by_operation.get(operation, ['-']))}\n")
-    transitions = ", ".join(f"{a}→{b} ×{n:,}" for (a, b), n in sorted(coverage.transitions.items()))
-    out.write(f"row transitions reached: {transitions or '-'}\n")
+    if coverage.spec.transitions:
+        transitions = ", ".join(f"{a}→{b} ×{n:,}" for (a, b), n in sorted(coverage.transitions.items()))
+        out.write(f"row transitions reached: {transitions or '-'}\n")
     if coverage.skipped:
         skipped = ", ".join(f"{op} ×{n:,}" for op, n in sorted(coverage.skipped.items()))
         out.write(f"not offered by the adapter, so never sent: {skipped}\n")
+    if not verdict.conforms:
+        return  # a failed run stops early: what it never reached says nothing
     missing = [f"{op}: {v}" for op, v in coverage.missing_outcomes()]
     missing += [f"{a}→{b}" for a, b in coverage.missing_transitions()]
     out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
@@ -211,64 +222,107 @@ class UsageError(Exception):
     """Bad command-line input: exit 2 with this message."""
 
 
-@contextlib.contextmanager
-def _adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> Iterator[DeliveryAdapter]:
-    """The adapter the arguments name, with whatever server it needs, closed afterwards."""
+class _Servers:
+    """The provisioned server, started on first use and stopped with the stack."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO, stack: contextlib.ExitStack) -> None:
+        self.args, self.out, self.err, self.stack = args, out, err, stack
+        self.server: Server | None = None
+
+    def database(self) -> str:
+        """A fresh scratch database on the server, dropped with the stack."""
+        if self.server is None:
+            log = lambda line: self.err.write(f"  {line}\n")  # noqa: E731
+            self.server = self.stack.enter_context(postgres_server(self.args.dsn, log=log))
+            self.out.write(f"server: {self.server.description}\n")
+        return self.stack.enter_context(scratch_database(self.server))
+
+
+def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
+    return next((mu for mu in (*MUTANTS, *LIFECYCLE_MUTANTS) if mu.name == name), None)
+
+
+def _machines(args: argparse.Namespace) -> list[str]:
+    """The machines to verify: --machine, else what the mutant or adapter implies, else both."""
+    mutant = _mutant(args.mutant)
+    implied = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery" if mutant else None
+    external = args.adapter is not None or args.adapter_cmd is not None
+    if external:
+        implied = "delivery"
+    chosen = getattr(args, "machine", None)
+    if chosen and implied and chosen != implied:
+        why = "the wire and in-process boundaries carry the delivery machine today" if external else "that mutant"
+        raise UsageError(f"--machine {chosen} does not fit {args.mutant or 'an external adapter'} ({why})")
+    if chosen:
+        return [chosen]
+    return [implied] if implied else list(MACHINES)
+
+
+def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
+    """The adapter the arguments name for `machine`; the caller closes it."""
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     if args.adapter_cmd is not None:
-        adapter: DeliveryAdapter = SubprocessAdapter(args.adapter_cmd, reply_timeout=args.reply_timeout)
+        return SubprocessAdapter(args.adapter_cmd, reply_timeout=args.reply_timeout)
+    if args.adapter is not None:
+        factory = _load_factory(args.adapter)
+        wants_dsn = _takes_dsn(factory)
         try:
-            yield adapter
-        finally:
-            adapter.close()
-        return
-    factory = _load_factory(args.adapter) if args.adapter is not None else None
-    wants_dsn = factory is None or _takes_dsn(factory)
-    with contextlib.ExitStack() as stack:
-        dsn = None
-        if wants_dsn:
-            server = stack.enter_context(postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")))
-            out.write(f"server: {server.description}\n")
-            dsn = stack.enter_context(scratch_database(server))
-        if factory is None:
-            mutant = next((mu for mu in MUTANTS if mu.name == args.mutant), None)
-            if mutant is not None:
-                out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
-            adapter = PostgresDeliveryAdapter(dsn, mutant.store if mutant else PostgresDeliveryStore)  # type: ignore[arg-type]
-        else:
-            try:
-                adapter = factory(dsn=dsn) if wants_dsn else factory()
-            except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
-                raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
-            lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
-            if lacking:
-                raise UsageError(f"--adapter {args.adapter}: the factory returned {adapter!r}, which lacks {lacking}")
-        stack.callback(adapter.close)
-        yield adapter
+            adapter = factory(dsn=servers.database()) if wants_dsn else factory()
+        except ProvisioningError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
+            raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
+        lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
+        if lacking:
+            raise UsageError(f"--adapter {args.adapter}: the factory returned {adapter!r}, which lacks {lacking}")
+        return adapter
+    mutant = _mutant(args.mutant)
+    if mutant is not None:
+        out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
+    if machine == "lifecycle":
+        variant = mutant if isinstance(mutant, LifecycleMutant) else LifecycleMutant("", "")
+        return PostgresLifecycleAdapter(servers.database(), store_class=variant.store, engine_class=variant.engine, resumer_class=variant.resumer)
+    store = mutant.store if isinstance(mutant, Mutant) else PostgresDeliveryStore
+    return PostgresDeliveryAdapter(servers.database(), store)
 
 
 def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     seed_value = args.seed if args.seed is not None else random.randrange(2**63)
+    status = EXIT_CONFORMS
     try:
-        with _adapter(args, out, err) as adapter:
-            out.write(f"verifying the delivery machine against {adapter.name}\n")
-            out.flush()
-            progress = _Progress(args.max_examples, err)
-            try:
-                verdict = run_conformance(
-                    adapter,
-                    max_examples=args.max_examples,
-                    seed_value=seed_value,
-                    steps=args.steps,
-                    shrink=not args.no_shrink,
-                    on_example=progress,
-                )
-            finally:
-                progress.close()
+        machines = _machines(args)
+        with contextlib.ExitStack() as stack:
+            servers = _Servers(args, out, err, stack)
+            for machine in machines:
+                adapter = _adapter(args, machine, servers, out)
+                try:
+                    out.write(f"verifying the {machine} machine against {adapter.name}\n")
+                    out.flush()
+                    progress = _Progress(args.max_examples, err)
+                    try:
+                        verdict = run_conformance(
+                            adapter,
+                            machine=machine,
+                            max_examples=args.max_examples,
+                            seed_value=seed_value,
+                            steps=args.steps,
+                            shrink=not args.no_shrink,
+                            on_example=progress,
+                        )
+                    finally:
+                        progress.close()
+                finally:
+                    adapter.close()
+                status = max(status, _report(verdict, args, out, err))
+                out.flush()
     except (ProvisioningError, UsageError, AdapterFault) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
+    return status
+
+
+def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _summary(verdict, out)
     if verdict.fault:
         out.write("verdict: NONE — the adapter failed, so nothing was judged\n")
@@ -316,7 +370,11 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         traces = [(path, read_trace(path)) for path in args.traces]
         expected = _expected_failures(args.expect_fail)
-        with _adapter(args, out, err) as adapter:
+        if isinstance(_mutant(args.mutant), LifecycleMutant):
+            raise UsageError("traces are of the delivery machine; choose a delivery mutant")
+        with contextlib.ExitStack() as stack:
+            adapter = _adapter(args, "delivery", _Servers(args, out, err, stack), out)
+            stack.callback(adapter.close)
             out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
             results = [(path, replay(trace, adapter)) for path, trace in traces]
     except (ProvisioningError, UsageError, AdapterFault, TraceError) as exc:

@@ -125,6 +125,19 @@ class LifecycleConformance(LockstepMachine):
         at = self._at(community, workflow, when)
         self.run(m.DeleteDefinition(w.COMMUNITIES[community], w.WORKFLOWS[workflow], w.AUTHORS[author], at))
 
+    @rule(community=communities, workflow=workflows, identical=st.booleans())
+    def recreate(self, community: str, workflow: str, identical: bool) -> None:
+        """The seed's delete→recreate, in one breath: the owner deletes, then saves the
+        same content again (identical) or other content, just after the cutoff."""
+        head = self.model.heads.get((w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
+        if head is None:
+            return
+        author, channel = w.name_of(head.author), w.name_of(head.channel_id)
+        same = next(name for name, definition in CONTENTS.items() if definition == head.definition)
+        content = same if identical else ("b" if same != "b" else "a")
+        self.delete(community, workflow, author, "newer")
+        self.save(community, workflow, author, channel, content, "after-cutoff")
+
     @rule(community=communities, workflow=workflows, path=st.sampled_from(m.ALTERNATE_DELETIONS))
     def alternate_delete(self, community: str, workflow: str, path: str) -> None:
         self.run(m.AlternateDelete(w.COMMUNITIES[community], w.WORKFLOWS[workflow], path))
@@ -162,7 +175,8 @@ class LifecycleConformance(LockstepMachine):
     def resume(self, run_id: int) -> None:
         self.run(m.ResumeRun(run_id))
 
-    @rule(seconds=st.sampled_from([1, 5, 10]))
+    # Mostly short moves, so caches stay warm (and stale) long enough to matter.
+    @rule(seconds=_mostly([1], [5, 10], weight=2))
     def advance_clock(self, seconds: int) -> None:
         self.run(d.AdvanceClock(seconds * SECOND))
 

@@ -1,20 +1,39 @@
-"""Run the delivery conformance machine against one adapter and judge it."""
+"""Run a conformance machine against one adapter and judge it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from leaseproof.conformance.boundary import DeliveryAdapter
-from leaseproof.conformance.delivery_machine import Coverage, RunAborted, machine_for
 from leaseproof.conformance import world as w
-from leaseproof.conformance.scenarios import run_scenarios
+from leaseproof.conformance.delivery_machine import machine_for
+from leaseproof.conformance.lifecycle_machine import lifecycle_machine_for
+from leaseproof.conformance.lifecycle_scenarios import LIFECYCLE_SCENARIOS
+from leaseproof.conformance.lockstep import Coverage, RunAborted
+from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.trace import Trace, record
+
+
+@attrs.frozen
+class Machine:
+    """One specified machine: how to bind its lockstep machine, and its fixed scenarios."""
+
+    name: str
+    bind: Callable[..., Any]
+    scenarios: tuple[Callable[[Any], None], ...]
+    traces: bool  # whether its counterexamples can be written as traces
+
+
+MACHINES: dict[str, Machine] = {
+    "delivery": Machine("delivery", machine_for, SCENARIOS, traces=True),
+    "lifecycle": Machine("lifecycle", lifecycle_machine_for, LIFECYCLE_SCENARIOS, traces=False),
+}
 
 
 @attrs.frozen
@@ -31,8 +50,9 @@ class Verdict:
 
 
 def run_conformance(
-    adapter: DeliveryAdapter,
+    adapter: Any,
     *,
+    machine: str = "delivery",
     max_examples: int,
     seed_value: int,
     steps: int = 50,
@@ -43,7 +63,8 @@ def run_conformance(
     """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
     `scenarios` is false), then `max_examples` generated programs."""
     coverage = Coverage()
-    machine = seed(seed_value)(machine_for(adapter, coverage, on_example))
+    spec = MACHINES[machine]
+    bound = seed(seed_value)(spec.bind(adapter, coverage, on_example))
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
     config = settings(
         max_examples=max_examples,
@@ -57,9 +78,9 @@ def run_conformance(
     started = time.monotonic()
     try:
         if scenarios:
-            run_scenarios(machine)
+            run_scenarios(bound, spec.scenarios)
         with with_reporter(lambda _: None):  # the program arrives on the exception instead
-            run_state_machine_as_test(machine, settings=config)
+            run_state_machine_as_test(bound, settings=config)
     except RunAborted as aborted:
         return Verdict(
             conforms=False,
@@ -68,7 +89,7 @@ def run_conformance(
             seed=seed_value,
             fault=f"{type(aborted.fault).__name__}: {aborted.fault}",
             fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
-            trace=record(f"fault of {adapter.name}, seed {seed_value}", w.START, coverage.last_commands),
+            trace=_trace(spec, f"fault of {adapter.name}, seed {seed_value}", coverage),
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
         return Verdict(
@@ -78,9 +99,13 @@ def run_conformance(
             seed=seed_value,
             counterexample="\n".join(failing_program(exc)),
             failure=f"{type(exc).__name__}: {exc}",
-            trace=record(f"counterexample against {adapter.name}, seed {seed_value}", w.START, coverage.last_commands),
+            trace=_trace(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
         )
     return Verdict(True, coverage, time.monotonic() - started, seed_value)
+
+
+def _trace(machine: Machine, name: str, coverage: Coverage) -> Trace | None:
+    return record(name, w.START, coverage.last_commands) if machine.traces else None
 
 
 def failing_program(exc: BaseException) -> list[str]:
