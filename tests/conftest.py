@@ -12,6 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.provision import Server, postgres_server, scratch_database
 from leaseproof.impl.store import connect
@@ -53,5 +54,13 @@ def delivery_dsn(pg_server: Server, delivery_template: str) -> Iterator[str]:
 def adapter(delivery_dsn: str) -> Iterator[PostgresDeliveryAdapter]:
     """The bundled implementation behind the adapter boundary, on a fresh database."""
     bundled = PostgresDeliveryAdapter(delivery_dsn)
+    yield bundled
+    bundled.close()
+
+
+@pytest.fixture
+def lifecycle_adapter(delivery_dsn: str) -> Iterator[PostgresLifecycleAdapter]:
+    """The bundled lifecycle implementation (two replica engines) on a fresh database."""
+    bundled = PostgresLifecycleAdapter(delivery_dsn)
     yield bundled
     bundled.close()

@@ -59,3 +59,22 @@ def test_an_unreachable_server_exits_2_with_the_fix() -> None:
     run = _verify("--dsn", "host=127.0.0.1 port=1 user=nobody dbname=postgres connect_timeout=2", timeout=60)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "--dsn" in run.stderr and "LEASEPROOF_DSN" in run.stderr
+
+
+def test_verify_covers_both_machines_by_default(pg_server: Server) -> None:
+    run = _verify("--dsn", pg_server.dsn, "--max-examples", "10", "--seed", "5")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "verifying the delivery machine" in run.stdout and "verifying the lifecycle machine" in run.stdout
+    assert run.stdout.count("verdict: CONFORMS") == 2
+    assert run.stdout.count("never reached: none") == 2
+
+
+def test_verify_one_machine_and_a_lifecycle_mutant(pg_server: Server, tmp_path: Path) -> None:
+    run = _verify("--dsn", pg_server.dsn, "--machine", "lifecycle", "--max-examples", "10", "--seed", "5")
+    assert run.returncode == 0 and "delivery machine" not in run.stdout, run.stdout + run.stderr
+    run = _verify("--dsn", pg_server.dsn, "--max-examples", "10", "--mutant", "cutoff-ignored", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "verifying the lifecycle machine" in run.stdout and "delivery machine" not in run.stdout
+    assert "in the fixed scenario delayed_and_replayed_saves" in run.stdout
+    run = _verify("--machine", "delivery", "--mutant", "cutoff-ignored", timeout=60)
+    assert run.returncode == 2 and "does not fit" in run.stderr

@@ -1,0 +1,111 @@
+"""The stale-replica regression, end to end: two real engine objects, each with
+its own cache and its own connection, against the real lifecycle store."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.migrate import migrate
+from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as m
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+C, W, CH = uuid.UUID(int=0xC), uuid.UUID(int=0x33), uuid.UUID(int=0xCC)
+ALICE = b"\xaa" * 32
+OLD, NEW = m.Definition(("post-summary",)), m.Definition(("post-summary", "page-oncall"))
+
+
+def _event(at: int, definition: m.Definition) -> m.SaveDefinition:
+    event_id = hashlib.sha256(f"{at}/{definition}".encode()).digest()
+    return m.SaveDefinition(m.DefinitionEvent(event_id, C, W, ALICE, CH, T0 + dt.timedelta(seconds=at), definition))
+
+
+class Pods:
+    """A writer and two serving replicas, each on its own connection."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = connect(dsn)
+        migrate(self.conn)
+        PinnedClock(self.conn).pin(T0)
+        PostgresDeliveryStore(self.conn).execute(d.CreateCommunity(C))
+        self.store = LifecycleStore(self.conn)
+        self.store.set_authority(m.SetAuthority(C, CH, ALICE, True))
+        assert isinstance(self.store.save(_event(1, OLD)), m.Created)
+        self.a, self.b = ReplicaEngine(connect(dsn), "a"), ReplicaEngine(connect(dsn), "b")
+        self.a.refresh()
+        self.b.refresh()  # both warm with the old revision
+
+    def count(self, table: str) -> int:
+        return self.conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]  # type: ignore[index]
+
+    def fire(self, engine: ReplicaEngine, door: str = "event") -> Any:
+        return engine.fire(m.Fire(engine.name, door, C, W))
+
+    def close(self) -> None:
+        for conn in (self.conn, self.a.conn, self.b.conn):
+            conn.close()
+
+
+@pytest.fixture
+def pods(delivery_dsn: str) -> Iterator[Pods]:
+    p = Pods(delivery_dsn)
+    yield p
+    p.close()
+
+
+def test_the_replicas_are_separate_engines(pods: Pods) -> None:
+    pids = {c.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] for c in (pods.conn, pods.a.conn, pods.b.conn)}  # type: ignore[index]
+    assert len(pids) == 3 and pods.a.cache is not pods.b.cache
+
+
+def _delete(pods: Pods, at: int) -> None:
+    assert pods.store.delete(m.DeleteDefinition(C, W, ALICE, T0 + dt.timedelta(seconds=at))) == m.Deleted(
+        T0 + dt.timedelta(seconds=at)
+    )
+
+
+CHANGES = {
+    "update": lambda p: p.store.save(_event(2, NEW)),
+    "disable": lambda p: p.store.save(_event(2, m.Definition(("post-summary",), enabled=False))),
+    "delete-then-recreate": lambda p: (_delete(p, 2), p.store.save(_event(3, NEW))),
+    "identical-recreate": lambda p: (_delete(p, 2), p.store.save(_event(3, OLD))),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("door", m.DOORS)
+def test_a_stale_replica_starts_no_run_and_no_action(pods: Pods, change: str, door: str) -> None:
+    CHANGES[change](pods)
+    assert pods.fire(pods.b, door) == m.AdmissionRefused()
+    assert (pods.count("admitted_runs"), pods.count("executed_actions")) == (0, 0)
+    pods.a.refresh()  # positive control: the fresh replica runs the current definition, if any
+    outcome = pods.fire(pods.a, door)
+    current = pods.conn.execute("SELECT actions FROM definition_runtime WHERE enabled").fetchone()
+    if current is None:
+        assert outcome == m.NotSelected()
+        assert pods.count("executed_actions") == 0
+    else:
+        assert isinstance(outcome, m.Admitted) and outcome.record.actions == tuple(current["actions"])
+        executed = [r["action"] for r in pods.conn.execute("SELECT action FROM executed_actions ORDER BY seq")]
+        assert executed == list(current["actions"])
+
+
+def test_a_pinned_run_resumes_only_its_own_revision(pods: Pods) -> None:
+    admitted = pods.fire(pods.a)
+    assert isinstance(admitted, m.Admitted) and admitted.run_id == 1
+    resumer = RunResumer(pods.conn)
+    assert resumer.resume(m.ResumeRun(1)) == m.Resumed(OLD.actions)
+    pods.store.save(_event(2, NEW))
+    assert resumer.resume(m.ResumeRun(1)) == m.ResumeRefused()
+    assert [r["action"] for r in pods.conn.execute("SELECT action FROM executed_actions ORDER BY seq")] == [
+        "post-summary",
+        "post-summary",
+    ]
