@@ -11,12 +11,12 @@ attributes so a mutant differs in exactly the statement it names.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from typing import Any
 
 import attrs
 import psycopg
 
+from leaseproof.impl.store import FencedWriter
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused
@@ -53,24 +53,8 @@ def record_params(record: m.Record) -> dict[str, Any]:
     }
 
 
-class _Writes:
-    """What every writer shares: the community check under a share lock."""
-
-    SQL_COMMUNITY_STATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR SHARE"
-
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        self.conn = conn
-
-    def _writable(self, community_id: uuid.UUID) -> None:
-        row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
-        if row is None:
-            raise Refused(d.UnknownCommunity(community_id))
-        state = d.CommunityState(row["state"])
-        if state is not d.CommunityState.ACTIVE:
-            raise Refused(d.CommunityNotWritable(community_id, state))
-
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        return self.conn.execute(sql, params).fetchone()
+class _Writes(FencedWriter):
+    """Lifecycle writers: the shared fence check, and the action sink."""
 
     SQL_EXECUTE = "INSERT INTO executed_actions (run_id, action) SELECT %(run_id)s, unnest(%(actions)s::text[])"
 

@@ -96,12 +96,32 @@ def delivery_from_row(row: dict[str, Any]) -> m.Delivery:
     )
 
 
-class PostgresDeliveryStore:
+class FencedWriter:
+    """What every writer of a community's rows shares: the explicit write-fence
+    check, under a share lock that a concurrent state change must wait for."""
+
+    SQL_COMMUNITY_STATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR SHARE"
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        self.conn = conn
+
+    def _writable(self, community_id: uuid.UUID) -> None:
+        """Refuse unless the community exists and is active; holds it share-locked."""
+        row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
+        if row is None:
+            raise Refused(m.UnknownCommunity(community_id))
+        state = m.CommunityState(row["state"])
+        if state is not m.CommunityState.ACTIVE:
+            raise Refused(m.CommunityNotWritable(community_id, state))
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        return self.conn.execute(sql, params).fetchone()
+
+
+class PostgresDeliveryStore(FencedWriter):
     """The delivery machine on PostgreSQL. One connection; not thread-safe."""
 
     # -- named statements ---------------------------------------------------
-
-    SQL_COMMUNITY_STATE = "SELECT state FROM communities WHERE id = %(community_id)s FOR SHARE"
 
     SQL_LOCK_IDENTITY = """
         SELECT pg_advisory_xact_lock(hashtextextended(
@@ -276,9 +296,6 @@ class PostgresDeliveryStore:
     """
     SQL_DELETE_EVENT = "DELETE FROM events WHERE community_id = %(community_id)s AND id = %(event_id)s RETURNING id"
 
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        self.conn = conn
-
     # -- dispatch -------------------------------------------------------------
 
     def execute(self, command: m.Command) -> m.Outcome:
@@ -294,20 +311,6 @@ class PostgresDeliveryStore:
                 state = m.CommunityState(exc.diag.message_detail or "deleted")
                 raise Refused(m.CommunityNotWritable(community_id, state)) from exc
             raise
-
-    # -- helpers that every write shares --------------------------------------
-
-    def _writable(self, community_id: uuid.UUID) -> None:
-        """Refuse unless the community exists and is active; holds it share-locked."""
-        row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
-        if row is None:
-            raise Refused(m.UnknownCommunity(community_id))
-        state = m.CommunityState(row["state"])
-        if state is not m.CommunityState.ACTIVE:
-            raise Refused(m.CommunityNotWritable(community_id, state))
-
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        return self.conn.execute(sql, params).fetchone()
 
     # -- communities, workflows, runs, events ----------------------------------
 
