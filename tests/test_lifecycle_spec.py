@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 import pytest
+from spec_tables import SpecFormatError, headings, parse_table, split_list
 
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
@@ -54,45 +55,12 @@ def _model_hash(definition: m.Definition) -> bytes:
     return definition.hash
 
 
-class SpecFormatError(AssertionError):
-    """The page does not contain what the checks parse, in the expected shape."""
-
-
 def spec_text() -> str:
     assert SPEC.is_file(), f"the spec is missing: {SPEC}"
     return SPEC.read_text(encoding="utf-8")
 
 
 # -- parsing ------------------------------------------------------------------
-
-
-def _cell(raw: str) -> str:
-    return raw.strip().strip("`").strip()
-
-
-def parse_table(text: str, header: str) -> list[list[str]]:
-    """The body rows of the one table whose header line is exactly `header`."""
-    lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip() == header]
-    if len(starts) != 1:
-        raise SpecFormatError(f"expected exactly one table headed {header!r}, found {len(starts)}")
-    start = starts[0]
-    width = header.count("|") - 1
-    separator = lines[start + 1].strip() if start + 1 < len(lines) else ""
-    if not re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|){%d}" % width, separator):
-        raise SpecFormatError(f"the table headed {header!r} lacks a {width}-column separator line: {separator!r}")
-    rows: list[list[str]] = []
-    for number, line in enumerate(lines[start + 2 :], start=start + 3):
-        stripped = line.strip()
-        if not stripped.startswith("|"):
-            break
-        if not stripped.endswith("|"):
-            raise SpecFormatError(f"line {number}: table row does not end with '|': {line!r}")
-        cells = [_cell(c) for c in stripped[1:-1].split("|")]
-        if len(cells) != width:
-            raise SpecFormatError(f"line {number}: expected {width} cells, found {len(cells)}: {line!r}")
-        rows.append(cells)
-    return rows
 
 
 def _one(pattern: re.Pattern[str], text: str, what: str) -> str:
@@ -105,27 +73,6 @@ def _one(pattern: re.Pattern[str], text: str, what: str) -> str:
     return found[0]
 
 
-def _split_list(cell: str) -> list[str]:
-    return [item.strip() for item in cell.split(",")] if cell.strip() else []
-
-
-def headings(text: str) -> list[str]:
-    """The first word of every Markdown heading outside fenced code blocks."""
-    found = []
-    fenced = False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        match = None if fenced else re.match(r"#{1,6}\s+`?([A-Za-z_]\w*)", line)
-        if match:
-            found.append(match.group(1))
-    return found
-
-
-# -- the checks -----------------------------------------------------------------
-
-
 def _difference(what: str, spec: list[str], model: list[str]) -> str:
     if spec == model:
         return ""
@@ -135,7 +82,7 @@ def _difference(what: str, spec: list[str], model: list[str]) -> str:
 
 def outcome_table_difference(text: str, variants: Mapping[type, tuple[str, ...]] = m.OUTCOME_VARIANTS) -> str:
     """How the `| operation | outcome variants |` table differs from OUTCOME_VARIANTS."""
-    spec = [f"{name} | {', '.join(_split_list(cell))}" for name, cell in parse_table(text, OUTCOME_HEADER)]
+    spec = [f"{name} | {', '.join(split_list(cell))}" for name, cell in parse_table(text, OUTCOME_HEADER)]
     model = [f"{command.__name__} | {', '.join(names)}" for command, names in variants.items()]
     return _difference("the outcome table", spec, model)
 

@@ -12,10 +12,10 @@ drifted copy of the page to prove each check can fail.
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
 
 import pytest
+from spec_tables import SpecFormatError, headings, parse_table, split_list
 
 from leaseproof.model.delivery import OUTCOME_VARIANTS, TRANSITIONS, Status
 
@@ -26,42 +26,9 @@ ABSENT = "absent"
 COMMAND_NAMES = [command.__name__ for command in OUTCOME_VARIANTS]
 
 
-class SpecFormatError(AssertionError):
-    """The page does not contain a table in the expected shape."""
-
-
 def spec_text() -> str:
     assert SPEC.is_file(), f"the spec is missing: {SPEC}"
     return SPEC.read_text(encoding="utf-8")
-
-
-def _cell(raw: str) -> str:
-    return raw.strip().strip("`").strip()
-
-
-def parse_table(text: str, header: str) -> list[list[str]]:
-    """The body rows of the one table whose header line is exactly `header`."""
-    lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip() == header]
-    if len(starts) != 1:
-        raise SpecFormatError(f"expected exactly one table headed {header!r}, found {len(starts)}")
-    start = starts[0]
-    width = header.count("|") - 1
-    separator = lines[start + 1].strip() if start + 1 < len(lines) else ""
-    if not re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|){%d}" % width, separator):
-        raise SpecFormatError(f"the table headed {header!r} lacks a {width}-column separator line: {separator!r}")
-    rows: list[list[str]] = []
-    for number, line in enumerate(lines[start + 2 :], start=start + 3):
-        stripped = line.strip()
-        if not stripped.startswith("|"):
-            break
-        if not stripped.endswith("|"):
-            raise SpecFormatError(f"line {number}: table row does not end with '|': {line!r}")
-        cells = [_cell(c) for c in stripped[1:-1].split("|")]
-        if len(cells) != width:
-            raise SpecFormatError(f"line {number}: expected {width} cells, found {len(cells)}: {line!r}")
-        rows.append(cells)
-    return rows
 
 
 def _difference(what: str, spec: list[str], model: list[str]) -> str:
@@ -71,13 +38,9 @@ def _difference(what: str, spec: list[str], model: list[str]) -> str:
     return f"{what} in {SPEC.name} differs from the model (- spec, + model):\n{diff}"
 
 
-def _split_list(cell: str) -> list[str]:
-    return [item.strip() for item in cell.split(",")] if cell.strip() else []
-
-
 def outcome_table_difference(text: str) -> str:
     """How the `| operation | outcome variants |` table differs from OUTCOME_VARIANTS."""
-    spec = [f"{name} | {', '.join(_split_list(variants))}" for name, variants in parse_table(text, OUTCOME_HEADER)]
+    spec = [f"{name} | {', '.join(split_list(variants))}" for name, variants in parse_table(text, OUTCOME_HEADER)]
     model = [f"{command.__name__} | {', '.join(variants)}" for command, variants in OUTCOME_VARIANTS.items()]
     return _difference("the outcome table", spec, model)
 
@@ -97,27 +60,13 @@ def transition_causes_problems(text: str) -> str:
     """Rows of the transition table whose `by` column does not name command classes."""
     problems = []
     for source, target, by in parse_table(text, TRANSITION_HEADER):
-        names = _split_list(by)
+        names = split_list(by)
         unknown = [name for name in names if name not in COMMAND_NAMES]
         if not names or unknown:
             problems.append(f"{source} -> {target}: 'by' is {by!r}; not command classes: {unknown or '(empty)'}")
     if not problems:
         return ""
     return "the transition table's 'by' column must name operations of the model:\n" + "\n".join(problems)
-
-
-def headings(text: str) -> list[str]:
-    """The first word of every Markdown heading outside fenced code blocks."""
-    found = []
-    fenced = False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        match = None if fenced else re.match(r"#{1,6}\s+`?([A-Za-z_]\w*)", line)
-        if match:
-            found.append(match.group(1))
-    return found
 
 
 def missing_headings(text: str) -> str:
