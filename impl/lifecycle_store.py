@@ -140,17 +140,7 @@ class LifecycleStore(_Writes):
             if head is None and cutoff is not None and e.created_at <= cutoff["cutoff"]:
                 return m.BeforeCutoff(cutoff["cutoff"])
             incarnation = e.created_at if head is None else self._one(self.SQL_INCARNATION, params)["incarnation"]  # type: ignore[index]
-            record = m.Record(
-                community_id=e.community_id,
-                workflow_id=e.workflow_id,
-                owner=e.author,
-                channel_id=e.channel_id,
-                hash=e.definition.hash,
-                enabled=e.definition.is_enabled,
-                incarnation=incarnation,
-                actions=e.definition.actions,
-                revision=e.event_id,
-            )
+            record = m.project(e, incarnation)
             row = {
                 **record_params(record),
                 "event_id": e.event_id,

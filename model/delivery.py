@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
@@ -484,10 +484,11 @@ def initial_state(now: dt.datetime) -> DeliverySystem:
     return DeliverySystem(now=now)
 
 
-def _community_refusal(state: DeliverySystem, community_id: uuid.UUID) -> Rejection | None:
-    if community_id not in state.communities:
+def community_refusal(communities: Mapping[uuid.UUID, CommunityState], community_id: uuid.UUID) -> Rejection | None:
+    """The write fence, for every machine: unknown, or not active, refuses."""
+    current = communities.get(community_id)
+    if current is None:
         return UnknownCommunity(community_id)
-    current = state.communities[community_id]
     if current is not CommunityState.ACTIVE:
         return CommunityNotWritable(community_id, current)
     return None
@@ -534,7 +535,7 @@ def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Step:
 
 def _create_workflow(s: DeliverySystem, c: CreateWorkflow) -> Step:
     key = (c.community_id, c.workflow_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if key in s.workflows:
         return s, AlreadyExists("workflow", *key)
@@ -543,7 +544,7 @@ def _create_workflow(s: DeliverySystem, c: CreateWorkflow) -> Step:
 
 def _delete_workflow(s: DeliverySystem, c: DeleteWorkflow) -> Step:
     key = (c.community_id, c.workflow_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if key not in s.workflows:
         return s, NotFound("workflow", *key)
@@ -558,7 +559,7 @@ def _delete_workflow(s: DeliverySystem, c: DeleteWorkflow) -> Step:
 
 def _create_run(s: DeliverySystem, c: CreateRun) -> Step:
     key = (c.community_id, c.run_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if (c.community_id, c.workflow_id) not in s.workflows:
         return s, NotFound("workflow", c.community_id, c.workflow_id)
@@ -569,7 +570,7 @@ def _create_run(s: DeliverySystem, c: CreateRun) -> Step:
 
 def _delete_run(s: DeliverySystem, c: DeleteRun) -> Step:
     key = (c.community_id, c.run_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if key not in s.runs:
         return s, NotFound("run", *key)
@@ -579,7 +580,7 @@ def _delete_run(s: DeliverySystem, c: DeleteRun) -> Step:
 
 def _publish_event(s: DeliverySystem, c: PublishEvent) -> Step:
     key = (c.community_id, c.event_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if key in s.events:
         return s, AlreadyExists("event", *key)
@@ -588,7 +589,7 @@ def _publish_event(s: DeliverySystem, c: PublishEvent) -> Step:
 
 def _delete_event(s: DeliverySystem, c: DeleteEvent) -> Step:
     key = (c.community_id, c.event_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if key not in s.events:
         return s, NotFound("event", *key)
@@ -598,7 +599,7 @@ def _delete_event(s: DeliverySystem, c: DeleteEvent) -> Step:
 
 def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
     cid = c.community_id
-    if refusal := _community_refusal(s, cid):
+    if refusal := community_refusal(s.communities, cid):
         return s, refusal
     run_workflow = s.runs.get((cid, c.run_id))
     if run_workflow is None:
@@ -645,7 +646,7 @@ def _claim(s: DeliverySystem, c: Claim) -> Step:
         c.expected.community_id != c.community_id or c.expected.target_pubkey != c.target_pubkey
     ):
         return s, ClaimMiss()
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     candidates = [
         d
@@ -692,7 +693,7 @@ def _held(s: DeliverySystem, lease: Lease) -> Delivery | None:
 
 
 def _renew(s: DeliverySystem, c: Renew) -> Step:
-    if refusal := _community_refusal(s, c.lease.community_id):
+    if refusal := community_refusal(s.communities, c.lease.community_id):
         return s, refusal
     row = _held(s, c.lease)
     if row is None:
@@ -703,7 +704,7 @@ def _renew(s: DeliverySystem, c: Renew) -> Step:
 
 def _finish(s: DeliverySystem, c: Finish) -> Step:
     lease = c.lease
-    if refusal := _community_refusal(s, lease.community_id):
+    if refusal := community_refusal(s.communities, lease.community_id):
         return s, refusal
     row = _held(s, lease)
     if row is not None:

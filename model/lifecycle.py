@@ -38,8 +38,9 @@ from leaseproof.model.delivery import (
     Rejection,
     SetCommunityState,
     UnknownCommunity,
+    _instance_of,
+    community_refusal,
 )
-from leaseproof.model.delivery import _instance_of
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
 
@@ -401,15 +402,6 @@ def initial_state(now: dt.datetime, replicas: tuple[str, ...] = ("r1", "r2")) ->
     return LifecycleSystem(now=now, caches=FrozenMap({r: Cache(loaded_at=now) for r in replicas}))
 
 
-def _community_refusal(s: LifecycleSystem, community_id: uuid.UUID) -> Rejection | None:
-    current = s.communities.get(community_id)
-    if current is None:
-        return UnknownCommunity(community_id)
-    if current is not CommunityState.ACTIVE:
-        return CommunityNotWritable(community_id, current)
-    return None
-
-
 def _enabled_records(s: LifecycleSystem) -> FrozenMap[Coordinate, Record]:
     return FrozenMap((k, r) for k, r in s.runtime.items() if r.enabled)
 
@@ -432,17 +424,32 @@ def _set_community_state(s: LifecycleSystem, c: SetCommunityState) -> Step:
 
 
 def _set_authority(s: LifecycleSystem, c: SetAuthority) -> Step:
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     member = (c.community_id, c.channel_id, c.member)
     authority = s.authority | {member} if c.active else s.authority - {member}
     return attrs.evolve(s, authority=authority), Ok()
 
 
+def project(e: DefinitionEvent, incarnation: dt.datetime) -> Record:
+    """The runtime record an accepted save writes."""
+    return Record(
+        community_id=e.community_id,
+        workflow_id=e.workflow_id,
+        owner=e.author,
+        channel_id=e.channel_id,
+        hash=e.definition.hash,
+        enabled=e.definition.is_enabled,
+        incarnation=incarnation,
+        actions=e.definition.actions,
+        revision=e.event_id,
+    )
+
+
 def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
     e = c.event
     coordinate = (e.community_id, e.workflow_id)
-    if refusal := _community_refusal(s, e.community_id):
+    if refusal := community_refusal(s.communities, e.community_id):
         return s, refusal
     if (e.community_id, e.channel_id, e.author) not in s.authority:
         return s, NoAuthority(e.channel_id, e.author)
@@ -456,17 +463,7 @@ def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
         return s, BeforeCutoff(cutoff)
     # An update keeps the incarnation; a (re)creation starts a new one.
     incarnation = e.created_at if head is None else s.runtime[coordinate].incarnation
-    record = Record(
-        community_id=e.community_id,
-        workflow_id=e.workflow_id,
-        owner=e.author,
-        channel_id=e.channel_id,
-        hash=e.definition.hash,
-        enabled=e.definition.is_enabled,
-        incarnation=incarnation,
-        actions=e.definition.actions,
-        revision=e.event_id,
-    )
+    record = project(e, incarnation)
     new_head = Head(e.event_id, e.author, e.channel_id, e.created_at, e.definition)
     s = attrs.evolve(s, heads=s.heads.set(coordinate, new_head), runtime=s.runtime.set(coordinate, record))
     return s, (Created(incarnation) if head is None else Updated(record.enabled))
@@ -474,7 +471,7 @@ def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
 
 def _delete(s: LifecycleSystem, c: DeleteDefinition) -> Step:
     coordinate = (c.community_id, c.workflow_id)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     head = s.heads.get(coordinate)
     if head is None:
@@ -532,7 +529,7 @@ def _fire(s: LifecycleSystem, c: Fire) -> Step:
     cache = s.caches.get(c.replica)
     if cache is None:
         return s, UnknownReplica(c.replica)
-    if refusal := _community_refusal(s, c.community_id):
+    if refusal := community_refusal(s.communities, c.community_id):
         return s, refusal
     if s.now - cache.loaded_at >= CACHE_TTL:  # an expired cache reloads before it serves
         cache = Cache(s.now, _enabled_records(s))
