@@ -63,10 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     verify = commands.add_parser(
         "verify",
-        help="drive the model and the bundled PostgreSQL implementation in lockstep and give the verdict",
+        help="drive each model and its implementation in lockstep and give the verdict",
         description=(
-            "Drive the delivery model and the bundled PostgreSQL implementation in lockstep through "
-            "randomized programs; compare every outcome and the full persisted state after every step."
+            "Drive each machine's model (delivery, lifecycle) and its implementation (the bundled PostgreSQL one "
+            "unless --adapter/--adapter-cmd names another) in lockstep through fixed scenarios and randomized "
+            "programs; compare every outcome and the full persisted state after every step."
         ),
     )
     verify.add_argument(
