@@ -103,7 +103,9 @@ class PostgresLifecycleAdapter:
                 r["id"]: m.Run(r["id"], r["door"], record_from_row(r), r["admitted_at"])
                 for r in q("SELECT * FROM admitted_runs")
             }
-            executed = tuple((r["run_id"], r["action"]) for r in q("SELECT run_id, action FROM executed_actions ORDER BY seq"))
+            executed: dict[int, tuple[str, ...]] = {}
+            for r in q("SELECT run_id, action FROM executed_actions ORDER BY run_id, seq"):
+                executed[r["run_id"]] = executed.get(r["run_id"], ()) + (r["action"],)
         return m.LifecycleSystem(
             now=now,
             communities=FrozenMap(communities),
@@ -113,7 +115,7 @@ class PostgresLifecycleAdapter:
             cutoffs=FrozenMap(cutoffs),
             runs=FrozenMap(runs),
             caches=FrozenMap({name: engine.cache for name, engine in self.engines.items()}),
-            executed=executed,
+            executed=FrozenMap(executed),
         )
 
     def close(self) -> None:

@@ -393,8 +393,10 @@ class LifecycleSystem:
     cutoffs: FrozenMap[Coordinate, dt.datetime] = FrozenMap()
     runs: FrozenMap[int, Run] = FrozenMap()
     caches: FrozenMap[str, Cache] = FrozenMap()
-    # Every action executed, in order: (run id, action).
-    executed: tuple[tuple[int, str], ...] = ()
+    # Every run's executed actions, in order. Only the order within a run is
+    # observable: runs on different connections execute concurrently, so no
+    # order across runs is specified.
+    executed: FrozenMap[int, tuple[str, ...]] = FrozenMap()
 
 
 def initial_state(now: dt.datetime, replicas: tuple[str, ...] = ("r1", "r2")) -> LifecycleSystem:
@@ -543,7 +545,7 @@ def _fire(s: LifecycleSystem, c: Fire) -> Step:
     # The run pins the row it was admitted against: the selected content, at its current revision.
     run_id = len(s.runs) + 1
     run = Run(run_id, c.door, admitted, s.now)
-    executed = s.executed + tuple((run_id, action) for action in admitted.actions)
+    executed = s.executed.set(run_id, admitted.actions)
     return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, admitted)
 
 
@@ -557,7 +559,7 @@ def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
     # Any accepted save since admission (even one restoring the same content) is a new revision.
     if _admissible(s, run.record) != run.record:
         return s, ResumeRefused()
-    executed = s.executed + tuple((run.run_id, action) for action in run.record.actions)
+    executed = s.executed.set(run.run_id, s.executed[run.run_id] + run.record.actions)
     return attrs.evolve(s, executed=executed), Resumed(run.record.actions)
 
 

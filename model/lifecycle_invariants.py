@@ -35,7 +35,7 @@ def state_violations(s: LifecycleSystem) -> list[str]:
     for run_id, run in s.runs.items():
         if run.run_id != run_id or not 1 <= run_id <= len(s.runs):
             found.append(f"run {run_id}: ids must be 1..n in admission order")
-    for run_id, _ in s.executed:
+    for run_id in s.executed:
         if run_id not in s.runs:
             found.append(f"an action was executed for run {run_id}, which was never admitted")
     return found
@@ -47,9 +47,14 @@ def step_violations(before: LifecycleSystem, after: LifecycleSystem, outcome: ob
         found.append(f"the rejection {outcome!r} changed the state")
     if after.now < before.now:
         found.append("the clock went back")
-    if after.executed[: len(before.executed)] != before.executed:
-        found.append("the executed actions were rewritten")
-    new_actions = after.executed[len(before.executed) :]
+    new_actions: tuple[tuple[int, str], ...] = ()
+    for run_id, actions in after.executed.items():
+        earlier = before.executed.get(run_id, ())
+        if actions[: len(earlier)] != earlier:
+            found.append(f"the executed actions of run {run_id} were rewritten")
+        new_actions += tuple((run_id, a) for a in actions[len(earlier) :])
+    if before.executed.keys() - after.executed.keys():
+        found.append("the executed actions of a run disappeared")
     if isinstance(outcome, Admitted):
         current = before.runtime.get(outcome.record.coordinate)
         owner = (outcome.record.community_id, outcome.record.channel_id, outcome.record.owner)
