@@ -56,4 +56,22 @@ class DeliveryAdapter(Protocol):
         """Release connections and other resources."""
 
 
+@runtime_checkable
+class Session(Protocol):
+    """One more client of an adapter's state, on its own connection.
+
+    An adapter that can be driven concurrently (`leaseproof stress`) has
+    `session() -> Session`. Sessions run commands at the same time as each
+    other and as the adapter itself; `execute` is as the adapter's. If
+    `execute` raises a connection error (psycopg's `OperationalError`,
+    `ConnectionError`, `TimeoutError`) the command's outcome is unknown: it
+    is recorded as indeterminate and the session is replaced; `close()` must
+    not return while the abandoned command can still take effect.
+    """
+
+    def execute(self, command: m.Command) -> m.Outcome: ...
+
+    def close(self) -> None: ...
+
+
 DeliveryAdapterFactory = Callable[[], DeliveryAdapter]

@@ -15,20 +15,13 @@ _RESET = """
 """
 
 
-class PostgresDeliveryAdapter:
-    """Drives a `PostgresDeliveryStore` (or a variant of it) on one database."""
+class PostgresDeliverySession:
+    """One client of the store on its own connection: what a concurrent worker drives."""
 
-    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore) -> None:
-        self.name = f"postgres:{store_class.__name__}"
+    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore]) -> None:
         self.conn = connect(dsn)
-        migrate(self.conn)
         self.store = store_class(self.conn)
         self.clock = PinnedClock(self.conn)
-
-    def reset(self, start: dt.datetime) -> None:
-        with self.conn.transaction():
-            self.conn.execute(_RESET)
-            self.clock.pin(start)
 
     def execute(self, command: m.Command) -> m.Outcome:
         if isinstance(command, m.AdvanceClock):
@@ -39,8 +32,27 @@ class PostgresDeliveryAdapter:
         except Refused as refused:
             return refused.rejection
 
-    def snapshot(self) -> m.DeliverySystem:
-        return self.store.snapshot()
-
     def close(self) -> None:
         self.conn.close()
+
+
+class PostgresDeliveryAdapter(PostgresDeliverySession):
+    """Drives a `PostgresDeliveryStore` (or a variant of it) on one database."""
+
+    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore) -> None:
+        super().__init__(dsn, store_class)
+        self.name = f"postgres:{store_class.__name__}"
+        self.dsn, self.store_class = dsn, store_class
+        migrate(self.conn)
+
+    def session(self) -> PostgresDeliverySession:
+        """Another client of the same database, on its own connection."""
+        return PostgresDeliverySession(self.dsn, self.store_class)
+
+    def reset(self, start: dt.datetime) -> None:
+        with self.conn.transaction():
+            self.conn.execute(_RESET)
+            self.clock.pin(start)
+
+    def snapshot(self) -> m.DeliverySystem:
+        return self.store.snapshot()

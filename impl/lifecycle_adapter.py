@@ -8,6 +8,7 @@ connection.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row
@@ -24,30 +25,24 @@ _RESET = """
 """
 
 
-class PostgresLifecycleAdapter:
-    def __init__(
-        self,
-        dsn: str,
-        replicas: tuple[str, ...] = ("r1", "r2"),
-        store_class: type[LifecycleStore] = LifecycleStore,
-        engine_class: type[ReplicaEngine] = ReplicaEngine,
-        resumer_class: type[RunResumer] = RunResumer,
-    ) -> None:
-        self.name = f"postgres:{store_class.__name__}+{engine_class.__name__}+{resumer_class.__name__}"
-        self.conn = connect(dsn)
-        migrate(self.conn)
+class PostgresLifecycleSession:
+    """One client of the lifecycle on its own connection: what a concurrent worker drives.
+
+    Definition writes, community changes and resumes run on the session's
+    connection. Fires go to the shared replica engines, as requests reach a
+    serving replica: each engine serves one request at a time (it has one
+    connection), so fires on one replica queue while the other replica,
+    the writers and the resumers run concurrently with them.
+    """
+
+    def __init__(self, adapter: PostgresLifecycleAdapter) -> None:
+        self.conn = connect(adapter.dsn)
         self.clock = PinnedClock(self.conn)
         self.communities = PostgresDeliveryStore(self.conn)
-        self.store = store_class(self.conn)
-        self.resumer = resumer_class(self.conn)
-        self.engines = {name: engine_class(connect(dsn), name) for name in replicas}
-
-    def reset(self, start: dt.datetime) -> None:
-        with self.conn.transaction():
-            self.conn.execute(_RESET)
-            self.clock.pin(start)
-        for engine in self.engines.values():
-            engine.cache = m.Cache(loaded_at=start)
+        self.store = adapter.store_class(self.conn)
+        self.resumer = adapter.resumer_class(self.conn)
+        self.engines = adapter.engines
+        self.engine_locks = adapter.engine_locks
 
     def execute(self, command: Any) -> Any:
         try:
@@ -65,10 +60,11 @@ class PostgresLifecycleAdapter:
             engine = self.engines.get(c.replica)
             if engine is None:
                 raise Refused(m.UnknownReplica(c.replica))
-            if isinstance(c, m.RefreshCache):
-                engine.refresh()
-                return d.Ok()
-            return engine.fire(c)
+            with self.engine_locks[c.replica]:
+                if isinstance(c, m.RefreshCache):
+                    engine.refresh()
+                    return d.Ok()
+                return engine.fire(c)
         handlers = {
             m.SetAuthority: self.store.set_authority,
             m.SaveDefinition: self.store.save,
@@ -77,6 +73,43 @@ class PostgresLifecycleAdapter:
             m.ResumeRun: self.resumer.resume,
         }
         return handlers[type(c)](c)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class PostgresLifecycleAdapter:
+    def __init__(
+        self,
+        dsn: str,
+        replicas: tuple[str, ...] = ("r1", "r2"),
+        store_class: type[LifecycleStore] = LifecycleStore,
+        engine_class: type[ReplicaEngine] = ReplicaEngine,
+        resumer_class: type[RunResumer] = RunResumer,
+    ) -> None:
+        self.name = f"postgres:{store_class.__name__}+{engine_class.__name__}+{resumer_class.__name__}"
+        self.dsn, self.store_class, self.resumer_class = dsn, store_class, resumer_class
+        with connect(dsn) as conn:
+            migrate(conn)
+        self.engines = {name: engine_class(connect(dsn), name) for name in replicas}
+        self.engine_locks = {name: threading.Lock() for name in replicas}
+        self.client = PostgresLifecycleSession(self)
+        self.conn = self.client.conn
+        self.clock = self.client.clock
+
+    def reset(self, start: dt.datetime) -> None:
+        with self.conn.transaction():
+            self.conn.execute(_RESET)
+            self.clock.pin(start)
+        for engine in self.engines.values():
+            engine.cache = m.Cache(loaded_at=start)
+
+    def execute(self, command: Any) -> Any:
+        return self.client.execute(command)
+
+    def session(self) -> PostgresLifecycleSession:
+        """Another client of the same database and the same replicas."""
+        return PostgresLifecycleSession(self)
 
     def snapshot(self) -> m.LifecycleSystem:
         with self.conn.transaction():
