@@ -3,7 +3,7 @@
 The model and an implementation (replica engines with their own caches)
 receive the same saves, deletions, cache refreshes, clock moves and fires;
 after every step the outcomes, the full persisted state, every replica's
-cache and the list of executed actions must agree. Event times are drawn
+cache and each run's executed actions must agree. Event times are drawn
 relative to the coordinate's head and cutoff ("newer", "older", "at the
 cutoff"), so delayed saves, replays and recreations are common.
 """

@@ -445,7 +445,7 @@ class TestCommunitiesAndAuthority:
         assert s.now == T0
         assert dict(s.communities) == {C1: CommunityState.ACTIVE, C2: CommunityState.ACTIVE}
         assert s.authority == {(C1, CH, ALICE), (C1, CH2, ALICE), (C1, CH, BOB)}
-        assert (s.heads, s.runtime, s.cutoffs, s.runs, s.executed) == (FrozenMap(),) * 4 + ((),)
+        assert (s.heads, s.runtime, s.cutoffs, s.runs, s.executed) == (FrozenMap(),) * 5
         assert s.caches == FrozenMap({"r1": Cache(T0), "r2": Cache(T0)})
 
     def test_create_twice(self) -> None:
@@ -730,7 +730,7 @@ class TestAlternateDeletion:
         s = refresh(one_workflow(), "r1")
         s = unchanged(s, AlternateDelete(C1, WF, path), AlternateDeletionRejected(path))
         s = must(s, fire("r1"), Admitted(1, record_of(E1)))
-        assert s.executed == ((1, "notify"), (1, "label"))
+        assert s.executed == FrozenMap({1: ("notify", "label")})
 
     @pytest.mark.parametrize("path", ["report-enforcement", "report-enforcement-retry", "admin"])
     def test_rejected_even_for_a_missing_coordinate_or_unknown_community(self, path: str) -> None:
@@ -788,7 +788,7 @@ class TestStaleReplica:
         for replica in ("r1", "r2"):
             unchanged(s, fire(replica, door), AdmissionRefused())
         assert list(s.runs) == [1]
-        assert s.executed == ((1, "notify"), (1, "label"))  # nothing more executed
+        assert s.executed == FrozenMap({1: ("notify", "label")})  # nothing more executed
 
     @pytest.mark.parametrize("change", CHANGES)
     def test_a_fresh_replica_serves_only_the_current_record(self, change: str) -> None:
@@ -798,12 +798,12 @@ class TestStaleReplica:
         if current is None:
             assert s.caches["r2"] == Cache(T0, FrozenMap())
             unchanged(s, fire("r2"), NotSelected())
-            assert s.runs == FrozenMap() and s.executed == ()
+            assert s.runs == FrozenMap() and s.executed == FrozenMap()
         else:
             assert s.caches["r2"] == Cache(T0, FrozenMap({(C1, WF): current}))
             s = must(s, fire("r2", "manual"), Admitted(1, current))
             assert s.runs == FrozenMap({1: Run(1, "manual", current, T0)})
-            assert s.executed == tuple((1, a) for a in current.actions)
+            assert s.executed == FrozenMap({1: current.actions})
 
     def test_identical_recreation_is_stale_only_by_its_incarnation(self) -> None:
         s = _recreate_identical(warmed())
@@ -815,7 +815,7 @@ class TestStaleReplica:
         s = must(warmed(), fire("r1"), Admitted(1, record_of(E1)))
         s = _disable(s)
         assert s.runs == FrozenMap({1: Run(1, "event", record_of(E1), T0)})
-        assert s.executed == ((1, "notify"), (1, "label"))
+        assert s.executed == FrozenMap({1: ("notify", "label")})
 
 
 class TestAdmission:
@@ -823,13 +823,15 @@ class TestAdmission:
     def test_a_current_cached_record_is_admitted(self, door: str) -> None:
         s = must(warmed(), fire("r2", door), Admitted(run_id=1, record=record_of(E1)))
         assert s == attrs.evolve(
-            warmed(), runs=FrozenMap({1: Run(1, door, record_of(E1), T0)}), executed=((1, "notify"), (1, "label"))
+            warmed(),
+            runs=FrozenMap({1: Run(1, door, record_of(E1), T0)}),
+            executed=FrozenMap({1: ("notify", "label")}),
         )
 
     def test_created_after_the_refresh_is_not_selected(self) -> None:
         s = created(refresh(world(), "r1"), E1)
         unchanged(s, fire("r1"), NotSelected())
-        assert s.runs == FrozenMap() and s.executed == ()
+        assert s.runs == FrozenMap() and s.executed == FrozenMap()
 
     def test_disabled_at_refresh_is_not_selected_even_after_enabling(self) -> None:
         s = refresh(created(world(), event(at(1), DEF_A_OFF)), "r1")
@@ -933,7 +935,7 @@ class TestAdmission:
                 3: Run(3, "webhook", current, T0 + 2 * SECOND),
             }
         )
-        assert s.executed == ((1, "notify"), (1, "label"), (2, "escalate"), (3, "escalate"))
+        assert s.executed == FrozenMap({1: ("notify", "label"), 2: ("escalate",), 3: ("escalate",)})
 
     def test_executed_is_exactly_the_admitted_records_actions(self) -> None:
         actions = ("a", "b", "a", "c")
@@ -941,7 +943,7 @@ class TestAdmission:
         s = refresh(created(one_workflow(), e), "r1")
         s = must(s, fire("r1", workflow=WF2), Admitted(1, record_of(e)))
         s = must(s, fire("r1"), Admitted(2, record_of(E1)))
-        assert s.executed == ((1, "a"), (1, "b"), (1, "a"), (1, "c"), (2, "notify"), (2, "label"))
+        assert s.executed == FrozenMap({1: ("a", "b", "a", "c"), 2: ("notify", "label")})
 
 
 class TestCacheExpiry:
@@ -958,7 +960,7 @@ class TestCacheExpiry:
         else:
             assert outcome == Admitted(1, current)
             assert after.runs == FrozenMap({1: Run(1, "schedule", current, T0 + CACHE_TTL)})
-            assert after.executed == tuple((1, a) for a in current.actions)
+            assert after.executed == FrozenMap({1: current.actions})
 
     @pytest.mark.parametrize("change", CHANGES)
     def test_one_microsecond_before_the_ttl_the_stale_cache_serves(self, change: str) -> None:
@@ -993,16 +995,16 @@ class TestCacheExpiry:
 def admitted_once() -> LifecycleSystem:
     """Run 1 admitted on r1 for E1's record, executed once."""
     s = must(warmed(), fire("r1", "manual"), Admitted(1, record_of(E1)))
-    assert s.executed == ((1, "notify"), (1, "label"))
+    assert s.executed == FrozenMap({1: ("notify", "label")})
     return s
 
 
 class TestResume:
     def test_resume_while_current_executes_the_pinned_actions_again(self) -> None:
         s = must(admitted_once(), ResumeRun(1), Resumed(actions=ACTIONS))
-        assert s.executed == ((1, "notify"), (1, "label")) * 2
+        assert s.executed == FrozenMap({1: ("notify", "label") * 2})
         s = must(s, ResumeRun(1), Resumed(ACTIONS))
-        assert s.executed == ((1, "notify"), (1, "label")) * 3
+        assert s.executed == FrozenMap({1: ("notify", "label") * 3})
         assert s.runs == admitted_once().runs
 
     @pytest.mark.parametrize("change", CHANGES)
@@ -1010,7 +1012,15 @@ class TestResume:
         how, _ = CHANGES[change]
         s = how(admitted_once())
         unchanged(s, ResumeRun(1), ResumeRefused())
-        assert s.executed == ((1, "notify"), (1, "label"))
+        assert s.executed == FrozenMap({1: ("notify", "label")})
+
+    def test_a_resume_of_run_1_after_run_2_was_admitted_appends_to_run_1_only(self) -> None:
+        e = event(at(1), DEF_B, workflow=WF2)
+        s = refresh(created(admitted_once(), e), "r2")
+        s = must(s, fire("r2", workflow=WF2), Admitted(2, record_of(e)))
+        assert s.executed == FrozenMap({1: ("notify", "label"), 2: ("escalate",)})
+        s = must(s, ResumeRun(1), Resumed(ACTIONS))
+        assert s.executed == FrozenMap({1: ("notify", "label", "notify", "label"), 2: ("escalate",)})
 
     def test_only_the_run_pinned_to_the_current_revision_resumes(self) -> None:
         s = refresh(_update(admitted_once()), "r2")
@@ -1019,7 +1029,7 @@ class TestResume:
         s = must(s, fire("r2"), Admitted(2, current))
         unchanged(s, ResumeRun(1), ResumeRefused())
         s = must(s, ResumeRun(2), Resumed(ACTIONS_B))
-        assert s.executed == ((1, "notify"), (1, "label"), (2, "escalate"), (2, "escalate"))
+        assert s.executed == FrozenMap({1: ("notify", "label"), 2: ("escalate", "escalate")})
 
     def test_unknown_run(self) -> None:
         unchanged(world(), ResumeRun(1), UnknownRun(1))
@@ -1030,7 +1040,7 @@ class TestResume:
         unchanged(s, ResumeRun(1), ResumeRefused())
         s = must(s, SetAuthority(C1, CH, ALICE, True), Ok())
         s = must(s, ResumeRun(1), Resumed(ACTIONS))
-        assert s.executed == ((1, "notify"), (1, "label")) * 2
+        assert s.executed == FrozenMap({1: ("notify", "label") * 2})
 
     @pytest.mark.parametrize("state", [CommunityState.QUIESCING, CommunityState.FENCED])
     def test_resume_in_a_community_that_is_not_active(self, state: CommunityState) -> None:
@@ -1182,13 +1192,14 @@ def test_random_sequences_keep_invariants_and_rejections_change_nothing(recipes:
             assert state.communities[command.community_id] is CommunityState.ACTIVE
             assert outcome.run_id == len(state.runs) + 1
             assert after.runs[outcome.run_id] == Run(outcome.run_id, command.door, outcome.record, state.now)
-            assert after.executed == state.executed + tuple((outcome.run_id, a) for a in outcome.record.actions)
+            assert outcome.run_id not in state.executed
+            assert after.executed == state.executed.set(outcome.run_id, outcome.record.actions)
         elif isinstance(outcome, Resumed):
             run = state.runs[command.run_id]
             assert run.record == state.runtime[run.record.coordinate]
             assert (run.record.community_id, run.record.channel_id, run.record.owner) in state.authority
             assert state.communities[run.record.community_id] is CommunityState.ACTIVE
-            assert after.executed == state.executed + tuple((run.run_id, a) for a in run.record.actions)
+            assert after.executed == state.executed.set(run.run_id, state.executed[run.run_id] + run.record.actions)
         else:
             assert (after.runs, after.executed) == (state.runs, state.executed)
         if isinstance(outcome, (AdmissionRefused, NotSelected)):  # at most the replica's cache reloads
@@ -1278,7 +1289,7 @@ class TestStateViolations:
 
     def test_actions_executed_for_a_run_never_admitted(self) -> None:
         s = rich()
-        only(state_violations(attrs.evolve(s, executed=s.executed + ((2, "notify"),))), "never admitted")
+        only(state_violations(attrs.evolve(s, executed=s.executed.set(2, ("notify",)))), "never admitted")
 
 
 class TestStepViolations:
@@ -1294,7 +1305,7 @@ class TestStepViolations:
         after = attrs.evolve(
             s,
             runs=s.runs.set(2, Run(2, "event", stale, s.now)),
-            executed=s.executed + tuple((2, a) for a in stale.actions),
+            executed=s.executed.set(2, stale.actions),
         )
         only(step_violations(s, after, Admitted(2, stale)), "was not current, enabled and authorised")
 
@@ -1304,44 +1315,58 @@ class TestStepViolations:
         after = attrs.evolve(
             s,
             runs=s.runs.set(2, Run(2, "event", record, s.now)),
-            executed=s.executed + tuple((2, a) for a in record.actions),
+            executed=s.executed.set(2, record.actions),
         )
         only(step_violations(s, after, Admitted(2, record)), "was not current, enabled and authorised")
 
     def test_an_admission_that_executes_other_actions(self) -> None:
         s = rich()
         record = record_of(E1)
-        after = attrs.evolve(s, runs=s.runs.set(2, Run(2, "event", record, s.now)), executed=s.executed + ((2, "x"),))
+        after = attrs.evolve(s, runs=s.runs.set(2, Run(2, "event", record, s.now)), executed=s.executed.set(2, ("x",)))
         only(step_violations(s, after, Admitted(2, record)), "did not execute exactly its admitted record")
 
     @pytest.mark.parametrize("outcome", [Ok(), NotSelected(), AdmissionRefused(), ResumeRefused()], ids=repr)
     def test_actions_executed_without_admission(self, outcome: Any) -> None:
         s = rich()
-        after = attrs.evolve(s, executed=s.executed + ((1, "notify"),))
+        after = attrs.evolve(s, executed=s.executed.set(1, s.executed[1] + ("notify",)))
         only(step_violations(s, after, outcome), "actions executed without an admission or a resume")
 
     @pytest.mark.parametrize(
-        "executed",
-        [((1, "label"), (1, "notify")), ((1, "notify"),), (), ((1, "notify"), (1, "labels"))],
-        ids=["reordered", "truncated", "erased", "edited"],
+        ("executed", "fragment"),
+        [
+            (FrozenMap({1: ("label", "notify")}), "the executed actions of run 1 were rewritten"),
+            (FrozenMap({1: ("notify",)}), "the executed actions of run 1 were rewritten"),
+            (FrozenMap({1: ()}), "the executed actions of run 1 were rewritten"),
+            (FrozenMap(), "the executed actions of a run disappeared"),
+            (FrozenMap({1: ("notify", "labels")}), "the executed actions of run 1 were rewritten"),
+        ],
+        ids=["reordered", "truncated", "emptied", "erased", "edited"],
     )
-    def test_the_executed_log_rewritten(self, executed: tuple[tuple[int, str], ...]) -> None:
+    def test_the_executed_log_rewritten(self, executed: FrozenMap[int, tuple[str, ...]], fragment: str) -> None:
         s = rich()
-        only(step_violations(s, attrs.evolve(s, executed=executed), Ok()), "the executed actions were rewritten")
+        assert s.executed == FrozenMap({1: ("notify", "label")})
+        only(step_violations(s, attrs.evolve(s, executed=executed), Ok()), fragment)
+
+    def test_another_runs_actions_rewritten_during_a_legal_resume(self) -> None:
+        s = must(rich(), fire("r1"), Admitted(2, record_of(E1)))
+        after, outcome = step(s, ResumeRun(2))
+        assert outcome == Resumed(ACTIONS) and step_violations(s, after, outcome) == []
+        rewritten = attrs.evolve(after, executed=after.executed.set(1, ("label", "notify")))
+        only(step_violations(s, rewritten, outcome), "the executed actions of run 1 were rewritten")
 
     def test_a_resume_of_a_revision_that_is_no_longer_current(self) -> None:
         s = _update(rich())
-        after = attrs.evolve(s, executed=s.executed + ((1, "notify"), (1, "label")))
+        after = attrs.evolve(s, executed=s.executed.set(1, s.executed[1] + ("notify", "label")))
         only(step_violations(s, after, Resumed(ACTIONS)), "resumed a revision that is no longer current")
 
     def test_a_resume_that_executes_other_actions(self) -> None:
         s = rich()
-        after = attrs.evolve(s, executed=s.executed + ((1, "label"),))
+        after = attrs.evolve(s, executed=s.executed.set(1, s.executed[1] + ("label",)))
         only(step_violations(s, after, Resumed(ACTIONS)), "did not execute exactly its pinned record")
 
     def test_a_resume_that_executes_two_runs(self) -> None:
         s = must(rich(), fire("r1"), Admitted(2, record_of(E1)))
-        after = attrs.evolve(s, executed=s.executed + tuple((r, a) for r in (1, 2) for a in ACTIONS))
+        after = attrs.evolve(s, executed=FrozenMap({r: s.executed[r] + ACTIONS for r in (1, 2)}))
         violations = step_violations(s, after, Resumed(ACTIONS))
         assert "a resume executed the actions of 2 runs" in violations
 
