@@ -1,0 +1,216 @@
+"""Race mutants: bugs that are correct one operation at a time and wrong under concurrency.
+
+Each variant of the bundled store (or replica engine) runs every operation
+exactly as the real one does when nothing else runs: the sequential
+lockstep suite passes it (tests/test_interleavings.py proves that), and
+only a forced interleaving (the statement gate, `impl/gate.py`) shows it.
+They are kept apart from `impl/mutants.py` and `impl/lifecycle_mutants.py`,
+whose registries are asserted to be killed by sequential search.
+
+Most of them split one atomic statement into a read and a write. The
+bundled method runs that statement through `_one`; the variant intercepts
+it there, so the rest of the method (scope checks, fences, how the outcome
+is built) is the bundled code, and the write keeps the statement's name: a
+schedule that pauses "before `store.SQL_CLAIM`" pauses the bundled store
+before its one statement and the variant between its read and its write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leaseproof.impl.lifecycle_store import ReplicaEngine, record_from_row, record_params
+from leaseproof.impl.mutants import _swap
+from leaseproof.impl.store import _DELIVERY_COLUMNS, PostgresDeliveryStore
+from leaseproof.model import delivery as m
+
+Store = PostgresDeliveryStore
+
+
+def _between(sql: str, start: str, end: str) -> str:
+    """The text of `sql` from `start` up to (not including) the last `end`."""
+    if start not in sql or end not in sql:
+        raise ValueError(f"statement has no {start!r} ... {end!r}")
+    return start + sql.split(start, 1)[1].rsplit(end, 1)[0]
+
+
+class ClaimReadThenUpdate(Store):
+    """Check-then-act on claim: the oldest pending candidate is read in one
+    statement, without `FOR UPDATE SKIP LOCKED`, and then updated by key in a
+    second statement that does not re-check it is still pending. Two
+    claimers that read the same candidate both claim it (a double claim,
+    the second at generation + 2)."""
+
+    SQL_CLAIM_CANDIDATE = _between(
+        Store.SQL_CLAIM, "SELECT community_id, id FROM workflow_agent_deliveries", "FOR UPDATE SKIP LOCKED"
+    )
+    SQL_CLAIM = f"""
+        UPDATE workflow_agent_deliveries d
+        SET status = 'claimed',
+            lease_generation = d.lease_generation + 1,
+            lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
+            claimed_at = lp_now()
+        WHERE d.community_id = %(community_id)s AND d.id = %(candidate_id)s
+        RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+    """
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if sql == self.SQL_CLAIM:
+            candidate = super()._one(self.SQL_CLAIM_CANDIDATE, params)
+            if candidate is None:
+                return None
+            params = {**params, "candidate_id": candidate["id"]}
+        return super()._one(sql, params)
+
+
+class FinishCheckThenAct(Store):
+    """Check-then-act on finish: the row is read, the lease (status claimed,
+    generation, target, unexpired) is checked in Python, and the terminal is
+    written by key, with no fence in the UPDATE's WHERE. A holder whose
+    check passed settles over whatever happened meanwhile: a reap and a
+    newer holder's claim, or its own concurrent retry with the other
+    outcome (the terminal flips)."""
+
+    SQL_FINISH_READ = """
+        SELECT status, lease_generation, target_pubkey, lease_until, lp_now() AS now
+        FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+    """
+    SQL_FINISH = """
+        UPDATE workflow_agent_deliveries
+        SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
+            lease_until = NULL, claimed_at = NULL
+        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+        RETURNING status
+    """
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if sql == self.SQL_FINISH:
+            row = super()._one(self.SQL_FINISH_READ, params)
+            held = (
+                row is not None
+                and row["status"] == m.Status.CLAIMED.value
+                and row["lease_generation"] == params["lease_generation"]
+                and bytes(row["target_pubkey"]) == params["target_pubkey"]
+                and row["lease_until"] >= row["now"]
+            )
+            if not held:
+                return None  # the bundled finish goes on to its reconciliation read
+        return super()._one(sql, params)
+
+
+class ReconcileOutsideTransaction(Store):
+    """The reconciliation read of an uncertain completion runs after the
+    fenced transaction has committed, outside it: no longer under the
+    community's share lock, so a community deletion that commits in between
+    purges the row and the same holder's retry is told `LeaseLost`, an
+    outcome no serial order gives (before the deletion it is
+    `AlreadyTerminal`, after it `CommunityNotWritable`)."""
+
+    def finish(self, c: m.Finish) -> Any:
+        params = {
+            "community_id": c.lease.community_id,
+            "delivery_id": c.lease.delivery_id,
+            "target_pubkey": c.lease.target_pubkey,
+            "lease_generation": c.lease.lease_generation,
+            "outcome": c.outcome.value,
+        }
+        with self.conn.transaction():
+            self._writable(c.lease.community_id)
+            row = self._one(self.SQL_FINISH, params)
+        if row is not None:
+            return m.Settled(m.Status(row["status"]))
+        row = self._one(self.SQL_FINISH_RECONCILE, params)  # autocommit: its own snapshot, no lock
+        return m.LeaseLost() if row is None else m.AlreadyTerminal(m.Status(row["status"]))
+
+
+class CommitWithoutIdentityLock(Store):
+    """commit_deliveries skips the per-(community, run, step) advisory lock
+    (it computes the key, and locks nothing): two retries of one step both
+    read "no delivery exists yet", so both report `identity_existed=False`
+    and a producer signs its message twice. The unique identity constraint
+    still prevents duplicate rows."""
+
+    SQL_LOCK_IDENTITY = _swap(Store.SQL_LOCK_IDENTITY, "SELECT pg_advisory_xact_lock(", "SELECT (")
+
+
+class ReapReadThenUpdate(Store):
+    """Check-then-act on the reaper: the expired claims of writable
+    communities are read in one statement and returned to pending by key in
+    a second one that re-checks neither status nor expiry. Two reapers that
+    read the same expired claim both reap it (the generation is bumped
+    twice, both report it), and a claim made in between is stolen."""
+
+    SQL_REAP_EXPIRED = """
+        SELECT d.community_id, d.id FROM workflow_agent_deliveries d
+        JOIN communities c ON c.id = d.community_id
+        WHERE d.status = 'claimed' AND d.lease_until < lp_now() AND c.state = 'active'
+        FOR SHARE OF c
+    """
+    SQL_REAP = """
+        WITH reaped AS (
+            UPDATE workflow_agent_deliveries d
+            SET status = 'pending', lease_generation = d.lease_generation + 1,
+                lease_until = NULL, claimed_at = NULL
+            FROM unnest(%(community_ids)s::uuid[], %(ids)s::uuid[]) AS k(community_id, id)
+            WHERE d.community_id = k.community_id AND d.id = k.id
+            RETURNING 1
+        )
+        SELECT count(*) AS reaped FROM reaped
+    """
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if sql == self.SQL_REAP:
+            expired = self.conn.execute(self.SQL_REAP_EXPIRED).fetchall()
+            params = {"community_ids": [r["community_id"] for r in expired], "ids": [r["id"] for r in expired]}
+        return super()._one(sql, params)
+
+
+class AdmissionWithoutRowLock(ReplicaEngine):
+    """Admission as a read and then a write: the current runtime row is
+    matched against the selected record exactly as the bundled guard does,
+    but without `FOR SHARE`, and the run is then inserted, pinned to what
+    was read, by a second statement. A definition update, disable or delete
+    that commits in between does not wait for the admission, which then
+    admits (and executes) a revision that is no longer current."""
+
+    SQL_ADMIT_READ = _swap(_between(ReplicaEngine.SQL_ADMIT, "SELECT d.* FROM definition_runtime d", ") r"), "FOR SHARE", "")
+    SQL_ADMIT = """
+        INSERT INTO admitted_runs
+            (community_id, workflow_id, door, owner, channel_id, hash, enabled, incarnation, actions, revision, admitted_at)
+        VALUES (%(community_id)s, %(workflow_id)s, %(door)s, %(owner)s, %(channel_id)s, %(hash)s, %(enabled)s,
+                %(incarnation)s, %(actions)s, %(revision)s, lp_now())
+        RETURNING id, revision
+    """
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if sql == self.SQL_ADMIT:
+            current = super()._one(self.SQL_ADMIT_READ, params)
+            if current is None:
+                return None
+            params = {**record_params(record_from_row(current)), "door": params["door"]}
+        return super()._one(sql, params)
+
+
+DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
+    "claim-read-then-update": ClaimReadThenUpdate,
+    "finish-check-then-act": FinishCheckThenAct,
+    "reconcile-outside-transaction": ReconcileOutsideTransaction,
+    "commit-without-identity-lock": CommitWithoutIdentityLock,
+    "reap-read-then-update": ReapReadThenUpdate,
+}
+
+# Keyword arguments of `PostgresLifecycleAdapter` that build each mutant.
+LIFECYCLE_RACE_MUTANTS: dict[str, dict[str, type]] = {
+    "admission-without-row-lock": {"engine_class": AdmissionWithoutRowLock},
+}
+
+RACE_FINDINGS: dict[str, str] = {
+    "claim-read-then-update": "check-then-act claim: two claimers read one pending row and both claim it",
+    "finish-check-then-act": "check-then-act finish: a lease checked in Python settles over a reap, a newer claim or a retry",
+    "reconcile-outside-transaction": "reconciliation read outside the fenced transaction: a community deletion in between yields LeaseLost",
+    "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
+    "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
+    "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
+}
+assert RACE_FINDINGS.keys() == DELIVERY_RACE_MUTANTS.keys() | LIFECYCLE_RACE_MUTANTS.keys()
