@@ -11,7 +11,12 @@ language and a trace on disk speak exactly the model's vocabulary:
 - enum: its string value ("claimed", "fenced");
 - a record, command or outcome: an object whose "type" names the model
   class and whose other members are its fields, encoded by these rules;
-- a tuple: an array; an absent optional: null.
+- a tuple: an array; an absent optional: null;
+- a machine's state (`DeliverySystem`, `LifecycleSystem`): an object whose
+  "type" names it, with one array per table; a row is either a record that
+  carries its own key (a Delivery, a Record, a Run) or an object of its key
+  members and one value member. Rows are in a canonical order; decoding
+  accepts any order but no key twice.
 
 Decoding is driven by the model's type annotations, so it accepts exactly
 what the model can construct, and a malformed value raises `DecodeError`
@@ -26,12 +31,14 @@ import re
 import types
 import typing
 import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from leaseproof.model import binding as b
 from leaseproof.model import delivery as m
+from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
 
@@ -55,9 +62,24 @@ def _classes(module: types.ModuleType) -> dict[str, type]:
     }
 
 
+def _vocabulary(*modules: types.ModuleType) -> dict[str, type]:
+    """Every attrs class of the modules by name; two classes of one name would make "type" ambiguous."""
+    vocabulary: dict[str, type] = {}
+    for module in modules:
+        for name, cls in _classes(module).items():
+            if name in vocabulary:
+                first = vocabulary[name].__module__
+                raise TypeError(f'{first}.{name} and {module.__name__}.{name} share the "type" name {name!r}')
+            vocabulary[name] = cls
+    return vocabulary
+
+
 # Every attrs class of the vocabulary, by the name the "type" member carries.
-TYPES: dict[str, type] = {**_classes(b), **_classes(m)}
-del TYPES["DeliverySystem"]  # states have their own, table-shaped encoding
+# The lifecycle reuses delivery's community commands, clock, Ok and
+# rejections: defined once, in delivery, so listed once.
+TYPES: dict[str, type] = _vocabulary(b, m, lc)
+# Machine states have their own, table-shaped encoding.
+STATES: dict[str, type] = {name: TYPES.pop(name) for name in ("DeliverySystem", "LifecycleSystem")}
 
 
 def encode(value: Any) -> Any:
@@ -77,8 +99,10 @@ def encode(value: Any) -> Any:
         return value.value
     if isinstance(value, tuple | list):
         return [encode(v) for v in value]
-    if isinstance(value, m.DeliverySystem):
+    if type(value) in STATES.values():
         return encode_state(value)
+    if isinstance(value, lc.Cache):
+        return _encode_cache(value)
     if attrs.has(type(value)):
         fields = {f.name: encode(getattr(value, f.name)) for f in attrs.fields(type(value))}
         return {"type": type(value).__name__, **fields}
@@ -147,12 +171,12 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
         if not isinstance(data, expected) or (expected is int and isinstance(data, bool)):
             raise DecodeError(path, f"expected {expected.__name__}, got {_kind(data)}")
         return data
-    if expected is m.DeliverySystem:
-        return decode_state(data, path)
+    if expected in STATES.values():
+        return decode_state(data, path, expected)
     if isinstance(expected, type) and attrs.has(expected):
         return _decode_record(data, [expected], path)
     if expected is object or expected is typing.Any:
-        if isinstance(data, dict) and data.get("type") == "DeliverySystem":
+        if isinstance(data, dict) and data.get("type") in STATES:
             return decode_state(data, path)
         return _decode_record(data, list(TYPES.values()), path)
     raise TypeError(f"no canonical decoding for annotation {expected!r}")
@@ -165,6 +189,8 @@ def _decode_record(data: Any, allowed: list[type], path: str) -> Any:
     if cls is None or not any(issubclass(cls, a) for a in allowed):
         names = ", ".join(sorted(c.__name__ for c in allowed)) if len(allowed) < 8 else "a model type"
         raise DecodeError(f"{path}.type", f"{data['type']!r} is not {names}")
+    if cls is lc.Cache:  # its records map has a table-shaped encoding
+        return _decode_cache(data, path)
     hints = typing.get_type_hints(cls)
     fields = attrs.fields(cls)
     unknown = set(data) - {"type"} - {f.name for f in fields}
@@ -191,8 +217,35 @@ def _kind(data: Any) -> str:
 
 # -- states: one array per table, rows in a canonical order --------------------
 
+Row = dict[str, Any]
 
-def encode_state(s: m.DeliverySystem) -> dict[str, Any]:
+
+def encode_state(s: Any) -> dict[str, Any]:
+    """The table-shaped encoding of a machine's state; its "type" names the machine's state class."""
+    if isinstance(s, m.DeliverySystem):
+        return _encode_delivery_state(s)
+    if isinstance(s, lc.LifecycleSystem):
+        return _encode_lifecycle_state(s)
+    raise TypeError(f"no canonical encoding for {s!r}: not a machine's state")
+
+
+def decode_state(data: Any, path: str = "", expected: type | None = None) -> Any:
+    """The state `data` encodes, of the machine its "type" names; `expected`, if given, is the one it must be."""
+    if expected is not None and expected not in STATES.values():
+        raise TypeError(f"{expected!r} is not a machine's state class")
+    names = [expected.__name__] if expected is not None else list(STATES)
+    if not isinstance(data, dict) or data.get("type") not in names:
+        wanted = " or ".join(f'"type": "{name}"' for name in names)
+        got = repr(data["type"]) if isinstance(data, dict) and "type" in data else _kind(data)
+        raise DecodeError(path, f"expected an object with {wanted}, got {got}")
+    decoders: dict[str, Callable[[dict[str, Any], str], Any]] = {
+        "DeliverySystem": _decode_delivery_state,
+        "LifecycleSystem": _decode_lifecycle_state,
+    }
+    return decoders[data["type"]](data, path)
+
+
+def _encode_delivery_state(s: m.DeliverySystem) -> dict[str, Any]:
     def rows(items: Any) -> list[Any]:
         return sorted(items, key=lambda row: [str(v) for v in row.values()])
 
@@ -206,43 +259,25 @@ def encode_state(s: m.DeliverySystem) -> dict[str, Any]:
         ),
         "events": rows({"community_id": encode(c), "id": encode(i)} for c, i in s.events),
         "deliveries": sorted(
-            (encode(d) for d in s.deliveries.values()), key=lambda d: (d["binding"]["community_id"], d["id"])
+            _keyed_records(s.deliveries, lambda d: d.key, "deliveries"),
+            key=lambda d: (d["binding"]["community_id"], d["id"]),
         ),
         "retired": rows({"community_id": encode(c), "id": encode(i)} for c, i in s.retired),
     }
 
 
-def decode_state(data: Any, path: str = "") -> m.DeliverySystem:
-    if not isinstance(data, dict) or data.get("type") != "DeliverySystem":
-        raise DecodeError(path, 'expected an object with "type": "DeliverySystem"')
+def _decode_delivery_state(data: dict[str, Any], path: str) -> m.DeliverySystem:
     tables = ("communities", "workflows", "runs", "events", "deliveries", "retired")
     _require_members(data, {"type", "now", *tables}, "DeliverySystem", path)
-    for table in tables:
-        if not isinstance(data[table], list):
-            raise DecodeError(f"{path}.{table}", "expected an array")
-
-    def table(name: str, members: dict[str, Any]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        """Rows keyed by their first two members (the second alone for communities); no duplicates."""
-        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        for i, row in enumerate(data[name]):
-            where = f"{path}.{name}[{i}]"
-            _require_members(row, set(members), "a row", where)
-            values = tuple(decode(row[k], t, f"{where}.{k}") for k, t in members.items())
-            key = values[:1] if name == "communities" else values[:2]
-            if key in rows:
-                raise DecodeError(where, f"duplicate row for {[encode(v) for v in key]}")
-            rows[key] = values
-        return rows
-
-    communities = table("communities", {"id": uuid.UUID, "state": m.CommunityState})
-    runs = table("runs", {"community_id": uuid.UUID, "id": uuid.UUID, "workflow_id": uuid.UUID})
     key_pair = {"community_id": uuid.UUID, "id": uuid.UUID}
-    deliveries: dict[tuple[uuid.UUID, uuid.UUID], m.Delivery] = {}
-    for i, row in enumerate(data["deliveries"]):
-        delivery = decode(row, m.Delivery, f"{path}.deliveries[{i}]")
-        if delivery.key in deliveries:
-            raise DecodeError(f"{path}.deliveries[{i}]", "duplicate row for the same (community, id)")
-        deliveries[delivery.key] = delivery
+
+    def table(name: str, members: dict[str, Any], width: int = 2) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        """Rows keyed by their first `width` members."""
+        return _rows(data[name], f"{path}.{name}", _members(members), lambda row: row[:width])
+
+    communities = table("communities", {"id": uuid.UUID, "state": m.CommunityState}, width=1)
+    runs = table("runs", {"community_id": uuid.UUID, "id": uuid.UUID, "workflow_id": uuid.UUID})
+    deliveries = _rows(data["deliveries"], f"{path}.deliveries", _record(m.Delivery), lambda d: d.key)
     return m.DeliverySystem(
         now=decode(data["now"], dt.datetime, f"{path}.now"),
         communities=FrozenMap({k[0]: v[1] for k, v in communities.items()}),
@@ -252,6 +287,134 @@ def decode_state(data: Any, path: str = "") -> m.DeliverySystem:
         deliveries=FrozenMap(deliveries),
         retired=frozenset(table("retired", key_pair)),
     )
+
+
+# The lifecycle's tables. A map whose values carry their own key (a Record's
+# coordinate, a Run's run_id) is an array of those records; any other map is
+# an array of rows of its key members and one value member.
+_COORDINATE = {"community_id": uuid.UUID, "workflow_id": uuid.UUID}
+_LIFECYCLE_ROWS: dict[str, dict[str, Any]] = {
+    "communities": {"id": uuid.UUID, "state": m.CommunityState},
+    "authority": {"community_id": uuid.UUID, "channel_id": uuid.UUID, "member": bytes},
+    "heads": {**_COORDINATE, "head": lc.Head},
+    "cutoffs": {**_COORDINATE, "cutoff": dt.datetime},
+    "caches": {"replica": str, "cache": lc.Cache},
+    "executed": {"run_id": int, "actions": tuple[str, ...]},
+}
+
+
+def _encode_lifecycle_state(s: lc.LifecycleSystem) -> dict[str, Any]:
+    def rows(table: str, items: Iterable[tuple[Any, ...]]) -> list[Row]:
+        members = list(_LIFECYCLE_ROWS[table])
+        return _sorted_rows(
+            ({name: encode(value) for name, value in zip(members, item, strict=True)} for item in items),
+            members[:-1] if table != "authority" else members,
+        )
+
+    return {
+        "type": "LifecycleSystem",
+        "now": encode(s.now),
+        "communities": rows("communities", s.communities.items()),
+        "authority": rows("authority", s.authority),
+        "heads": rows("heads", ((c, w, head) for (c, w), head in s.heads.items())),
+        "runtime": _sorted_rows(
+            _keyed_records(s.runtime, lambda r: r.coordinate, "runtime"), ["community_id", "workflow_id"]
+        ),
+        "cutoffs": rows("cutoffs", ((c, w, cutoff) for (c, w), cutoff in s.cutoffs.items())),
+        "runs": _sorted_rows(_keyed_records(s.runs, lambda r: r.run_id, "runs"), ["run_id"]),
+        "caches": rows("caches", s.caches.items()),
+        "executed": rows("executed", s.executed.items()),
+    }
+
+
+def _decode_lifecycle_state(data: dict[str, Any], path: str) -> lc.LifecycleSystem:
+    tables = ("communities", "authority", "heads", "runtime", "cutoffs", "runs", "caches", "executed")
+    _require_members(data, {"type", "now", *tables}, "LifecycleSystem", path)
+
+    def table(name: str) -> dict[Any, Any]:
+        """Key (the lone key member, or the tuple of them) to value (the last member); authority is all key."""
+        members = _LIFECYCLE_ROWS[name]
+        width = len(members) if name == "authority" else len(members) - 1
+        rows = _rows(data[name], f"{path}.{name}", _members(members), lambda row: row[:width])
+        return {(k[0] if width == 1 else k): row[-1] for k, row in rows.items()}
+
+    runtime = _rows(data["runtime"], f"{path}.runtime", _record(lc.Record), lambda r: r.coordinate)
+    runs = _rows(data["runs"], f"{path}.runs", _record(lc.Run), lambda r: (r.run_id,))
+    return lc.LifecycleSystem(
+        now=decode(data["now"], dt.datetime, f"{path}.now"),
+        communities=FrozenMap(table("communities")),
+        authority=frozenset(table("authority")),
+        heads=FrozenMap(table("heads")),
+        runtime=FrozenMap(runtime),
+        cutoffs=FrozenMap(table("cutoffs")),
+        runs=FrozenMap({key[0]: run for key, run in runs.items()}),
+        caches=FrozenMap(table("caches")),
+        executed=FrozenMap(table("executed")),
+    )
+
+
+def _encode_cache(cache: lc.Cache) -> dict[str, Any]:
+    records = _keyed_records(cache.records, lambda r: r.coordinate, "records")
+    return {
+        "type": "Cache",
+        "loaded_at": encode(cache.loaded_at),
+        "records": _sorted_rows(records, ["community_id", "workflow_id"]),
+    }
+
+
+def _decode_cache(data: dict[str, Any], path: str) -> lc.Cache:
+    _require_members(data, {"type", "loaded_at", "records"}, "Cache", path)
+    records = _rows(data["records"], f"{path}.records", _record(lc.Record), lambda r: r.coordinate)
+    return lc.Cache(loaded_at=decode(data["loaded_at"], dt.datetime, f"{path}.loaded_at"), records=FrozenMap(records))
+
+
+# -- rows -------------------------------------------------------------------------
+
+
+def _keyed_records(table: Mapping[Any, Any], key_of: Callable[[Any], Any], name: str) -> list[Row]:
+    """The encoded records of a map keyed by each record's own key (so the key need not be spelled twice)."""
+    for key, record in table.items():
+        if key != key_of(record):
+            own = key_of(record)
+            raise ValueError(f"no canonical encoding for {name}: the record filed under {key!r} has the key {own!r}")
+    return [encode(record) for record in table.values()]
+
+
+def _sorted_rows(rows: Iterable[Row], by: list[str]) -> list[Row]:
+    """The canonical row order: by the encoded key members (strings, or integers for run ids)."""
+    return sorted(rows, key=lambda row: tuple(row[member] for member in by))
+
+
+def _rows(
+    data: Any, path: str, decode_row: Callable[[Any, str], Any], key_of: Callable[[Any], tuple[Any, ...]]
+) -> dict[tuple[Any, ...], Any]:
+    """A table's decoded rows by key (a tuple); a key that appears twice is an error, not a merge."""
+    if not isinstance(data, list):
+        raise DecodeError(path, f"expected an array, got {_kind(data)}")
+    rows: dict[Any, Any] = {}
+    for i, row in enumerate(data):
+        where = f"{path}[{i}]"
+        value = decode_row(row, where)
+        key = key_of(value)
+        if key in rows:
+            shown = repr(encode(key[0])) if len(key) == 1 else str([encode(k) for k in key])
+            raise DecodeError(where, f"duplicate row for {shown}")
+        rows[key] = value
+    return rows
+
+
+def _members(members: dict[str, Any]) -> Callable[[Any, str], tuple[Any, ...]]:
+    """Decodes a row of exactly these members, as a tuple in their order."""
+
+    def decode_row(row: Any, where: str) -> tuple[Any, ...]:
+        _require_members(row, set(members), "a row", where)
+        return tuple(decode(row[name], annotation, f"{where}.{name}") for name, annotation in members.items())
+
+    return decode_row
+
+
+def _record(cls: type) -> Callable[[Any, str], Any]:
+    return lambda row, where: decode(row, cls, where)
 
 
 def _require_members(data: Any, members: set[str], what: str, path: str) -> None:

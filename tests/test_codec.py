@@ -5,6 +5,7 @@ text unchanged, encodes to exactly one spelling, and malformed input is a
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import random
 import uuid
@@ -16,9 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseproof.conformance import codec
+from leaseproof.conformance import world as w
 from leaseproof.conformance.codec import DecodeError, decode, decode_state, encode, encode_state
+from leaseproof.conformance.lifecycle_machine import CONTENTS
 from leaseproof.model import binding as b
 from leaseproof.model import delivery as m
+from leaseproof.model import lifecycle as lc
+from leaseproof.model.frozenmap import FrozenMap
 
 UTC = dt.timezone.utc
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,6 +91,21 @@ def commits(draw: st.DrawFn) -> m.CommitDeliveries:
     return m.CommitDeliveries(community, run, step, targets)
 
 
+# The lifecycle's values.
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+action_texts = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=64
+).filter(lambda a: a.strip() != "")
+actions = st.lists(action_texts, min_size=1, max_size=lc.MAX_ACTIONS).map(tuple)
+run_ids = st.integers(min_value=1, max_value=2**63 - 1)
+definitions = st.builds(lc.Definition, actions, st.none() | st.booleans())
+definition_events = st.builds(lc.DefinitionEvent, keys, uuids, uuids, keys, uuids, instants, definitions)
+records = st.builds(lc.Record, uuids, uuids, keys, uuids, keys, st.booleans(), instants, actions, keys)
+caches = st.builds(
+    lc.Cache, instants, st.lists(records, max_size=3).map(lambda rs: FrozenMap({r.coordinate: r for r in rs}))
+)
+
+
 # One strategy per class of the vocabulary: the coverage test below proves
 # that this table names every class the codec knows.
 VOCABULARY: dict[type, st.SearchStrategy[Any]] = {
@@ -135,16 +155,65 @@ VOCABULARY: dict[type, st.SearchStrategy[Any]] = {
     m.NotFound: st.builds(m.NotFound, entities, uuids, uuids | keys | st.binary(max_size=40)),
     m.WorkflowMismatch: st.builds(m.WorkflowMismatch, uuids, uuids, uuids),
     m.DeliveryIdTaken: st.builds(m.DeliveryIdTaken, uuids, uuids),
+    # lifecycle: values
+    lc.Definition: definitions,
+    lc.DefinitionEvent: definition_events,
+    lc.Head: st.builds(lc.Head, keys, keys, uuids, instants, definitions),
+    lc.Record: records,
+    lc.Cache: caches,
+    lc.Run: st.builds(lc.Run, run_ids, st.sampled_from(lc.DOORS) | texts, records, instants),
+    # lifecycle: commands
+    lc.SetAuthority: st.builds(lc.SetAuthority, uuids, uuids, keys, st.booleans()),
+    lc.SaveDefinition: st.builds(lc.SaveDefinition, definition_events),
+    lc.DeleteDefinition: st.builds(lc.DeleteDefinition, uuids, uuids, keys, instants),
+    lc.AlternateDelete: st.builds(lc.AlternateDelete, uuids, uuids, st.sampled_from(lc.ALTERNATE_DELETIONS)),
+    lc.RefreshCache: st.builds(lc.RefreshCache, texts),
+    lc.Fire: st.builds(lc.Fire, texts, st.sampled_from(lc.DOORS), uuids, uuids),
+    lc.ResumeRun: st.builds(lc.ResumeRun, run_ids),
+    # lifecycle: outcomes
+    lc.Created: st.builds(lc.Created, instants),
+    lc.Updated: st.builds(lc.Updated, st.booleans()),
+    lc.Superseded: st.builds(lc.Superseded, instants),
+    lc.BeforeCutoff: st.builds(lc.BeforeCutoff, instants),
+    lc.Deleted: st.builds(lc.Deleted, instants),
+    lc.Admitted: st.builds(lc.Admitted, run_ids, records),
+    lc.NotSelected: st.builds(lc.NotSelected),
+    lc.AdmissionRefused: st.builds(lc.AdmissionRefused),
+    lc.Resumed: st.builds(lc.Resumed, st.lists(texts, max_size=4).map(tuple)),
+    lc.ResumeRefused: st.builds(lc.ResumeRefused),
+    # lifecycle: rejections
+    lc.NoAuthority: st.builds(lc.NoAuthority, uuids, keys),
+    lc.NotAuthor: st.builds(lc.NotAuthor, uuids, keys),
+    lc.UnknownReplica: st.builds(lc.UnknownReplica, texts),
+    lc.AlternateDeletionRejected: st.builds(lc.AlternateDeletionRejected, texts),
+    lc.UnknownRun: st.builds(lc.UnknownRun, run_ids),
 }
 COMMANDS = tuple(m.OUTCOME_VARIANTS)
+LIFECYCLE_COMMANDS = tuple(lc.OUTCOME_VARIANTS)
 values = st.sampled_from(list(VOCABULARY)).flatmap(lambda cls: VOCABULARY[cls])
 
 
 def test_the_strategies_cover_the_whole_vocabulary() -> None:
     assert {cls.__name__ for cls in VOCABULARY} == set(codec.TYPES)
-    assert set(COMMANDS) <= set(VOCABULARY)
-    outcome_names = {v.split("(")[0] for variants in m.OUTCOME_VARIANTS.values() for v in variants}
-    assert outcome_names <= {cls.__name__ for cls in VOCABULARY}
+    assert set(COMMANDS) | set(LIFECYCLE_COMMANDS) <= set(VOCABULARY)
+    for catalogue in (m.OUTCOME_VARIANTS, lc.OUTCOME_VARIANTS):
+        outcome_names = {v.split("(")[0] for variants in catalogue.values() for v in variants}
+        assert outcome_names <= {cls.__name__ for cls in VOCABULARY}
+
+
+def test_the_lifecycle_shares_the_delivery_classes_it_reuses() -> None:
+    """One entry per class: the lifecycle's CreateCommunity, Ok, NotFound... are delivery's."""
+    shared = ("CreateCommunity", "SetCommunityState", "AdvanceClock", "Ok", "NotFound", "UnknownCommunity")
+    shared += ("CommunityNotWritable", "AlreadyExists")
+    for name in shared:
+        assert codec.TYPES[name] is getattr(m, name)
+        assert getattr(lc, name, codec.TYPES[name]) is codec.TYPES[name]  # AlreadyExists is imported locally
+    lifecycle_names = {cls.__name__ for cls in lc.OUTCOME_VARIANTS} | {
+        v for variants in lc.OUTCOME_VARIANTS.values() for v in variants
+    }
+    assert lifecycle_names <= set(codec.TYPES)
+    assert {"DeliverySystem", "LifecycleSystem"}.isdisjoint(codec.TYPES)
+    assert codec.STATES == {"DeliverySystem": m.DeliverySystem, "LifecycleSystem": lc.LifecycleSystem}
 
 
 @PROPERTY
@@ -163,6 +232,12 @@ def test_every_model_value_round_trips_through_json_text(value: Any) -> None:
 @given(st.sampled_from(COMMANDS).flatmap(lambda cls: VOCABULARY[cls]))
 def test_commands_round_trip_as_the_command_union(command: Any) -> None:
     assert decode(through_json(command), m.Command) == command
+
+
+@PROPERTY
+@given(st.sampled_from(LIFECYCLE_COMMANDS).flatmap(lambda cls: VOCABULARY[cls]))
+def test_lifecycle_commands_round_trip_as_the_lifecycle_command_union(command: Any) -> None:
+    assert decode(through_json(command), lc.Command) == command
 
 
 @PROPERTY
@@ -331,6 +406,255 @@ def test_a_state_with_every_kind_of_row_round_trips() -> None:
     state, _ = m.step(state, m.DeleteCommunity(z))
     assert m.CommunityState.DELETED in state.communities.values()
     assert decode(through_json(state)) == state
+
+
+# -- whole lifecycle states, built by running the lifecycle model ------------------------------
+
+SECOND = dt.timedelta(seconds=1)
+LIFECYCLE_REPLICAS = (*w.REPLICAS, "r9")  # r9 is not a replica: its commands are refused
+
+
+def lifecycle_set_up() -> list[Any]:
+    """The lockstep machine's world: A and B live, alice and bob in #general, alice also in A's #ops."""
+    commands: list[Any] = []
+    for name in w.LIVE_COMMUNITIES:
+        cid = w.COMMUNITIES[name]
+        commands.append(m.CreateCommunity(cid))
+        commands += [lc.SetAuthority(cid, w.CHANNELS["general"], w.AUTHORS[a], True) for a in ("alice", "bob")]
+    commands.append(lc.SetAuthority(w.COMMUNITIES["A"], w.CHANNELS["ops"], w.AUTHORS["alice"], True))
+    return commands
+
+
+@st.composite
+def lifecycle_command(draw: st.DrawFn, state: lc.LifecycleSystem) -> Any:
+    """One command in world names, with event times relative to the coordinate's head or cutoff."""
+    community = w.COMMUNITIES[draw(st.sampled_from(["A", "A", "A", "B", "Z"]))]
+    workflow = w.WORKFLOWS[draw(st.sampled_from(["W1", "W1", "W2"]))]
+    author = w.AUTHORS[draw(st.sampled_from(["alice", "alice", "bob"]))]
+    head, cutoff = state.heads.get((community, workflow)), state.cutoffs.get((community, workflow))
+    base = head.created_at if head is not None else (cutoff or state.now)
+    at = base + draw(st.sampled_from([1, 1, 1, 0, -1, 2])) * SECOND
+    # Fires and refreshes are common, so runs are admitted, resumed and refused.
+    weights = {"save": 5, "delete": 2, "alternate": 1, "authority": 1, "tenant": 1, "refresh": 4, "fire": 7}
+    weights |= {"resume": 3, "advance": 2}
+    kind = draw(st.sampled_from([kind for kind, weight in weights.items() for _ in range(weight)]))
+    if kind == "save":
+        channel = w.CHANNELS[draw(st.sampled_from(["general", "general", "ops"]))]
+        content = draw(st.sampled_from(sorted(CONTENTS)))
+        event_id = hashlib.sha256(f"{community}/{workflow}/{author.hex()}/{content}/{at}".encode()).digest()
+        event = lc.DefinitionEvent(event_id, community, workflow, author, channel, at, CONTENTS[content])
+        return lc.SaveDefinition(event)
+    if kind == "delete":
+        return lc.DeleteDefinition(community, workflow, author, at)
+    if kind == "alternate":
+        return lc.AlternateDelete(community, workflow, draw(st.sampled_from(lc.ALTERNATE_DELETIONS)))
+    if kind == "authority":
+        channel = w.CHANNELS[draw(st.sampled_from(sorted(w.CHANNELS)))]
+        return lc.SetAuthority(community, channel, author, draw(st.booleans()))
+    if kind == "tenant":
+        states = [s for s in m.CommunityState if s is not m.CommunityState.DELETED]
+        tenant = [m.CreateCommunity(community), *(m.SetCommunityState(community, s) for s in states)]
+        return draw(st.sampled_from(tenant))
+    if kind == "refresh":
+        return lc.RefreshCache(draw(st.sampled_from(LIFECYCLE_REPLICAS)))
+    if kind == "fire":
+        return lc.Fire(draw(st.sampled_from(LIFECYCLE_REPLICAS)), draw(st.sampled_from(lc.DOORS)), community, workflow)
+    if kind == "resume":
+        return lc.ResumeRun(draw(st.integers(1, len(state.runs) + 1)))
+    return m.AdvanceClock(draw(st.sampled_from([1, 5, 10])) * SECOND)
+
+
+@st.composite
+def lifecycle_states(draw: st.DrawFn) -> lc.LifecycleSystem:
+    start = draw(st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(2200, 1, 1), timezones=zones))
+    state = lc.initial_state(start, w.REPLICAS)
+    for command in lifecycle_set_up():
+        state, _ = lc.step(state, command)
+    # As in the lockstep machine, a live definition that both replicas serve.
+    a, w1, alice = w.COMMUNITIES["A"], w.WORKFLOWS["W1"], w.AUTHORS["alice"]
+    first = lc.DefinitionEvent(bytes(32), a, w1, alice, w.CHANNELS["general"], state.now, CONTENTS["a"])
+    for command in (lc.SaveDefinition(first), *(lc.RefreshCache(r) for r in w.REPLICAS)):
+        state, _ = lc.step(state, command)
+    for _ in range(draw(st.integers(0, 40))):
+        state, _ = lc.step(state, draw(lifecycle_command(state)))
+    return state
+
+
+def shuffled(data: Any, rnd: random.Random) -> Any:
+    """The same encoding with every array of rows (nested ones too) in another order."""
+    if isinstance(data, dict):
+        return {k: shuffled(v, rnd) for k, v in data.items()}
+    if isinstance(data, list) and all(isinstance(row, dict) for row in data):
+        return rnd.sample([shuffled(row, rnd) for row in data], len(data))
+    return data
+
+
+@PROPERTY
+@given(lifecycle_states())
+def test_lifecycle_states_round_trip_through_json_text(state: lc.LifecycleSystem) -> None:
+    data = through_json(state)
+    assert data == encode_state(state) == encode(state)
+    assert data["type"] == "LifecycleSystem"
+    assert decode_state(data) == state
+    assert decode_state(data, expected=lc.LifecycleSystem) == state
+    assert decode(data) == state
+    assert decode(data, lc.LifecycleSystem) == state
+    assert encode_state(decode_state(data)) == data
+
+
+@PROPERTY
+@given(lifecycle_states(), st.randoms(use_true_random=False))
+def test_a_lifecycle_state_has_one_encoding_whatever_the_row_order(
+    state: lc.LifecycleSystem, rnd: random.Random
+) -> None:
+    data = through_json(state)
+    assert decode_state(shuffled(data, rnd)) == state
+    assert encode_state(decode_state(shuffled(data, rnd))) == data
+
+
+def scripted_lifecycle_state() -> lc.LifecycleSystem:
+    """A history that fills every table: heads, runtime, a cutoff, runs resumed and refused, warm caches."""
+    a, general = w.COMMUNITIES["A"], w.CHANNELS["general"]
+    alice = w.AUTHORS["alice"]
+    w1, w2 = w.WORKFLOWS["W1"], w.WORKFLOWS["W2"]
+
+    def save(workflow: uuid.UUID, content: str, at: int) -> lc.SaveDefinition:
+        event_id = hashlib.sha256(f"{workflow}/{content}/{at}".encode()).digest()
+        event = lc.DefinitionEvent(event_id, a, workflow, alice, general, w.START + at * SECOND, CONTENTS[content])
+        return lc.SaveDefinition(event)
+
+    script = [
+        *lifecycle_set_up(),
+        save(w1, "a", 1),
+        save(w2, "b", 1),
+        lc.RefreshCache("r1"),
+        lc.Fire("r1", "event", a, w1),
+        lc.Fire("r1", "manual", a, w2),
+        lc.ResumeRun(1),
+        save(w2, "a-off", 2),
+        lc.ResumeRun(2),
+        lc.DeleteDefinition(a, w2, alice, w.START + 3 * SECOND),
+        m.AdvanceClock(5 * SECOND),
+        m.SetCommunityState(w.COMMUNITIES["B"], m.CommunityState.FENCED),
+    ]
+    state = lc.initial_state(w.START, w.REPLICAS)
+    for command in script:
+        state, _ = lc.step(state, command)
+    return state
+
+
+def test_a_lifecycle_state_with_every_kind_of_row_round_trips() -> None:
+    state = scripted_lifecycle_state()
+    for field in attrs.fields(lc.LifecycleSystem):
+        if field.name != "now":
+            assert getattr(state, field.name), f"the script leaves {field.name} empty"
+    assert state.caches["r1"].records and not state.caches["r2"].records
+    assert state.executed[1] == 2 * CONTENTS["a"].actions
+    assert decode_state(through_json(state)) == state
+    assert decode(through_json(state), lc.LifecycleSystem) == state
+
+
+def test_a_lifecycle_state_is_one_array_per_table() -> None:
+    """The exact spelling, as specs/adapter-protocol.md section 7 shows it."""
+    c, wf, ch = (uuid.UUID(f"{p}0000000-0000-4000-8000-000000000001") for p in "cfb")
+    alice, event = b"\x11" * 32, b"\xee" * 32
+    start = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    definition = lc.Definition(("post-summary",))
+    state = lc.initial_state(start, ("r1",))
+    for command in (
+        m.CreateCommunity(c),
+        lc.SetAuthority(c, ch, alice, True),
+        lc.SaveDefinition(lc.DefinitionEvent(event, c, wf, alice, ch, start, definition)),
+        lc.RefreshCache("r1"),
+        lc.Fire("r1", "event", c, wf),
+        lc.DeleteDefinition(c, wf, alice, start + SECOND),
+    ):
+        state, _ = lc.step(state, command)
+    record = {
+        "type": "Record",
+        "community_id": str(c),
+        "workflow_id": str(wf),
+        "owner": "11" * 32,
+        "channel_id": str(ch),
+        "hash": definition.hash.hex(),
+        "enabled": True,
+        "incarnation": "2026-01-01T00:00:00.000000Z",
+        "actions": ["post-summary"],
+        "revision": "ee" * 32,
+    }
+    assert encode_state(state) == {
+        "type": "LifecycleSystem",
+        "now": "2026-01-01T00:00:00.000000Z",
+        "communities": [{"id": str(c), "state": "active"}],
+        "authority": [{"community_id": str(c), "channel_id": str(ch), "member": "11" * 32}],
+        "heads": [],
+        "runtime": [],
+        "cutoffs": [{"community_id": str(c), "workflow_id": str(wf), "cutoff": "2026-01-01T00:00:01.000000Z"}],
+        "runs": [
+            {
+                "type": "Run",
+                "run_id": 1,
+                "door": "event",
+                "record": record,
+                "admitted_at": "2026-01-01T00:00:00.000000Z",
+            }
+        ],
+        "caches": [
+            {
+                "replica": "r1",
+                "cache": {"type": "Cache", "loaded_at": "2026-01-01T00:00:00.000000Z", "records": [record]},
+            }
+        ],
+        "executed": [{"run_id": 1, "actions": ["post-summary"]}],
+    }
+    resave = lc.DefinitionEvent(b"\xef" * 32, c, wf, alice, ch, start + 2 * SECOND, definition)
+    state, _ = lc.step(state, lc.SaveDefinition(resave))
+    head = encode_state(state)["heads"]
+    assert head == [
+        {
+            "community_id": str(c),
+            "workflow_id": str(wf),
+            "head": {
+                "type": "Head",
+                "event_id": "ef" * 32,
+                "author": "11" * 32,
+                "channel_id": str(ch),
+                "created_at": "2026-01-01T00:00:02.000000Z",
+                "definition": {"type": "Definition", "actions": ["post-summary"], "enabled": None},
+            },
+        }
+    ]
+
+
+def test_a_map_keyed_other_than_by_its_records_own_key_has_no_encoding() -> None:
+    """runtime, runs and cache records are arrays of records keyed by their own coordinate or run id,
+    so a map that files a record under another key cannot be spelled without loss."""
+    state = scripted_lifecycle_state()
+    record = next(iter(state.runtime.values()))
+    misfiled = attrs.evolve(state, runtime=FrozenMap({(record.community_id, uuid.uuid4()): record}))
+    with pytest.raises(ValueError, match="runtime"):
+        encode_state(misfiled)
+    with pytest.raises(ValueError, match="runs"):
+        encode_state(attrs.evolve(state, runs=FrozenMap({99: state.runs[1]})))
+    with pytest.raises(ValueError, match="records"):
+        encode(lc.Cache(w.START, FrozenMap({(record.community_id, uuid.uuid4()): record})))
+
+
+def test_decode_state_tells_the_machines_apart() -> None:
+    delivery = encode_state(m.initial_state(w.START))
+    lifecycle = encode_state(lc.initial_state(w.START))
+    assert isinstance(decode_state(delivery), m.DeliverySystem)
+    assert isinstance(decode_state(lifecycle), lc.LifecycleSystem)
+    with pytest.raises(DecodeError, match="'DeliverySystem'") as error:
+        decode_state(delivery, "state", expected=lc.LifecycleSystem)
+    assert error.value.path == "state" and '"type": "LifecycleSystem"' in error.value.problem
+    with pytest.raises(DecodeError):
+        decode(lifecycle, m.DeliverySystem)
+    # The members alone do not make a state: a lifecycle's tables under the delivery's name are refused.
+    with pytest.raises(DecodeError, match="DeliverySystem needs members"):
+        decode_state({**lifecycle, "type": "DeliverySystem"})
+    with pytest.raises(TypeError):
+        decode_state(lifecycle, expected=lc.Record)
 
 
 # -- the exact canonical spellings -----------------------------------------------------------
@@ -653,7 +977,149 @@ MALFORMED = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("data", "path", "problem"), [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
+# Lifecycle values, well formed until a case breaks one member.
+C2 = "0b7e5b1c-1d2a-4c3e-8f00-0000000000dd"
+
+
+def definition_json(**changes: Any) -> dict[str, Any]:
+    return {"type": "Definition", "actions": ["post-summary"], "enabled": None, **changes}
+
+
+def save_json(**changes: Any) -> dict[str, Any]:
+    event = {
+        "type": "DefinitionEvent",
+        "event_id": K,
+        "community_id": U1,
+        "workflow_id": U2,
+        "author": K,
+        "channel_id": C2,
+        "created_at": T,
+        "definition": definition_json(),
+        **changes,
+    }
+    return {"type": "SaveDefinition", "event": event}
+
+
+def record_json(**changes: Any) -> dict[str, Any]:
+    return {
+        "type": "Record",
+        "community_id": U1,
+        "workflow_id": U2,
+        "owner": K,
+        "channel_id": C2,
+        "hash": K,
+        "enabled": True,
+        "incarnation": T,
+        "actions": ["post-summary"],
+        "revision": K,
+        **changes,
+    }
+
+
+def run_json(**changes: Any) -> dict[str, Any]:
+    return {"type": "Run", "run_id": 1, "door": "event", "record": record_json(), "admitted_at": T, **changes}
+
+
+def cache_json(**changes: Any) -> dict[str, Any]:
+    return {"type": "Cache", "loaded_at": T, "records": [record_json()], **changes}
+
+
+def head_json(**changes: Any) -> dict[str, Any]:
+    return {
+        "type": "Head",
+        "event_id": K,
+        "author": K,
+        "channel_id": C2,
+        "created_at": T,
+        "definition": definition_json(),
+        **changes,
+    }
+
+
+def lifecycle_state_json(**changes: Any) -> dict[str, Any]:
+    return {
+        "type": "LifecycleSystem",
+        "now": T,
+        "communities": [{"id": U1, "state": "active"}],
+        "authority": [{"community_id": U1, "channel_id": C2, "member": K}],
+        "heads": [{"community_id": U1, "workflow_id": U2, "head": head_json()}],
+        "runtime": [record_json()],
+        "cutoffs": [{"community_id": U1, "workflow_id": U3, "cutoff": T}],
+        "runs": [run_json()],
+        "caches": [{"replica": "r1", "cache": cache_json()}, {"replica": "r2", "cache": cache_json(records=[])}],
+        "executed": [{"run_id": 1, "actions": ["post-summary", "post-summary"]}],
+        **changes,
+    }
+
+
+def test_the_lifecycle_fixtures_for_malformed_input_are_well_formed_until_broken() -> None:
+    for data in (save_json(), record_json(), run_json(), cache_json(), head_json(), definition_json(enabled=False)):
+        assert encode(decode(data)) == data
+    state = decode_state(lifecycle_state_json())
+    assert all(getattr(state, f.name) for f in attrs.fields(lc.LifecycleSystem))
+    assert encode_state(state) == lifecycle_state_json()
+
+
+LIFECYCLE_MALFORMED = [
+    # commands and values
+    ("no actions", save_json(definition=definition_json(actions=[])), ".event.definition.actions", "1 to 8 actions"),
+    ("nine actions", save_json(definition=definition_json(actions=["a"] * 9)), ".event.definition.actions", "1 to 8 actions"),
+    ("blank action", save_json(definition=definition_json(actions=[" "])), ".event.definition.actions", "non-blank"),
+    ("65-char action", save_json(definition=definition_json(actions=["x" * 65])), ".event.definition.actions", "at most 64"),
+    ("actions as one string", save_json(definition=definition_json(actions="post-summary")), ".event.definition.actions", "expected an array"),
+    ("action not a string", save_json(definition=definition_json(actions=[7])), ".event.definition.actions[0]", "expected str"),
+    ("enabled as text", save_json(definition=definition_json(enabled="yes")), ".event.definition.enabled", "expected bool"),
+    ("definition without actions", save_json(definition={"type": "Definition"}), ".event.definition", "Definition needs member 'actions'"),
+    ("a head where a definition goes", save_json(definition=head_json()), ".event.definition.type", "'Head' is not Definition"),
+    ("31-byte author", save_json(author="ab" * 31), ".event.author", "exactly 32 bytes"),
+    ("event time with an offset", save_json(created_at="2026-01-01T00:00:30.000000+01:00"), ".event.created_at", "expected an instant"),
+    ("unknown door", {"type": "Fire", "replica": "r1", "door": "email", "community_id": U1, "workflow_id": U2}, ".door", "must be one of"),
+    ("replica not a string", {"type": "RefreshCache", "replica": 1}, ".replica", "expected str"),
+    ("unknown deletion path", {"type": "AlternateDelete", "community_id": U1, "workflow_id": U2, "path": "cron"}, ".path", "must be one of"),
+    ("run id zero", {"type": "ResumeRun", "run_id": 0}, ".run_id", "positive integer"),
+    ("run id as a bool", {"type": "ResumeRun", "run_id": True}, ".run_id", "expected int, got a boolean"),
+    ("authority as a number", {"type": "SetAuthority", "community_id": U1, "channel_id": C2, "member": K, "active": 1}, ".active", "expected bool"),
+    ("admitted record with a bad hash", {"type": "Admitted", "run_id": 1, "record": record_json(hash="ab")}, ".record.hash", "exactly 32 bytes"),
+    ("record enabled omitted", {"type": "Admitted", "run_id": 1, "record": {k: v for k, v in record_json().items() if k != "enabled"}}, ".record", "Record needs member 'enabled'"),
+    ("resumed actions not strings", {"type": "Resumed", "actions": [None]}, ".actions[0]", "expected str"),
+    # a cache, on its own
+    ("cache records not an array", cache_json(records={}), ".records", "expected an array"),
+    ("cache without records", {"type": "Cache", "loaded_at": T}, "", "Cache needs members ['records']"),
+    ("cache with an unknown member", cache_json(replica="r1"), "", "unknown members ['replica'] for Cache"),
+    ("cache record twice", cache_json(records=[record_json(), record_json(hash="cd" * 32)]), ".records[1]", "duplicate row"),
+    ("cache holding a run", cache_json(records=[run_json()]), ".records[0].type", "'Run' is not Record"),
+    # states
+    ("lifecycle state missing a table", {k: v for k, v in lifecycle_state_json().items() if k != "executed"}, "", "LifecycleSystem needs members ['executed']"),
+    ("lifecycle state with a delivery table", lifecycle_state_json(deliveries=[]), "", "unknown members ['deliveries'] for LifecycleSystem"),
+    ("lifecycle table not an array", lifecycle_state_json(heads={}), ".heads", "expected an array"),
+    ("authority member uppercase", lifecycle_state_json(authority=[{"community_id": U1, "channel_id": C2, "member": K.upper()}]), ".authority[0].member", "lowercase hex"),
+    ("authority row without a channel", lifecycle_state_json(authority=[{"community_id": U1, "member": K}]), ".authority[0]", "needs members ['channel_id']"),
+    ("authority row twice", lifecycle_state_json(authority=[{"community_id": U1, "channel_id": C2, "member": K}] * 2), ".authority[1]", "duplicate row"),
+    ("head row without its coordinate", lifecycle_state_json(heads=[{"community_id": U1, "head": head_json()}]), ".heads[0]", "needs members ['workflow_id']"),
+    ("head row as a bare Head", lifecycle_state_json(heads=[head_json()]), ".heads[0]", "needs members"),
+    ("head row twice", lifecycle_state_json(heads=[{"community_id": U1, "workflow_id": U2, "head": head_json()}, {"community_id": U1, "workflow_id": U2, "head": head_json(created_at="2026-01-01T00:00:31.000000Z")}]), ".heads[1]", "duplicate row"),
+    ("head with a bad definition", lifecycle_state_json(heads=[{"community_id": U1, "workflow_id": U2, "head": head_json(definition=definition_json(actions=[]))}]), ".heads[0].head.definition.actions", "1 to 8"),
+    ("runtime row for a coordinate twice", lifecycle_state_json(runtime=[record_json(), record_json(enabled=False)]), ".runtime[1]", "duplicate row"),
+    ("runtime row uppercase", lifecycle_state_json(runtime=[record_json(workflow_id=U2.upper())]), ".runtime[0].workflow_id", "canonical"),
+    ("cutoff without Z", lifecycle_state_json(cutoffs=[{"community_id": U1, "workflow_id": U3, "cutoff": "2026-01-01T00:00:30.000000"}]), ".cutoffs[0].cutoff", "expected an instant"),
+    ("run id twice", lifecycle_state_json(runs=[run_json(), run_json(door="manual")]), ".runs[1]", "duplicate row for 1"),
+    ("run id as text", lifecycle_state_json(runs=[run_json(run_id="1")]), ".runs[0].run_id", "expected int"),
+    ("run door as a number", lifecycle_state_json(runs=[run_json(door=1)]), ".runs[0].door", "expected str"),
+    ("replica twice", lifecycle_state_json(caches=[{"replica": "r1", "cache": cache_json()}] * 2), ".caches[1]", "duplicate row for 'r1'"),
+    ("cache row with a bare cache", lifecycle_state_json(caches=[cache_json()]), ".caches[0]", "needs members ['cache', 'replica']"),
+    ("cached record malformed", lifecycle_state_json(caches=[{"replica": "r1", "cache": cache_json(records=[record_json(owner="AB" * 32)])}]), ".caches[0].cache.records[0].owner", "lowercase hex"),
+    ("executed run twice", lifecycle_state_json(executed=[{"run_id": 1, "actions": []}] * 2), ".executed[1]", "duplicate row for 1"),
+    ("executed run id as a bool", lifecycle_state_json(executed=[{"run_id": True, "actions": []}]), ".executed[0].run_id", "expected int, got a boolean"),
+    ("executed actions as text", lifecycle_state_json(executed=[{"run_id": 1, "actions": "post-summary"}]), ".executed[0].actions", "expected an array"),
+    ("lifecycle clock as a number", lifecycle_state_json(now=0), ".now", "expected an instant"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "problem"),
+    [case[1:] for case in MALFORMED + LIFECYCLE_MALFORMED],
+    ids=[case[0] for case in MALFORMED + LIFECYCLE_MALFORMED],
+)
 def test_malformed_input_is_a_decode_error_naming_the_path(data: Any, path: str, problem: str) -> None:
     with pytest.raises(DecodeError) as error:
         decode(json.loads(json.dumps(data)))
