@@ -308,12 +308,16 @@ class Schedule:
         self.dsn = dsn
         self.monitor = connect(dsn)
         self.clients: list[Client] = []
+        self._owned: list[psycopg.Connection[Any]] = []
 
-    def client(self, name: str) -> Client:
-        """A new connection (autocommit, UTC, dict rows) behind a gate, and its thread."""
-        gate = Gate(connect(self.dsn), name)
+    def client(self, name: str, conn: psycopg.Connection[Any] | None = None) -> Client:
+        """A client behind a gate: on a new connection (autocommit, UTC, dict rows), or on
+        `conn`, which its owner keeps (and closes); hand `client.gate` to a store in its place."""
+        gate = Gate(conn if conn is not None else connect(self.dsn), name)
         client = Client(gate, self)
         self.clients.append(client)
+        if conn is None:
+            self._owned.append(gate.conn)
         return client
 
     def close(self) -> None:
@@ -323,7 +327,8 @@ class Schedule:
         for client in self.clients:
             if client._thread is not None:
                 client._thread.join(TIMEOUT)
-            client.gate.conn.close()
+        for conn in self._owned:
+            conn.close()
         self.monitor.close()
 
     def __enter__(self) -> Schedule:

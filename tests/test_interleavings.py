@@ -86,3 +86,504 @@ def test_every_race_mutant_names_its_bug_class() -> None:
         assert store.__doc__ and RACE_FINDINGS[name]
     for name, classes in LIFECYCLE_RACE_MUTANTS.items():
         assert all(cls.__doc__ for cls in classes.values()) and RACE_FINDINGS[name]
+
+
+# -- judging a history against the model ------------------------------------------------------
+
+
+def serial_orders(programs: dict[str, list[Any]]) -> Iterator[tuple[str, ...]]:
+    """Every merge of the clients' programs that keeps each client's own order, as client names."""
+    left = {name: len(ops) for name, ops in programs.items() if ops}
+    if not left:
+        yield ()
+        return
+    for name in sorted(left):
+        rest = {n: ops[1:] if n == name else ops for n, ops in programs.items()}
+        for order in serial_orders(rest):
+            yield (name, *order)
+
+
+@attrs.define
+class Race:
+    """One race's world: the adapter and the model in lockstep for the set-up, then gated
+    clients whose operations are recorded, each with its outcome, for judging."""
+
+    adapter: Any
+    schedule: Schedule
+    step: Callable[[Any, Any], tuple[Any, Any]]
+    state: Any  # the model's state when the concurrent part begins
+    difference: Callable[[Any, Any], str]
+    executor: Callable[[Client], Callable[[Any], Any]]
+    programs: dict[str, list[Any]] = attrs.field(factory=dict)
+    outcomes: dict[str, list[Any]] = attrs.field(factory=dict)
+    _execute: dict[str, Callable[[Any], Any]] = attrs.field(factory=dict)
+
+    def setup(self, *commands: Any) -> list[Any]:
+        """Sequential, on the adapter and the model; each outcome must agree."""
+        outcomes = []
+        for command in commands:
+            self.state, expected = self.step(self.state, command)
+            actual = self.adapter.execute(command)
+            assert actual == expected, f"set-up {w.describe(command)}: {w.describe(actual)} != {w.describe(expected)}"
+            outcomes.append(actual)
+        return outcomes
+
+    def client(self, name: str, conn: Any = None) -> Client:
+        client = self.schedule.client(name, conn)
+        self._execute[name] = self.executor(client)
+        self.programs[name], self.outcomes[name] = [], []
+        return client
+
+    def start(self, client: Client, command: Any) -> Client:
+        self.programs[client.name].append(command)
+        execute = self._execute[client.name]
+        return client.start(lambda: execute(command))
+
+    def result(self, client: Client) -> Any:
+        outcome = client.result()
+        self.outcomes[client.name].append(outcome)
+        return outcome
+
+    def run(self, client: Client, command: Any) -> Any:
+        self.start(client, command)
+        return self.result(client)
+
+    def rolled_back(self, client: Client) -> None:
+        """The client's operation was rolled back at a pause: it never happened."""
+        with pytest.raises(Aborted):
+            client.result()
+        self.programs[client.name].pop()
+
+    def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
+        """The outcomes and the final state of the model, for one serial order."""
+        state, outcomes = self.state, {name: [] for name in self.programs}
+        taken = dict.fromkeys(self.programs, 0)
+        for name in order:
+            state, outcome = self.step(state, self.programs[name][taken[name]])
+            outcomes[name].append(outcome)
+            taken[name] += 1
+        return outcomes, state
+
+    def judge(self, implied: str, conforms: bool) -> None:
+        """`implied`: the serial order the schedule implies, as client names ("test stale newer").
+
+        A conforming implementation gives exactly that order's outcomes and
+        final state; a mutant gives a history no serial order gives."""
+        snapshot = self.adapter.snapshot()
+        histories = {order: self.serial(order) for order in serial_orders(self.programs)}
+        if conforms:
+            implied_order = tuple(implied.split())
+            assert implied_order in histories, f"{implied!r} is not a serial order of {sorted(self.programs)}"
+            expected_outcomes, expected_state = histories[implied_order]
+            for name in self.programs:
+                assert self.outcomes[name] == expected_outcomes[name], (
+                    f"client {name!r}: {w.describe(self.outcomes[name])}\n"
+                    f"  but in the serial order {implied!r} the model says {w.describe(expected_outcomes[name])}"
+                )
+            assert snapshot == expected_state, f"after the serial order {implied!r}:\n" + self.difference(
+                expected_state, snapshot
+            )
+        else:
+            same = [" ".join(o) for o, history in histories.items() if history == (self.outcomes, snapshot)]
+            assert not same, f"the mutant's history is that of the serial order {same[0]!r}: the race does not catch it"
+            assert histories, "no serial order to compare with"
+
+
+@attrs.frozen
+class Impl:
+    """An implementation under a race, and whether it must conform (the bundled one) or be caught."""
+
+    name: str
+    cls: type
+    conforms: bool
+
+
+BUNDLED = Impl("bundled", PostgresDeliveryStore, True)
+BUNDLED_ENGINE = Impl("bundled", ReplicaEngine, True)
+
+
+def caught(cls: type) -> Impl:
+    names = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
+    names.update({classes["engine_class"]: k for k, classes in LIFECYCLE_RACE_MUTANTS.items()})
+    names[ReconcileUnfenced] = "reconcile-unfenced"
+    return Impl(names[cls], cls, False)
+
+
+def impl_id(impl: Impl) -> str:
+    return impl.name
+
+
+@pytest.fixture
+def schedule(delivery_dsn: str) -> Iterator[Schedule]:
+    with Schedule(delivery_dsn) as s:
+        yield s
+
+
+# -- the delivery world ---------------------------------------------------------------------------
+
+C, W1, R1, M1 = w.COMMUNITIES["A"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
+T1, T2 = w.TARGETS["T1"], w.TARGETS["T2"]
+D1, D2 = w.DELIVERIES["d1"], w.DELIVERIES["d2"]
+
+
+def new(delivery: Any, target: bytes, step: str = "s1") -> d.NewDelivery:
+    target_name = "T1" if target == T1 else "T2"
+    return d.NewDelivery(delivery, w.binding("A", "W1", "R1", step, target_name, "D1", "M1", "event:E1"))
+
+
+WORLD = (d.CreateCommunity(C), d.CreateWorkflow(C, W1), d.CreateRun(C, W1, R1), d.PublishEvent(C, M1))
+ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, T1)])
+CLAIM = d.Claim(C, T1, LEASE)
+
+
+def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
+    def bind(client: Client) -> Callable[[Any], Any]:
+        store, clock = store_class(client.gate), PinnedClock(client.gate)
+
+        def execute(command: Any) -> Any:
+            if isinstance(command, d.AdvanceClock):
+                clock.advance(command.by)
+                return d.Ok()
+            try:
+                return store.execute(command)
+            except Refused as refused:
+                return refused.rejection
+
+        return execute
+
+    return bind
+
+
+@pytest.fixture
+def delivery_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], Race]]:
+    adapters: list[PostgresDeliveryAdapter] = []
+
+    def make(store_class: type[PostgresDeliveryStore]) -> Race:
+        adapter = PostgresDeliveryAdapter(delivery_dsn, store_class=store_class)
+        adapters.append(adapter)
+        adapter.reset(w.START)
+        race = Race(adapter, schedule, d.step, d.initial_state(w.START), describe_state_difference, delivery_executor(store_class))
+        race.setup(*WORLD)
+        return race
+
+    yield make
+    schedule.close()  # unstick the clients before their database goes
+    for adapter in adapters:
+        adapter.close()
+
+
+# -- stale holder against newer holder ------------------------------------------------------------
+
+OUTCOME_PAIRS = {
+    "same-outcome": (d.Status.FINISHED, d.Status.FINISHED),
+    "conflicting-outcomes": (d.Status.FINISHED, d.Status.FAILED),
+}
+
+
+@pytest.mark.parametrize("outcomes", sorted(OUTCOME_PAIRS))
+@pytest.mark.parametrize(
+    ("impl", "paused"),
+    [
+        (BUNDLED, "stale"),
+        (BUNDLED, "newer"),
+        (caught(FinishCheckThenAct), "stale"),
+        (caught(FinishCheckThenAct), "newer"),
+        # The seeds' finding 1 in its original, concurrent form: the stale
+        # holder's reconciliation read meets the newer holder's terminal.
+        (caught(ReconcileUnfenced), "stale"),
+    ],
+    ids=lambda v: v.name if isinstance(v, Impl) else v,
+)
+def test_stale_holder_and_newer_holder_finish(
+    delivery_race: Callable[[type], Race], impl: Impl, paused: str, outcomes: str
+) -> None:
+    """Holder A starts finishing while its lease governs and is parked before its write;
+    the lease expires, the reaper takes it, holder B claims; then A and B finish
+    concurrently, with B parked before its COMMIT, or A parked until B is done."""
+    stale_outcome, newer_outcome = OUTCOME_PAIRS[outcomes]
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    stale, newer, test = race.client("stale"), race.client("newer"), race.client("test")
+
+    at_write = stale.gate.pause_before(impl.cls.SQL_FINISH)
+    race.start(stale, d.Finish(claimed.lease, stale_outcome))
+    at_write.wait_parked()
+    race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))
+    assert race.run(test, d.Reap()) == d.Reaped(1)
+    newer_lease = race.run(test, CLAIM).lease
+    if paused == "stale":
+        race.run(newer, d.Finish(newer_lease, newer_outcome))
+        at_write.release()
+        race.result(stale)
+        implied = "test test test newer stale"
+    else:
+        at_commit = newer.gate.pause_before_commit(ran=impl.cls.SQL_FINISH)
+        race.start(newer, d.Finish(newer_lease, newer_outcome))
+        at_commit.wait_parked()
+        at_write.release()
+        waited = stale.wait_blocked_or_finished()
+        if impl.conforms:
+            assert waited == "finished", "the fenced UPDATE skips a row of another generation without waiting"
+        at_commit.release()
+        race.result(newer)
+        race.result(stale)
+        implied = "test test test stale newer"
+    race.judge(implied, impl.conforms)
+
+
+@pytest.mark.parametrize("outcomes", sorted(OUTCOME_PAIRS))
+@pytest.mark.parametrize("impl", [BUNDLED, caught(FinishCheckThenAct)], ids=impl_id)
+def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race], impl: Impl, outcomes: str) -> None:
+    """An uncertain completion retried while the first attempt is still in flight:
+    exactly one settles, the other is told the recorded terminal."""
+    first_outcome, retry_outcome = OUTCOME_PAIRS[outcomes]
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    first, retry = race.client("first"), race.client("retry")
+    at_write = first.gate.pause_before(impl.cls.SQL_FINISH)
+    race.start(first, d.Finish(claimed.lease, first_outcome))
+    at_write.wait_parked()
+    race.run(retry, d.Finish(claimed.lease, retry_outcome))
+    at_write.release()
+    race.result(first)
+    race.judge("retry first", impl.conforms)
+
+
+# -- the holder and the reaper at expiry ----------------------------------------------------------
+
+HOLDER_COMMANDS = {
+    "finish": lambda lease: d.Finish(lease, d.Status.FINISHED),
+    "renew": lambda lease: d.Renew(lease, LEASE),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
+@pytest.mark.parametrize("expired", [False, True], ids=["at-deadline", "past-deadline"])
+@pytest.mark.parametrize("paused", ["holder", "reaper"])
+def test_holder_races_the_reaper(delivery_race: Callable[[type], Race], operation: str, expired: bool, paused: str) -> None:
+    """At lease_until == now the lease still governs and the reaper must not take it;
+    one second later the reaper takes it and the holder has lost it, whichever of
+    the two is parked before its COMMIT while the other runs."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    race.setup(d.AdvanceClock((LEASE + expired) * SECOND))
+    holder, reaper = race.client("holder"), race.client("reaper")
+    command = HOLDER_COMMANDS[operation](claimed.lease)
+    statement = PostgresDeliveryStore.SQL_FINISH if operation == "finish" else PostgresDeliveryStore.SQL_RENEW
+    if paused == "holder":
+        at_commit = holder.gate.pause_before_commit(ran=statement)
+        race.start(holder, command)
+        at_commit.wait_parked()
+        race.run(reaper, d.Reap())  # the reaper's snapshot never matches a row the holder's write matched
+        at_commit.release()
+        race.result(holder)
+        implied = "holder reaper"
+    else:
+        at_commit = reaper.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_REAP)
+        race.start(reaper, d.Reap())
+        at_commit.wait_parked()
+        race.run(holder, command)
+        at_commit.release()
+        race.result(reaper)
+        implied = "reaper holder"
+    race.judge(implied, True)
+
+
+@pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
+def test_reaper_waits_for_a_holder_that_wrote_at_the_deadline(delivery_race: Callable[[type], Race], operation: str) -> None:
+    """The holder wrote at lease_until == now and is parked before its COMMIT; the clock
+    moves past the deadline and the reaper, whose snapshot still shows the claim
+    expired, blocks on the holder's row lock, then re-checks the new row and leaves it."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    race.setup(d.AdvanceClock(LEASE * SECOND))
+    holder, reaper, test = race.client("holder"), race.client("reaper"), race.client("test")
+    statement = PostgresDeliveryStore.SQL_FINISH if operation == "finish" else PostgresDeliveryStore.SQL_RENEW
+    at_commit = holder.gate.pause_before_commit(ran=statement)
+    race.start(holder, HOLDER_COMMANDS[operation](claimed.lease))
+    at_commit.wait_parked()
+    race.run(test, d.AdvanceClock(SECOND))
+    race.start(reaper, d.Reap())
+    reaper.wait_blocked()
+    at_commit.release()
+    race.result(holder)
+    race.result(reaper)
+    race.judge("holder test reaper", True)
+
+
+@pytest.mark.parametrize("impl", [BUNDLED, caught(FinishCheckThenAct)], ids=impl_id)
+def test_holder_checked_at_the_deadline_then_reaped(delivery_race: Callable[[type], Race], impl: Impl) -> None:
+    """The holder's finish starts at lease_until == now and is parked before its write;
+    the clock moves on and the reaper takes the lease. The write must then find the
+    lease lost: a lease checked earlier is no authority now."""
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    race.setup(d.AdvanceClock(LEASE * SECOND))
+    holder, test = race.client("holder"), race.client("test")
+    at_write = holder.gate.pause_before(impl.cls.SQL_FINISH)
+    race.start(holder, d.Finish(claimed.lease, d.Status.FINISHED))
+    at_write.wait_parked()
+    race.run(test, d.AdvanceClock(SECOND))
+    race.run(test, d.Reap())
+    at_write.release()
+    race.result(holder)
+    race.judge("test test holder", impl.conforms)
+
+
+# -- two reapers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("paused", ["before-write", "before-commit", "newer-claim-between"])
+@pytest.mark.parametrize("impl", [BUNDLED, caught(ReapReadThenUpdate)], ids=impl_id)
+def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+    """One expired claim, two reapers: it is reaped once (one generation bump). Reaper
+    one is parked before its write (the other reaps meanwhile, and in one schedule a
+    newer holder claims too), or before its COMMIT (the other must wait for it)."""
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    race.setup(CLAIM, d.AdvanceClock((LEASE + 1) * SECOND))
+    one, two, test = race.client("one"), race.client("two"), race.client("test")
+    if paused == "before-commit":
+        at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_REAP)
+        race.start(one, d.Reap())
+        at_commit.wait_parked()
+        race.start(two, d.Reap())
+        waited = two.wait_blocked_or_finished()
+        if impl.conforms:
+            assert waited == "blocked"
+        at_commit.release()
+        race.result(one)
+        race.result(two)
+        implied = "one two"
+    else:
+        at_write = one.gate.pause_before(impl.cls.SQL_REAP)
+        race.start(one, d.Reap())
+        at_write.wait_parked()
+        race.run(two, d.Reap())
+        implied = "two one"
+        if paused == "newer-claim-between":
+            race.run(test, CLAIM)
+            implied = "two test one"
+        at_write.release()
+        race.result(one)
+    race.judge(implied, impl.conforms)
+
+
+# -- two claimers on one row --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("paused", ["before-claim", "before-commit"])
+@pytest.mark.parametrize("impl", [BUNDLED, caught(ClaimReadThenUpdate)], ids=impl_id)
+def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+    """One pending row, two claimers: exactly one lease. The second claimer skips a
+    row the first holds locked (no blocking) and misses."""
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    one, two = race.client("one"), race.client("two")
+    if paused == "before-claim":
+        at_write = one.gate.pause_before(impl.cls.SQL_CLAIM)
+        race.start(one, CLAIM)
+        at_write.wait_parked()
+        race.run(two, CLAIM)
+        at_write.release()
+        race.result(one)
+        implied = "two one"
+    else:
+        at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_CLAIM)
+        race.start(one, CLAIM)
+        at_commit.wait_parked()
+        race.start(two, CLAIM)
+        waited = two.wait_blocked_or_finished()
+        if impl.conforms:
+            assert waited == "finished", "SKIP LOCKED: a claimer never waits for another"
+        at_commit.release()
+        race.result(one)
+        race.result(two)
+        implied = "one two"
+    race.judge(implied, impl.conforms)
+
+
+def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[type], Race]) -> None:
+    """Two pending rows of one target: while the oldest is held by an uncommitted
+    claim, a second claimer takes the next one, without waiting."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, T1, "s2")]))
+    one, two = race.client("one"), race.client("two")
+    at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
+    race.start(one, CLAIM)
+    at_commit.wait_parked()
+    race.start(two, CLAIM)
+    assert two.wait_blocked_or_finished() == "finished"
+    at_commit.release()
+    race.result(one)
+    assert race.result(two).lease.delivery_id == D2
+    race.judge("one two", True)
+
+
+# -- producer retries of one step ------------------------------------------------------------------
+
+STEP_TWO_TARGETS = d.CommitDeliveries(C, R1, "s1", [new(D1, T1), new(D2, T2)])
+
+
+@pytest.mark.parametrize("paused", ["after-identity-read", "before-commit"])
+@pytest.mark.parametrize("impl", [BUNDLED, caught(CommitWithoutIdentityLock)], ids=impl_id)
+def test_producer_retries_race_for_the_identity_lock(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+    """Two producers commit the same step at once: the rows exist once, and exactly one
+    of them is told the identity did not exist yet (so only one signs a message)."""
+    race = delivery_race(impl.cls)
+    one, two = race.client("one"), race.client("two")
+    if paused == "after-identity-read":
+        point = one.gate.pause_after(impl.cls.SQL_IDENTITY_EXISTS)
+    else:
+        point = one.gate.pause_before_commit(ran=impl.cls.SQL_INSERT_DELIVERY)
+    race.start(one, STEP_TWO_TARGETS)
+    point.wait_parked()
+    race.start(two, STEP_TWO_TARGETS)
+    waited = two.wait_blocked_or_finished()
+    if impl.conforms:
+        assert waited == "blocked", "the second producer waits for the step's identity lock"
+    point.release()
+    race.result(one)
+    race.result(two)
+    race.judge("one two", impl.conforms)
+
+
+# -- the reconciliation read against a community change ---------------------------------------------
+
+COMMUNITY_CHANGES = {
+    "fence": d.SetCommunityState(C, d.CommunityState.FENCED),
+    "delete": d.DeleteCommunity(C),
+}
+
+
+@pytest.mark.parametrize(
+    ("impl", "change"),
+    [(BUNDLED, "fence"), (BUNDLED, "delete"), (caught(ReconcileOutsideTransaction), "delete")],
+    ids=lambda v: v.name if isinstance(v, Impl) else v,
+)
+def test_reconciliation_races_a_community_change(delivery_race: Callable[[type], Race], impl: Impl, change: str) -> None:
+    """The holder settled, and retries after an uncertain completion; its retry is parked
+    before the reconciliation read while the community is fenced or deleted. The
+    retry holds the community share-locked, so the change waits for it, and the
+    retry is told the recorded terminal."""
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    race.setup(d.Finish(claimed.lease, d.Status.FAILED))
+    retry, operator = race.client("retry"), race.client("operator")
+    at_read = retry.gate.pause_before(impl.cls.SQL_FINISH_RECONCILE)
+    race.start(retry, d.Finish(claimed.lease, d.Status.FINISHED))
+    at_read.wait_parked()
+    race.start(operator, COMMUNITY_CHANGES[change])
+    waited = operator.wait_blocked_or_finished()
+    if impl.conforms:
+        assert waited == "blocked", "a community change waits for a writer that holds it share-locked"
+    at_read.release()
+    race.result(retry)
+    race.result(operator)
+    race.judge("retry operator", impl.conforms)
