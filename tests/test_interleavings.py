@@ -587,3 +587,194 @@ def test_reconciliation_races_a_community_change(delivery_race: Callable[[type],
     race.result(retry)
     race.result(operator)
     race.judge("retry operator", impl.conforms)
+
+
+# -- the lifecycle world: admission against definition writers -------------------------------------
+
+ALICE, GENERAL = w.AUTHORS["alice"], w.CHANNELS["general"]
+OLD = lc.Definition(("post-summary",))
+NEW = lc.Definition(("post-summary", "page-oncall"))
+OFF = lc.Definition(("post-summary",), enabled=False)
+ON = lc.Definition(("post-summary",), enabled=True)
+
+
+def save(at: int, definition: lc.Definition) -> lc.SaveDefinition:
+    event_id = hashlib.sha256(f"{at}/{definition}".encode()).digest()
+    return lc.SaveDefinition(lc.DefinitionEvent(event_id, C, W1, ALICE, GENERAL, w.START + at * SECOND, definition))
+
+
+def delete(at: int) -> lc.DeleteDefinition:
+    return lc.DeleteDefinition(C, W1, ALICE, w.START + at * SECOND)
+
+
+def fire(replica: str) -> lc.Fire:
+    return lc.Fire(replica, "event", C, W1)
+
+
+# Replica r1 is warm with the first revision when each race begins.
+LIFECYCLE_WORLD = (d.CreateCommunity(C), lc.SetAuthority(C, GENERAL, ALICE, True), save(1, OLD), lc.RefreshCache("r1"))
+
+
+def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], Callable[[Any], Any]]:
+    """Writers, resumers and community changes on the client's gated connection; fires
+    and refreshes on the adapter's replica engines (one of them may be gated too)."""
+
+    def bind(client: Client) -> Callable[[Any], Any]:
+        gate = client.gate
+        communities, clock = PostgresDeliveryStore(gate), PinnedClock(gate)
+        store, resumer = LifecycleStore(gate), RunResumer(gate)
+        handlers: dict[type, Callable[[Any], Any]] = {
+            lc.SetAuthority: store.set_authority,
+            lc.SaveDefinition: store.save,
+            lc.DeleteDefinition: store.delete,
+            lc.ResumeRun: resumer.resume,
+        }
+
+        def execute(command: Any) -> Any:
+            try:
+                if isinstance(command, d.AdvanceClock):
+                    clock.advance(command.by)
+                    return d.Ok()
+                if isinstance(command, d.CreateCommunity | d.SetCommunityState):
+                    return communities.execute(command)
+                if isinstance(command, lc.RefreshCache):
+                    adapter.engines[command.replica].refresh()
+                    return d.Ok()
+                if isinstance(command, lc.Fire):
+                    return adapter.engines[command.replica].fire(command)
+                return handlers[type(command)](command)
+            except Refused as refused:
+                return refused.rejection
+
+        return execute
+
+    return bind
+
+
+class LifecycleRace(Race):
+    def replica(self, name: str, replica: str) -> Client:
+        """A client that is the replica engine itself: its own connection, gated."""
+        engine = self.adapter.engines[replica]
+        client = self.client(name, engine.conn)
+        engine.conn = client.gate
+        return client
+
+
+@pytest.fixture
+def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], LifecycleRace]]:
+    adapters: list[PostgresLifecycleAdapter] = []
+
+    def make(engine_class: type[ReplicaEngine]) -> LifecycleRace:
+        adapter = PostgresLifecycleAdapter(delivery_dsn, engine_class=engine_class)
+        adapters.append(adapter)
+        adapter.reset(w.START)
+        race = LifecycleRace(
+            adapter,
+            schedule,
+            lc.step,
+            lc.initial_state(w.START, w.REPLICAS),
+            describe_difference,
+            lifecycle_executor(adapter),
+        )
+        race.setup(*LIFECYCLE_WORLD)
+        return race
+
+    yield make
+    schedule.close()
+    for adapter in adapters:
+        adapter.close()
+
+
+# The writer's first command is the one that races; a recreation follows its deletion.
+CHANGES = {
+    "update": (save(2, NEW),),
+    "disable": (save(2, OFF),),
+    "delete": (delete(2),),
+    "delete-and-recreate": (delete(2), save(3, OLD)),  # an identical recreation: a new incarnation
+}
+
+
+@pytest.mark.parametrize("writer_ends", ["commits", "rolls-back"])
+@pytest.mark.parametrize("first", ["admission", "writer"])
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_admission_races_a_definition_change(
+    lifecycle_race: Callable[[type], LifecycleRace], change: str, first: str, writer_ends: str
+) -> None:
+    """Admission parked before its COMMIT while the writer runs (the writer waits for the
+    admission's share lock on the runtime row), or the writer parked before its COMMIT
+    while the admission runs (the admission waits, then re-checks the row the writer
+    left). Either way the run exists only if it was admitted against the current row,
+    and a resume of it then shows which revision it pinned."""
+    race = lifecycle_race(ReplicaEngine)
+    admission, writer, observer = race.replica("admission", "r1"), race.client("writer"), race.client("observer")
+    racing, *later = CHANGES[change]
+    commits = writer_ends == "commits"
+    if first == "admission":
+        at_commit = admission.gate.pause_before_commit(ran=ReplicaEngine.SQL_ADMIT)
+        race.start(admission, fire("r1"))
+        at_commit.wait_parked()
+        if not commits:
+            writer.gate.rollback_before_commit()
+        race.start(writer, racing)
+        writer.wait_blocked()
+        at_commit.release()
+        race.result(admission)
+        race.result(writer) if commits else race.rolled_back(writer)
+        implied = "admission writer" if commits else "admission"
+    else:
+        at_commit = writer.gate.pause_before_commit()
+        race.start(writer, racing)
+        at_commit.wait_parked()
+        race.start(admission, fire("r1"))
+        admission.wait_blocked()
+        at_commit.release() if commits else at_commit.rollback()
+        race.result(writer) if commits else race.rolled_back(writer)
+        race.result(admission)
+        implied = "writer admission" if commits else "admission"
+    if commits:
+        for command in later:
+            race.run(writer, command)
+            implied += " writer"
+    race.run(observer, lc.ResumeRun(1))
+    race.judge(implied + " observer", True)
+
+
+# Each change leaves the coordinate enabled again, so that a fresh replica can admit.
+STALE_CHANGES = {
+    "update": (save(2, NEW),),
+    "disable-then-enable": (save(2, OFF), save(3, ON)),
+    "delete-then-recreate": (delete(2), save(3, NEW)),
+    "identical-recreate": (delete(2), save(3, OLD)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(STALE_CHANGES))
+@pytest.mark.parametrize("impl", [BUNDLED_ENGINE, caught(AdmissionWithoutRowLock)], ids=impl_id)
+def test_a_later_admission_exposes_a_stale_one(lifecycle_race: Callable[[type], LifecycleRace], impl: Impl, change: str) -> None:
+    """Replica r1 selects the first revision R1 and its admission is parked before the
+    statement that inserts the run (the bundled engine: before its one locking
+    INSERT ... SELECT; the mutant: after its unlocked read). The writer changes the
+    coordinate and commits; a fresh replica r2 then admits the current revision and
+    gets run id 1. Then r1 goes on.
+
+    Why that exposes a stale admission: run ids are 1..n in admission order, and a
+    run pins the revision it was admitted for. A run pinned to R1 can only be admitted
+    while R1 is current, i.e. before the writer's first change (R1 never becomes
+    current again: a re-enable, a recreation, even an identical one, is a new
+    revision or incarnation). The observer's admission needs the changed coordinate,
+    so it comes after the writer, hence after any R1 admission, which would therefore
+    have id 1. "Admitted(2, R1)" is in no serial order; the bundled engine, matching
+    at its statement, refuses it."""
+    race = lifecycle_race(impl.cls)
+    admission, writer, observer = race.replica("admission", "r1"), race.client("writer"), race.client("observer")
+    at_insert = admission.gate.pause_before(impl.cls.SQL_ADMIT)
+    race.start(admission, fire("r1"))
+    at_insert.wait_parked()
+    for command in STALE_CHANGES[change]:
+        race.run(writer, command)
+    race.run(observer, lc.RefreshCache("r2"))
+    assert isinstance(race.run(observer, fire("r2")), lc.Admitted)
+    at_insert.release()
+    race.result(admission)
+    writes = " ".join("writer" for _ in STALE_CHANGES[change])
+    race.judge(f"{writes} observer observer admission", impl.conforms)
