@@ -6,7 +6,10 @@ A trace file is JSON lines in the canonical encoding (`codec`):
     {"step": 1, "command": {...}, "outcome": {...}, "state": {...}}
     ...
 
-The header pins the clock; each step gives a command, the outcome the model
+The header names the machine ("delivery" or "lifecycle") and pins the
+clock; the program starts from that machine's initial state (for the
+lifecycle, the replicas of the conformance world, r1 and r2, with empty
+caches loaded at the start). Each step gives a command, the outcome the model
 returns for it and the model's full state after it. "state" may be omitted
 (for example in a history recorded by another system), and then only the
 outcome is checked.
@@ -29,11 +32,13 @@ import attrs
 
 from leaseproof.conformance import codec
 from leaseproof.conformance import world as w
-from leaseproof.conformance.boundary import DeliveryAdapter
-from leaseproof.conformance.delivery_machine import describe_state_difference
-from leaseproof.model import delivery as m
+from leaseproof.conformance.delivery_machine import DELIVERY
+from leaseproof.conformance.lifecycle_machine import LIFECYCLE
+from leaseproof.conformance.lockstep import MachineSpec
 
 TRACE_VERSION = 1
+# The machines a trace can be of, by the name its header carries.
+SPECS: dict[str, MachineSpec] = {spec.name: spec for spec in (DELIVERY, LIFECYCLE)}
 
 
 class TraceError(ValueError):
@@ -42,9 +47,9 @@ class TraceError(ValueError):
 
 @attrs.frozen
 class Step:
-    command: m.Command
-    outcome: m.Outcome
-    state: m.DeliverySystem | None
+    command: Any  # a command of the trace's machine
+    outcome: Any
+    state: Any | None  # that machine's state (DeliverySystem, LifecycleSystem)
 
 
 @attrs.frozen
@@ -52,6 +57,7 @@ class Trace:
     name: str
     start: dt.datetime
     steps: tuple[Step, ...]
+    machine: str = attrs.field(default="delivery", validator=attrs.validators.in_(SPECS))
 
 
 @attrs.frozen
@@ -59,7 +65,7 @@ class Divergence:
     """The first step where two accounts of the machine part ways."""
 
     step: int  # 1-based
-    command: m.Command
+    command: Any
     expected: str  # whose account, and what it said
     actual: str
     difference: str
@@ -76,18 +82,20 @@ class Divergence:
         return "\n".join(lines)
 
 
-def record(name: str, start: dt.datetime, commands: Iterable[m.Command]) -> Trace:
-    """The trace of `commands` as the model runs them."""
-    state = m.initial_state(start)
+def record(name: str, start: dt.datetime, commands: Iterable[Any], machine: str = "delivery") -> Trace:
+    """The trace of `commands` as the model of `machine` runs them."""
+    spec = SPECS[machine]
+    state = spec.initial_state(start)
     steps = []
     for command in commands:
-        state, outcome = m.step(state, command)
+        state, outcome = spec.step(state, command)
         steps.append(Step(command, outcome, state))
-    return Trace(name, start, tuple(steps))
+    return Trace(name, start, tuple(steps), machine)
 
 
 def write(trace: Trace, path: Path) -> None:
-    lines = [{"trace": TRACE_VERSION, "machine": "delivery", "start": codec.encode(trace.start), "name": trace.name}]
+    header = {"trace": TRACE_VERSION, "machine": trace.machine, "start": codec.encode(trace.start), "name": trace.name}
+    lines: list[dict[str, Any]] = [header]
     for number, step in enumerate(trace.steps, 1):
         line: dict[str, Any] = {"step": number, "command": codec.encode(step.command), "outcome": codec.encode(step.outcome)}
         if step.state is not None:
@@ -112,23 +120,30 @@ def read(path: Path) -> Trace:
     if not entries:
         raise TraceError(f"{path}: empty; a trace starts with a header line")
     number, header = entries[0]
-    if not isinstance(header, dict) or header.get("trace") != TRACE_VERSION or header.get("machine") != "delivery":
-        raise TraceError(f'{path}:{number}: the header must be {{"trace": {TRACE_VERSION}, "machine": "delivery", ...}}')
+    machines = " or ".join(f'"{name}"' for name in SPECS)
+    if not isinstance(header, dict) or header.get("trace") != TRACE_VERSION:
+        raise TraceError(f'{path}:{number}: the header must be {{"trace": {TRACE_VERSION}, "machine": {machines}, ...}}')
+    # Every trace ever written names its machine, so a missing name is refused rather than guessed.
+    machine = header.get("machine")
+    if machine not in SPECS:
+        raise TraceError(f'{path}:{number}: the header\'s "machine" must be {machines}, not {machine!r}')
+    spec = SPECS[machine]
     try:
         start = codec.decode(header.get("start"), dt.datetime, "start")
+        state_class = type(spec.initial_state(start))
         steps = []
         for number, entry in entries[1:]:
             if not isinstance(entry, dict) or "command" not in entry or "outcome" not in entry:
                 raise TraceError(f'{path}:{number}: a step needs "command" and "outcome"')
             command = codec.decode(entry["command"], object, "command")
-            if type(command) not in m.OUTCOME_VARIANTS:
-                raise TraceError(f"{path}:{number}: {type(command).__name__} is not a delivery command")
+            if type(command) not in spec.variants:
+                raise TraceError(f"{path}:{number}: {type(command).__name__} is not a {machine} command")
             outcome = codec.decode(entry["outcome"], object, "outcome")
-            state = codec.decode_state(entry["state"], "state") if "state" in entry else None
+            state = codec.decode_state(entry["state"], "state", state_class) if "state" in entry else None
             steps.append(Step(command, outcome, state))
     except codec.DecodeError as exc:
         raise TraceError(f"{path}:{number}: {exc}") from None
-    return Trace(str(header.get("name") or path.stem), start, tuple(steps))
+    return Trace(str(header.get("name") or path.stem), start, tuple(steps), machine)
 
 
 def _context(trace: Trace, index: int, width: int = 5) -> tuple[str, ...]:
@@ -136,12 +151,17 @@ def _context(trace: Trace, index: int, width: int = 5) -> tuple[str, ...]:
     return tuple(f"{n + 1}. {w.describe(s.command)}" for n, s in enumerate(trace.steps[first:index], first))
 
 
-def replay(trace: Trace, adapter: DeliveryAdapter) -> Divergence | None:
-    """Drive `adapter` through the trace against the model; the first divergence, if any."""
+def replay(trace: Trace, adapter: Any) -> Divergence | None:
+    """Drive `adapter` (an implementation of the trace's machine) through the trace
+    against the model; the first divergence, if any.
+
+    Raises `TraceError` if the adapter's snapshots are another machine's states.
+    """
+    spec = SPECS[trace.machine]
     adapter.reset(trace.start)
-    state = m.initial_state(trace.start)
+    state = spec.initial_state(trace.start)
     for index, recorded in enumerate(trace.steps):
-        state, expected = m.step(state, recorded.command)
+        state, expected = spec.step(state, recorded.command)
         actual = adapter.execute(recorded.command)
         if actual != expected:
             return Divergence(
@@ -153,23 +173,29 @@ def replay(trace: Trace, adapter: DeliveryAdapter) -> Divergence | None:
                 _context(trace, index),
             )
         snapshot = adapter.snapshot()
+        if type(snapshot) is not type(state):
+            raise TraceError(
+                f"{trace.name}: a {trace.machine} trace, but {adapter.name} answers with a "
+                f"{type(snapshot).__name__} snapshot: replay it against an implementation of the {trace.machine} machine"
+            )
         if snapshot != state:
             return Divergence(
                 index + 1,
                 recorded.command,
                 "model:          (state below)",
                 "implementation: a different state",
-                describe_state_difference(state, snapshot),
+                spec.difference(state, snapshot),
                 _context(trace, index),
             )
     return None
 
 
 def check(trace: Trace) -> Divergence | None:
-    """Run the model over a recorded history; the first step it disagrees with, if any."""
-    state = m.initial_state(trace.start)
+    """Run the trace's model over a recorded history; the first step it disagrees with, if any."""
+    spec = SPECS[trace.machine]
+    state = spec.initial_state(trace.start)
     for index, recorded in enumerate(trace.steps):
-        state, expected = m.step(state, recorded.command)
+        state, expected = spec.step(state, recorded.command)
         if recorded.outcome != expected:
             return Divergence(
                 index + 1,
@@ -185,7 +211,7 @@ def check(trace: Trace) -> Divergence | None:
                 recorded.command,
                 "recorded: (state below)",
                 "model:    a different state",
-                describe_state_difference(state, recorded.state),
+                spec.difference(state, recorded.state),
                 _context(trace, index),
             )
     return None

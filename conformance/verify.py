@@ -32,7 +32,7 @@ class Machine:
 
 MACHINES: dict[str, Machine] = {
     "delivery": Machine("delivery", machine_for, SCENARIOS, traces=True),
-    "lifecycle": Machine("lifecycle", lifecycle_machine_for, LIFECYCLE_SCENARIOS, traces=False),
+    "lifecycle": Machine("lifecycle", lifecycle_machine_for, LIFECYCLE_SCENARIOS, traces=True),
 }
 
 
@@ -105,7 +105,7 @@ def run_conformance(
 
 
 def _trace(machine: Machine, name: str, coverage: Coverage) -> Trace | None:
-    return record(name, w.START, coverage.last_commands) if machine.traces else None
+    return record(name, w.START, coverage.last_commands, machine=machine.name) if machine.traces else None
 
 
 def failing_program(exc: BaseException) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -9,16 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from leaseproof.conformance import codec
 from leaseproof.conformance import world as w
-from leaseproof.conformance.trace import TraceError, check, read, record, replay, write
+from leaseproof.conformance.lifecycle_machine import CONTENTS
+from leaseproof.conformance.trace import Divergence, Trace, TraceError, check, read, record, replay, write
+from leaseproof.conformance.verify import run_conformance
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants import MUTANTS
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
+from leaseproof.model import lifecycle as lc
 
 CORPUS = Path(__file__).parent.parent / "conformance" / "corpus"
 A, T1, T2 = w.COMMUNITIES["A"], w.TARGETS["T1"], w.TARGETS["T2"]
 D1 = w.DELIVERIES["d1"]
+SEED = 20261129
 
 
 def _stale_holder_program() -> list[m.Command]:
@@ -147,3 +155,201 @@ def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(mutant: 
     finally:
         buggy.close()
     assert caught, f"the corpus trace of {mutant.name} no longer catches it"  # type: ignore[attr-defined]
+
+
+# -- lifecycle traces --------------------------------------------------------------------
+
+SECOND = w.dt.timedelta(seconds=1)
+W1, ALICE, GENERAL = w.WORKFLOWS["W1"], w.AUTHORS["alice"], w.CHANNELS["general"]
+
+
+def _save(content: str, seconds: int) -> lc.SaveDefinition:
+    event_id = hashlib.sha256(f"A/W1/{content}/{seconds}".encode()).digest()
+    at = w.START + seconds * SECOND
+    return lc.SaveDefinition(lc.DefinitionEvent(event_id, A, W1, ALICE, GENERAL, at, CONTENTS[content]))
+
+
+def _stale_replica_program() -> list[object]:
+    """The seed's stale replica, as plain commands: r2 still serves revision "a" after the update to "b"."""
+    return [
+        m.CreateCommunity(A),
+        lc.SetAuthority(A, GENERAL, ALICE, True),
+        _save("a", 1),
+        lc.RefreshCache("r1"),
+        lc.RefreshCache("r2"),
+        lc.Fire("r1", "event", A, W1),
+        _save("b", 2),
+        lc.Fire("r2", "manual", A, W1),  # r2's cached revision is stale: refused
+        lc.ResumeRun(1),  # run 1's pinned revision is gone: fail closed
+        lc.RefreshCache("r2"),
+        lc.Fire("r2", "manual", A, W1),
+        lc.ResumeRun(2),
+        m.AdvanceClock(10 * SECOND),
+    ]
+
+
+STALE_REPLICA_OUTCOMES = [
+    "Ok", "Ok", "Created", "Ok", "Ok", "Admitted", "Updated", "AdmissionRefused", "ResumeRefused", "Ok", "Admitted",
+    "Resumed", "Ok",
+]  # fmt: skip
+
+
+@pytest.fixture
+def lifecycle_trace_file(tmp_path: Path) -> Path:
+    path = tmp_path / "stale-replica.jsonl"
+    write(record("stale replica", w.START, _stale_replica_program(), machine="lifecycle"), path)
+    return path
+
+
+def _lifecycle_adapter(dsn: str, mutant: LifecycleMutant | None = None) -> PostgresLifecycleAdapter:
+    if mutant is None:
+        return PostgresLifecycleAdapter(dsn)
+    return PostgresLifecycleAdapter(dsn, store_class=mutant.store, engine_class=mutant.engine, resumer_class=mutant.resumer)
+
+
+def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | None | Exception:
+    """The trace replayed on the bundled lifecycle implementation (or a mutant): its divergence, or what it raised."""
+    adapter = _lifecycle_adapter(dsn, mutant)
+    try:
+        return replay(trace, adapter)
+    except Exception as raised:  # noqa: BLE001 - a mutant may fail by raising; the caller judges it
+        return raised
+    finally:
+        adapter.close()
+
+
+def _mutant(name: str) -> LifecycleMutant:
+    return next(mu for mu in LIFECYCLE_MUTANTS if mu.name == name)
+
+
+def test_a_lifecycle_trace_names_its_machine_and_survives_its_file(lifecycle_trace_file: Path) -> None:
+    trace = read(lifecycle_trace_file)
+    assert trace == record("stale replica", w.START, _stale_replica_program(), machine="lifecycle")
+    assert trace.machine == "lifecycle"
+    assert [lc.variant(s.outcome) for s in trace.steps] == STALE_REPLICA_OUTCOMES
+    assert dict(trace.steps[-1].state.executed) == {1: ("post-summary",), 2: ("post-summary", "page-oncall") * 2}
+    header = json.loads(lifecycle_trace_file.read_text().splitlines()[0])
+    assert header == {"trace": 1, "machine": "lifecycle", "start": "2026-01-01T00:00:00.000000Z", "name": "stale replica"}
+    assert json.loads(lifecycle_trace_file.read_text().splitlines()[1])["state"]["type"] == "LifecycleSystem"
+    assert check(trace) is None
+
+
+def test_every_corpus_trace_is_a_delivery_trace() -> None:
+    """The corpus predates the lifecycle; each header already names the delivery machine."""
+    for path in sorted(CORPUS.glob("*.jsonl")):
+        assert json.loads(path.read_text().splitlines()[0])["machine"] == "delivery", path.name
+        assert read(path).machine == "delivery"
+
+
+def test_a_lifecycle_trace_replays_cleanly_on_the_bundled_implementation_and_finds_the_mutant(
+    lifecycle_trace_file: Path, delivery_dsn: str
+) -> None:
+    trace = read(lifecycle_trace_file)
+    assert _replayed(trace, delivery_dsn) is None
+    divergence = _replayed(trace, delivery_dsn, _mutant("admission-ignores-hash"))
+    assert isinstance(divergence, Divergence) and divergence.step == 8
+    assert divergence.report().startswith("first divergence at step 8: Fire(replica='r2', door='manual', community_id=A")
+    assert divergence.expected == "model:          AdmissionRefused()"
+    assert divergence.actual.startswith("implementation: Admitted(run_id=2, record=Record(")
+    assert "7. SaveDefinition(" in divergence.report()
+
+
+@pytest.mark.parametrize("mutant", LIFECYCLE_MUTANTS, ids=lambda mu: mu.name)
+def test_a_lifecycle_counterexample_trace_fails_its_mutant_and_passes_the_bundled_implementation(
+    mutant: LifecycleMutant, delivery_dsn: str, tmp_path: Path
+) -> None:
+    buggy = _lifecycle_adapter(delivery_dsn, mutant)
+    try:
+        verdict = run_conformance(buggy, machine="lifecycle", max_examples=1, seed_value=SEED)
+    finally:
+        buggy.close()
+    assert not verdict.conforms and verdict.trace is not None and verdict.trace.machine == "lifecycle"
+    path = tmp_path / f"{mutant.name}.jsonl"
+    write(verdict.trace, path)
+    trace = read(path)
+    assert trace == verdict.trace
+    assert check(trace) is None  # every recorded outcome and state is the model's
+    assert _replayed(trace, delivery_dsn) is None
+    assert _replayed(trace, delivery_dsn, mutant) is not None
+
+
+def test_a_searched_and_shrunk_lifecycle_counterexample_is_a_trace(delivery_dsn: str) -> None:
+    """No fixed scenarios: the trace is the minimal program the search shrank to (Coverage.last_commands)."""
+    mutant = _mutant("cache-never-expires")
+    buggy = _lifecycle_adapter(delivery_dsn, mutant)
+    try:
+        verdict = run_conformance(buggy, machine="lifecycle", max_examples=300, seed_value=SEED, scenarios=False)
+    finally:
+        buggy.close()
+    assert not verdict.conforms and not verdict.fault and verdict.trace is not None
+    divergence = _replayed(verdict.trace, delivery_dsn, mutant)
+    assert isinstance(divergence, Divergence) and divergence.step == len(verdict.trace.steps)
+    assert _replayed(verdict.trace, delivery_dsn) is None
+
+
+def test_check_runs_the_lifecycle_model_over_a_recorded_history(lifecycle_trace_file: Path, tmp_path: Path) -> None:
+    lines = lifecycle_trace_file.read_text().splitlines()
+    stale_fire = json.loads(lines[8])
+    # What a buggy system recorded: the stale replica admitted its cached revision.
+    admitted = record("", w.START, _stale_replica_program()[:6], machine="lifecycle").steps[-1].outcome
+    stale_fire["outcome"] = codec.encode(lc.Admitted(2, admitted.record))
+    del stale_fire["state"]
+    history = tmp_path / "history.jsonl"
+    history.write_text("\n".join([*lines[:8], json.dumps(stale_fire), *lines[9:]]) + "\n")
+    divergence = check(read(history))
+    assert divergence is not None and divergence.step == 8
+    assert divergence.expected.startswith("recorded: Admitted(run_id=2")
+    assert divergence.actual == "model:    AdmissionRefused()"
+
+    last = json.loads(lines[-1])
+    last["state"]["executed"][1]["actions"].append("page-oncall")  # run 2 ran one action too many
+    history.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    divergence = check(read(history))
+    assert divergence is not None and divergence.step == len(lines) - 1
+    assert divergence.actual == "model:    a different state"
+    assert divergence.difference.startswith("executed: implementation FrozenMap({1: (")
+    assert "but the model says FrozenMap({1: ('post-summary',), 2:" in divergence.difference
+
+
+def test_check_trace_on_the_command_line_takes_a_lifecycle_trace(lifecycle_trace_file: Path) -> None:
+    run = _cli("check-trace", str(lifecycle_trace_file))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"all {len(STALE_REPLICA_OUTCOMES)} steps agree with the model" in run.stdout
+
+
+def test_a_trace_replayed_against_another_machines_implementation_is_a_trace_error(
+    lifecycle_trace_file: Path, trace_file: Path, adapter: PostgresDeliveryAdapter
+) -> None:
+    with pytest.raises(TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"):
+        replay(read(lifecycle_trace_file), adapter)
+    with pytest.raises(TraceError, match="a delivery trace, but .* answers with a LifecycleSystem"):
+        _raise(_replayed(read(trace_file), adapter.dsn))
+
+
+def _raise(result: object) -> None:
+    if isinstance(result, Exception):
+        raise result
+
+
+LIFECYCLE_HEADER = '{"trace": 1, "machine": "lifecycle", "start": "2026-01-01T00:00:00.000000Z"}\n'
+DELIVERY_STATE = json.dumps({"type": "DeliverySystem", "now": "2026-01-01T00:00:00.000000Z", "communities": [], "workflows": [], "runs": [], "events": [], "deliveries": [], "retired": []})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"trace": 1, "machine": "billing", "start": "2026-01-01T00:00:00.000000Z"}\n', ':1: the header\'s "machine" must be "delivery" or "lifecycle", not \'billing\''),
+        ('{"trace": 1, "start": "2026-01-01T00:00:00.000000Z"}\n', ':1: the header\'s "machine" must be "delivery" or "lifecycle", not None'),
+        (LIFECYCLE_HEADER + '{"command": {"type": "Reap"}, "outcome": {"type": "Reaped", "count": 0}}\n', ":2: Reap is not a lifecycle command"),
+        ('{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n{"command": {"type": "ResumeRun", "run_id": 1}, "outcome": {"type": "UnknownRun", "run_id": 1}}\n', ":2: ResumeRun is not a delivery command"),
+        (LIFECYCLE_HEADER + '{"command": {"type": "AdvanceClock", "by": 1}, "outcome": {"type": "Ok"}, "state": ' + DELIVERY_STATE + "}\n", ':2: state: expected an object with "type": "LifecycleSystem", got \'DeliverySystem\''),
+        (LIFECYCLE_HEADER + '{"command": {"type": "ResumeRun", "run_id": 0}, "outcome": {"type": "UnknownRun", "run_id": 0}}\n', ":2: command.run_id: must be a positive integer"),
+    ],
+    ids=["unknown machine", "no machine", "delivery command", "lifecycle command", "delivery state", "bad run id"],
+)  # fmt: skip
+def test_a_trace_of_the_wrong_machine_or_none_is_a_trace_error(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(TraceError) as error:
+        read(path)
+    assert str(error.value) == f"{path}{problem}"
