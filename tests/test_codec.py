@@ -8,7 +8,10 @@ import datetime as dt
 import hashlib
 import json
 import random
+import re
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -1221,3 +1224,87 @@ def test_an_instant_in_non_ascii_digits_is_not_canonical() -> None:
     with pytest.raises(DecodeError) as error:
         decode({"type": "Renewed", "lease_until": "٢٠٢٦-01-01T00:00:30.000000Z"})
     assert error.value.path == ".lease_until"
+
+
+# -- the lifecycle examples of specs/adapter-protocol.md are the codec's own output --------------
+
+PROTOCOL_SPEC = Path(__file__).parent.parent / "specs" / "adapter-protocol.md"
+
+
+def lifecycle_encoding_section() -> str:
+    text = PROTOCOL_SPEC.read_text(encoding="utf-8")
+    start = text.index("### The lifecycle machine's values")
+    return text[start : text.index("\n## 8. Commands", start)]
+
+
+def spec_history() -> tuple[list[Any], lc.LifecycleSystem]:
+    """The history the section's state example describes, and the state it ends in."""
+    t, s = dt.datetime(2026, 1, 1, tzinfo=UTC), dt.timedelta(seconds=1)
+    c = uuid.UUID("c0000000-0000-4000-8000-000000000001")
+    w1, w2 = uuid.UUID("f0000000-0000-4000-8000-000000000001"), uuid.UUID("f0000000-0000-4000-8000-000000000002")
+    channel, alice = uuid.UUID("ca000000-0000-4000-8000-000000000001"), b"\xaa" * 32
+    history = [
+        m.CreateCommunity(c),
+        lc.SetAuthority(c, channel, alice, True),
+        lc.SaveDefinition(lc.DefinitionEvent(b"\xe1" * 32, c, w1, alice, channel, t, lc.Definition(("post-summary",)))),
+        lc.RefreshCache("r1"),
+        lc.Fire("r1", "event", c, w1),
+        lc.SaveDefinition(
+            lc.DefinitionEvent(b"\xe2" * 32, c, w1, alice, channel, t + s, lc.Definition(("post-summary", "page-oncall")))
+        ),
+        lc.SaveDefinition(lc.DefinitionEvent(b"\xe3" * 32, c, w2, alice, channel, t, lc.Definition(("archive",), False))),
+        lc.DeleteDefinition(c, w2, alice, t + 2 * s),
+        m.AdvanceClock(s),
+        lc.ResumeRun(1),
+    ]
+    state = lc.initial_state(t)
+    outcomes = []
+    for command in history:
+        state, outcome = lc.step(state, command)
+        outcomes.append(lc.variant(outcome))
+    assert outcomes == ["Ok", "Ok", "Created", "Ok", "Admitted", "Updated", "Created", "Deleted", "Ok", "ResumeRefused"]
+    return history, state
+
+
+def test_the_lifecycle_examples_in_the_protocol_spec_are_canonical() -> None:
+    """Every JSON example of the section decodes, and the codec spells it back character for character."""
+    section = lifecycle_encoding_section()
+    blocks = re.findall(r"\n```\n(.*?)\n```\n", section, re.DOTALL)
+    inline = [json.loads(x) for x in re.findall(r"`(\{\"type\":[^`…]*\})`", section)]
+    assert len(blocks) >= 4 and len(inline) >= 20
+    values = list(inline)
+    for block in blocks:
+        if block.startswith("{\n"):
+            data = json.loads(block)
+            assert json.dumps(encode(decode(data)), indent=2) == block
+            values.append(data)
+        else:
+            for line in block.splitlines():
+                assert json.dumps(encode(decode(json.loads(line))), separators=(",", ":")) == line
+                values.append(json.loads(line))
+    for data in values:
+        assert encode(decode(data)) == data
+    named = {"Admitted"} | set(type_names(values))  # Admitted's example elides its record
+    assert {cls.__name__ for cls in VOCABULARY if cls.__module__ == lc.__name__} | {"LifecycleSystem"} <= named
+
+
+def type_names(data: Any) -> Iterator[str]:
+    """Every "type" member in a JSON value, however deep."""
+    if isinstance(data, dict):
+        if isinstance(data.get("type"), str):
+            yield data["type"]
+        for value in data.values():
+            yield from type_names(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from type_names(value)
+
+
+def test_the_protocol_specs_lifecycle_state_is_the_state_its_history_ends_in() -> None:
+    _, state = spec_history()
+    blocks = re.findall(r"\n```\n(\{\n  \"type\": \"LifecycleSystem\".*?)\n```\n", lifecycle_encoding_section(), re.DOTALL)
+    assert len(blocks) == 1
+    assert json.loads(blocks[0]) == encode_state(state)
+    assert decode_state(json.loads(blocks[0])) == state
+    for table in ("communities", "authority", "heads", "runtime", "cutoffs", "runs", "caches", "executed"):
+        assert f"| `{table}` |" in lifecycle_encoding_section()
