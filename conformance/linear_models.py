@@ -1,0 +1,238 @@
+"""The linearizability checker's view of each machine: step, footprint, keys, restrict, describe.
+
+Both machines partition by community. What each operation can touch is
+read off the command (and, for a reap, off the epoch's start state); the
+global fields (the clock, and for the lifecycle the run counter, replica
+caches and executed actions) belong to every partition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from typing import Any
+
+import attrs
+
+from leaseproof.conformance import world as w
+from leaseproof.conformance.linearizability import Spec
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+from leaseproof.model.frozenmap import FrozenMap
+
+# -- describing values briefly ---------------------------------------------------------
+
+
+def short(value: Any) -> str:
+    """A value in a few characters: world names where known, else a short prefix."""
+    if isinstance(value, uuid.UUID):
+        name = w.name_of(value)
+        return value.hex[:6] + "…" if name == repr(value) else name
+    if isinstance(value, bytes):
+        return w.name_of(value)
+    if isinstance(value, dt.datetime):
+        text = value.strftime("%H:%M:%S") + (f".{value.microsecond:06d}" if value.microsecond else "")
+        return text if value.date() == w.START.date() else f"{value.date().isoformat()} {text}"
+    if isinstance(value, dt.timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return "/".join(value) if all(isinstance(v, str) for v in value) else f"{len(value)} items"
+    if attrs.has(type(value)):
+        return type(value).__name__
+    return str(value)
+
+
+def generic(value: Any) -> str:
+    """`Name(field, field, …)` with every field described briefly."""
+    fields = ", ".join(short(getattr(value, f.name)) for f in attrs.fields(type(value)))
+    return f"{type(value).__name__}({fields})" if fields else type(value).__name__
+
+
+def _lease(lease: d.Lease) -> str:
+    return f"{short(lease.community_id)}/{short(lease.delivery_id)} gen {lease.lease_generation}"
+
+
+_DELIVERY_COMMANDS: dict[type, Any] = {
+    d.CreateRun: lambda c: f"CreateRun({short(c.community_id)}, {short(c.run_id)} of {short(c.workflow_id)})",
+    d.CommitDeliveries: lambda c: (
+        f"Commit({short(c.community_id)}, {short(c.run_id)}/{c.step_id}, "
+        + "+".join(short(n.binding.target_pubkey) for n in c.deliveries)
+        + ")"
+    ),
+    d.Claim: lambda c: (
+        f"Claim({short(c.community_id)}, {short(c.target_pubkey)}, {c.lease_seconds}s"
+        + (f", {short(c.delivery_id)}" if c.delivery_id else "")
+        + (", expected" if c.expected else "")
+        + ")"
+    ),
+    d.Renew: lambda c: f"Renew({_lease(c.lease)}, {c.lease_seconds}s)",
+    d.Finish: lambda c: f"Finish({_lease(c.lease)}, {c.outcome.value})",
+    d.GetDelivery: lambda c: f"Get({short(c.community_id)}/{short(c.delivery_id)})",
+}
+_DELIVERY_OUTCOMES: dict[type, Any] = {
+    d.Claimed: lambda o: f"Claimed({short(o.lease.delivery_id)} gen {o.lease.lease_generation}, until {short(o.lease.lease_until)})",
+    d.Renewed: lambda o: f"Renewed(until {short(o.lease_until)})",
+    d.Committed: lambda o: f"Committed({len(o.created)} new" + (", retry" if o.identity_existed else "") + ")",
+    d.Found: lambda o: f"Found({short(o.delivery.id)} {o.delivery.status.value} gen {o.delivery.lease_generation})",
+}
+
+
+def _describer(table: dict[type, Any]) -> Any:
+    return lambda value: table.get(type(value), generic)(value)
+
+
+# -- delivery --------------------------------------------------------------------------
+
+
+def _delivery_footprint(start: d.DeliverySystem, c: Any) -> frozenset[uuid.UUID] | None:
+    if isinstance(c, d.AdvanceClock):
+        return None
+    if isinstance(c, d.Renew | d.Finish):
+        return frozenset({c.lease.community_id})
+    if isinstance(c, d.Reap):
+        # Within an epoch the clock does not move (clock advances sit alone
+        # between barriers), and a claim or renew always sets lease_until
+        # past now, so no expired claim can appear during the epoch: a reap
+        # can only touch communities that hold one at the epoch's start.
+        return _facts(start).expired
+    return frozenset({c.community_id})
+
+
+@attrs.frozen
+class _Facts:
+    """What the checker asks of one state again and again: its rows by
+    community, its keys, and the communities holding an expired claim."""
+
+    rows: dict[uuid.UUID, dict[str, list[Any]]]
+    keys: frozenset[uuid.UUID]
+    expired: frozenset[uuid.UUID]
+
+
+_TABLES = ("workflows", "runs", "events", "deliveries", "retired")  # keyed by (community, …)
+_MAPS = ("runs", "deliveries")
+_known: dict[int, tuple[d.DeliverySystem, _Facts]] = {}
+
+
+def _facts(s: d.DeliverySystem) -> _Facts:
+    """The facts of a state, kept for the last few states by identity (hashing
+    a large state costs as much as reading it): the checker asks about each
+    epoch's start and barrier states once per partition."""
+    hit = _known.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    rows: dict[uuid.UUID, dict[str, list[Any]]] = {}
+    expired = set()
+    for table in _TABLES:
+        entries = getattr(s, table)
+        for row in entries.items() if table in _MAPS else entries:
+            community = row[0][0] if table in _MAPS else row[0]
+            rows.setdefault(community, {}).setdefault(table, []).append(row)
+    for (community, _), delivery in s.deliveries.items():
+        if delivery.status is d.Status.CLAIMED and delivery.lease_until < s.now:
+            expired.add(community)
+    facts = _Facts(rows, frozenset(s.communities) | frozenset(rows), frozenset(expired))
+    if len(_known) >= 4:
+        del _known[next(iter(_known))]
+    _known[id(s)] = (s, facts)
+    return facts
+
+
+def _delivery_keys(s: d.DeliverySystem) -> frozenset[uuid.UUID]:
+    return _facts(s).keys
+
+
+def _delivery_restrict(s: d.DeliverySystem, keys: frozenset[uuid.UUID]) -> d.DeliverySystem:
+    by_community = _facts(s).rows
+    parts = [by_community[k] for k in keys if k in by_community]
+
+    def rows(table: str) -> list[Any]:
+        return [row for part in parts for row in part.get(table, ())]
+
+    return d.DeliverySystem(
+        now=s.now,
+        communities=FrozenMap((k, v) for k in keys if (v := s.communities.get(k)) is not None),
+        workflows=frozenset(rows("workflows")),
+        runs=FrozenMap(rows("runs")),
+        events=frozenset(rows("events")),
+        deliveries=FrozenMap(rows("deliveries")),
+        retired=frozenset(rows("retired")),
+    )
+
+
+DELIVERY = Spec(
+    name="delivery",
+    step=d.step,
+    footprint=_delivery_footprint,
+    keys=_delivery_keys,
+    restrict=_delivery_restrict,
+    describe_command=_describer(_DELIVERY_COMMANDS),
+    describe_outcome=_describer(_DELIVERY_OUTCOMES),
+    describe_key=short,
+)
+
+
+# -- lifecycle -------------------------------------------------------------------------
+
+# Run ids come from one dense counter and replica caches span communities,
+# so whatever fires, resumes or reloads a cache touches everything.
+_LIFECYCLE_GLOBAL = (lc.Fire, lc.ResumeRun, lc.RefreshCache, d.AdvanceClock)
+
+
+def _lifecycle_footprint(start: lc.LifecycleSystem, c: Any) -> frozenset[uuid.UUID] | None:
+    if isinstance(c, _LIFECYCLE_GLOBAL):
+        return None
+    if isinstance(c, lc.SaveDefinition):
+        return frozenset({c.event.community_id})
+    return frozenset({c.community_id})
+
+
+def _lifecycle_keys(s: lc.LifecycleSystem) -> frozenset[uuid.UUID]:
+    return frozenset(
+        {*s.communities, *(a[0] for a in s.authority), *(k[0] for k in s.heads), *(k[0] for k in s.runtime)}
+        | {k[0] for k in s.cutoffs}
+    )
+
+
+def _lifecycle_restrict(s: lc.LifecycleSystem, keys: frozenset[uuid.UUID]) -> lc.LifecycleSystem:
+    def mine(key: Any, _: Any) -> bool:
+        return key[0] not in keys
+
+    return attrs.evolve(
+        s,  # runs, caches and executed are global: kept whole
+        communities=FrozenMap((k, v) for k in keys if (v := s.communities.get(k)) is not None),
+        authority=frozenset(a for a in s.authority if a[0] in keys),
+        heads=s.heads.remove_where(mine),
+        runtime=s.runtime.remove_where(mine),
+        cutoffs=s.cutoffs.remove_where(mine),
+    )
+
+
+_LIFECYCLE_COMMANDS: dict[type, Any] = {
+    lc.SaveDefinition: lambda c: (
+        f"Save({short(c.event.community_id)}/{short(c.event.workflow_id)}, {short(c.event.author)}, "
+        f"{short(c.event.created_at)}" + (", disabled" if not c.event.definition.is_enabled else "") + ")"
+    ),
+    lc.DeleteDefinition: lambda c: (
+        f"Delete({short(c.community_id)}/{short(c.workflow_id)}, {short(c.author)}, {short(c.created_at)})"
+    ),
+    lc.Fire: lambda c: f"Fire({c.replica}, {c.door}, {short(c.community_id)}/{short(c.workflow_id)})",
+}
+_LIFECYCLE_OUTCOMES: dict[type, Any] = {
+    lc.Admitted: lambda o: f"Admitted(run {o.run_id}, revision {short(o.record.revision)})",
+}
+
+LIFECYCLE = Spec(
+    name="lifecycle",
+    step=lc.step,
+    footprint=_lifecycle_footprint,
+    keys=_lifecycle_keys,
+    restrict=_lifecycle_restrict,
+    describe_command=_describer(_LIFECYCLE_COMMANDS),
+    describe_outcome=_describer(_LIFECYCLE_OUTCOMES),
+    describe_key=short,
+)
+
+SPECS: dict[str, Spec] = {"delivery": DELIVERY, "lifecycle": LIFECYCLE}
