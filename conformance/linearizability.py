@@ -369,7 +369,10 @@ def _check_epoch(
         untouched = (spec.keys(start) | spec.keys(target)) - touched
         before, after = spec.restrict(start, untouched), spec.restrict(target, untouched)
         if before != after:
-            return NOT_LINEARIZABLE, _Failure(untouched, (), before, after, UNTOUCHED)
+            # Name only the keys that changed (all of them, if a global field did).
+            changed = frozenset(k for k in untouched if spec.restrict(start, {k}) != spec.restrict(target, {k}))
+            before, after = spec.restrict(start, changed), spec.restrict(target, changed)
+            return NOT_LINEARIZABLE, _Failure(changed, (), before, after, UNTOUCHED)
     return verdict, None
 
 

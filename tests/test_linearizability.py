@@ -223,6 +223,22 @@ def test_a_reap_spans_communities(count: int, expected: str) -> None:
     assert verdicts(history(start, *ops)) == (expected, expected)
 
 
+@pytest.mark.parametrize("past", [dt.timedelta(0), dt.timedelta(microseconds=1)], ids=["at expiry", "just after"])
+def test_a_reap_footprint_is_exactly_where_a_reap_would_act(past: dt.timedelta) -> None:
+    state = run(AFTER_CLAIM, d.AdvanceClock(dt.timedelta(seconds=30) + past))
+    reaped = run(state, d.Reap())
+    acted = {key[0] for key in state.deliveries if state.deliveries[key] != reaped.deliveries[key]}
+    assert DELIVERY.footprint(state, d.Reap()) == acted == ({A} if past else set())
+
+
+def test_rows_of_a_community_the_state_does_not_list_are_still_compared() -> None:
+    z = w.COMMUNITIES["Z"]
+    stray = attrs.evolve(PENDING.deliveries[(A, D1)], binding=attrs.evolve(PENDING.deliveries[(A, D1)].binding, community_id=z))
+    recorded = attrs.evolve(PENDING, deliveries=PENDING.deliveries.set(stray.key, stray))
+    result = check(history(PENDING, barriers=(Barrier(1, recorded),)), DELIVERY)
+    assert result.verdict == NOT_LINEARIZABLE and result.violation.keys == frozenset({z})
+
+
 def test_a_determinate_operation_must_return_before_its_barrier() -> None:
     h = history(PENDING, op(7, "w1", claim(), CLAIMED, 1, 5), barriers=(Barrier(3),))
     with pytest.raises(ValueError, match="operation 7"):
@@ -330,6 +346,28 @@ def test_two_fires_cannot_both_be_admitted_as_the_same_run() -> None:
     assert verdicts(fine, LIFECYCLE) == (LINEARIZABLE, LINEARIZABLE)
     twice = attrs.evolve(fine, operations=(fine.operations[0], attrs.evolve(fine.operations[1], outcome=one)))
     assert verdicts(twice, LIFECYCLE) == (NOT_LINEARIZABLE, NOT_LINEARIZABLE)
+
+
+def test_lifecycle_partitions_are_held_to_their_own_part_of_the_end_state() -> None:
+    general, alice = w.CHANNELS["general"], w.AUTHORS["alice"]
+
+    def save(community: Any) -> lc.SaveDefinition:
+        event = lc.DefinitionEvent(w.DEFINITIONS["D1"], community, w.WORKFLOWS["W1"], alice, general, w.START, lc.Definition(("greet",)))
+        return lc.SaveDefinition(event)
+
+    state = run_lifecycle(
+        lc.initial_state(w.START),
+        *(c for community in (A, B) for c in (d.CreateCommunity(community), lc.SetAuthority(community, general, alice, True))),
+    )
+    ops = (op(1, "alice", save(A), lc.Created(w.START), 1, 3), op(2, "bob", save(B), lc.Created(w.START), 2, 4))
+    both = run_lifecycle(state, save(A), save(B))
+    h = History("lifecycle", state, ops, (Barrier(5, both),))
+    result = check(h, LIFECYCLE)
+    assert (result.verdict, result.partitions) == (LINEARIZABLE, 2)
+    lost_in_b = History("lifecycle", state, ops[:1], (Barrier(5, both),))  # B changed, yet nobody saved there
+    result = check(lost_in_b, LIFECYCLE)
+    assert (result.verdict, result.violation.reason, result.violation.keys) == (NOT_LINEARIZABLE, UNTOUCHED, frozenset({B}))
+    assert exhaustive_check(lost_in_b, LIFECYCLE) == NOT_LINEARIZABLE
 
 
 # -- properties ------------------------------------------------------------------------
