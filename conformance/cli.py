@@ -24,15 +24,23 @@ from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
+from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.linearizability import timeline, write_history
+from leaseproof.conformance.stress import Progress as StressProgress
+from leaseproof.conformance.stress import StressFault, StressReport
+from leaseproof.conformance.stress import stress as run_stress
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.race_mutants import RACE_MUTANTS
 from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
 from leaseproof.impl.store import PostgresDeliveryStore
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
+# Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
+ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
 
 
 def _positive(text: str) -> int:
@@ -110,7 +118,66 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("trace", type=Path, metavar="FILE")
+
+    stress = commands.add_parser(
+        "stress",
+        help="run many clients at once against an implementation and check the histories for linearizability",
+        description=(
+            "Run small concurrent programs (a prefix, then short branches on WORKERS connections at once, the "
+            "clock moving between rounds) against each machine's implementation, each program several times; "
+            "check every recorded history for linearizability against the model."
+        ),
+    )
+    stress.add_argument("--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)")
+    stress.add_argument("--workers", type=_positive, default=8, help="concurrent clients (default: 8)")
+    stress.add_argument("--duration", type=_positive_float, default=30.0, help="seconds per machine (default: 30)")
+    stress.add_argument("--repeats", type=_positive, default=3, help="runs of each program (default: 3)")
+    stress.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
+    stress.add_argument(
+        "--lose-responses",
+        type=_fraction,
+        default=0.0,
+        metavar="P",
+        help="drop this fraction of responses after the operation ran, so they are indeterminate (default: 0)",
+    )
+    stress.add_argument(
+        "--budget", type=_positive, default=200_000, help="checker configurations per history before 'unknown'"
+    )
+    stress.add_argument(
+        "--trace-out",
+        type=Path,
+        metavar="FILE",
+        help="where to write a violating history (default: leaseproof-history-SEED.jsonl)",
+    )
+    stress.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    stress.add_argument(
+        "--mutant",
+        choices=[mu.name for mu in ALL_MUTANTS],
+        metavar="NAME",
+        help="stress a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in ALL_MUTANTS),
+    )
+    stress.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
     return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return value
 
 
 def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,7 +307,7 @@ class _Servers:
 
 
 def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
-    return next((mu for mu in (*MUTANTS, *LIFECYCLE_MUTANTS) if mu.name == name), None)
+    return next((mu for mu in ALL_MUTANTS if mu.name == name), None)
 
 
 def _machines(args: argparse.Namespace) -> list[str]:
@@ -371,10 +438,15 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         traces = [(path, read_trace(path)) for path in args.traces]
         expected = _expected_failures(args.expect_fail)
-        if isinstance(_mutant(args.mutant), LifecycleMutant):
-            raise UsageError("traces are of the delivery machine; choose a delivery mutant")
+        machines = sorted({trace.machine for _, trace in traces})
+        if len(machines) > 1:
+            raise UsageError(f"the traces are of the {' and '.join(machines)} machines; replay one machine's at a time")
+        machine = machines[0]
+        mutant = _mutant(args.mutant)
+        if mutant is not None and isinstance(mutant, LifecycleMutant) != (machine == "lifecycle"):
+            raise UsageError(f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants")
         with contextlib.ExitStack() as stack:
-            adapter = _adapter(args, "delivery", _Servers(args, out, err, stack), out)
+            adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)
             stack.callback(adapter.close)
             out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
             results = [(path, replay(trace, adapter)) for path, trace in traces]
@@ -418,6 +490,122 @@ def check_trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_NONCONFORMING
 
 
+class _StressProgress:
+    """Live progress of a stress run on stderr: in place on a terminal, every 5 s otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.live = stream, stream.isatty()
+        self.next_report = 5.0
+
+    def __call__(self, p: StressProgress) -> None:
+        line = (
+            f"  {p.seconds:5.1f}s  programs {p.programs:,}  histories {p.histories:,}"
+            f"  operations {p.operations:,} ({p.rate:,.0f}/s)"
+        )
+        if self.live:
+            self.stream.write("\r" + line.ljust(78))
+            self.stream.flush()
+        elif p.seconds >= self.next_report:
+            self.stream.write(line + "\n")
+            self.next_report = p.seconds + 5.0
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * 78 + "\r")
+            self.stream.flush()
+
+
+def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    seed_value = args.seed if args.seed is not None else random.randrange(2**63)
+    status = EXIT_CONFORMS
+    try:
+        machines = _machines(args)
+        with contextlib.ExitStack() as stack:
+            servers = _Servers(args, out, err, stack)
+            for machine in machines:
+                adapter = _stress_adapter(args, machine, servers, out)
+                try:
+                    out.write(
+                        f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
+                        f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}\n"
+                    )
+                    out.flush()
+                    progress = _StressProgress(err)
+                    try:
+                        report = run_stress(
+                            adapter,
+                            machine=machine,
+                            workers=args.workers,
+                            duration=args.duration,
+                            seed=seed_value,
+                            repeats=args.repeats,
+                            lose=args.lose_responses,
+                            budget=args.budget,
+                            on_progress=progress,
+                        )
+                    finally:
+                        progress.close()
+                finally:
+                    adapter.close()
+                status = max(status, _stress_report(report, args, out, err))
+                out.flush()
+    except (ProvisioningError, UsageError, AdapterFault) as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    except StressFault as exc:
+        err.write(f"leaseproof: the implementation failed instead of answering, so nothing was judged: {exc}\n")
+        return EXIT_USAGE
+    return status
+
+
+def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
+    if args.adapter is not None:
+        if args.mutant:
+            raise UsageError("--mutant applies to the bundled implementation, not to --adapter")
+        args.adapter_cmd = None
+        adapter = _adapter(args, machine, servers, out)
+        if not hasattr(adapter, "session"):
+            adapter.close()
+            raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
+        return adapter
+    args.adapter_cmd = None
+    return _adapter(args, machine, servers, out)
+
+
+def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    p = report.progress
+    out.write(
+        f"programs: {p.programs:,}   histories: {p.histories:,}   operations: {p.operations:,} ({p.rate:,.0f}/s)"
+        f"   largest history: {p.largest:,}   indeterminate: {p.indeterminate:,}   time: {p.seconds:.1f}s\n"
+    )
+    each = p.check_seconds / p.histories * 1000 if p.histories else 0.0
+    out.write(f"checker: {p.check_seconds:.2f}s for {p.histories:,} histories ({each:.1f} ms each)\n")
+    finding = report.finding
+    if finding is None:
+        if p.unknown:
+            out.write(
+                f"verdict: UNKNOWN — the checker ran out of budget on {p.unknown:,} histories; "
+                "raise --budget or shorten the programs\n"
+            )
+            return EXIT_NONCONFORMING
+        out.write("verdict: LINEARIZABLE — every history is explained by some order of the model's steps\n")
+        return EXIT_CONFORMS
+    out.write(
+        f"verdict: NOT LINEARIZABLE — a {finding.kind}: {finding.failed} of {finding.repeats} repetitions failed\n"
+    )
+    spec = SPECS[report.machine]
+    assert finding.result.violation is not None
+    out.write(timeline(finding.result.violation, spec) + "\n")
+    path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    try:
+        write_history(path, finding.history)
+    except (OSError, TypeError, ValueError) as exc:
+        err.write(f"leaseproof: could not write the history to {path}: {exc}\n")
+    else:
+        out.write(f"history: {path} ({len(finding.history):,} operations, the whole failing run)\n")
+    return EXIT_NONCONFORMING
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
@@ -426,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay_traces(args, sys.stdout, sys.stderr)
     if args.command == "check-trace":
         return check_trace(args, sys.stdout, sys.stderr)
+    if args.command == "stress":
+        return stress_command(args, sys.stdout, sys.stderr)
     raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from leaseproof.impl.lifecycle_store import ReplicaEngine, record_from_row, record_params
-from leaseproof.impl.mutants import _swap
+from leaseproof.impl.lifecycle_mutants import LifecycleMutant
+from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
+from leaseproof.impl.mutants import Mutant, _swap
 from leaseproof.impl.store import _DELIVERY_COLUMNS, PostgresDeliveryStore
 from leaseproof.model import delivery as m
 
@@ -214,3 +215,18 @@ RACE_FINDINGS: dict[str, str] = {
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
 }
 assert RACE_FINDINGS.keys() == DELIVERY_RACE_MUTANTS.keys() | LIFECYCLE_RACE_MUTANTS.keys()
+
+# The same mutants as the records the CLI and the kill tests use for every mutant.
+RACE_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (
+    *(Mutant(name, RACE_FINDINGS[name], store) for name, store in DELIVERY_RACE_MUTANTS.items()),
+    *(
+        LifecycleMutant(
+            name,
+            RACE_FINDINGS[name],
+            store=parts.get("store_class", LifecycleStore),
+            engine=parts.get("engine_class", ReplicaEngine),
+            resumer=parts.get("resumer_class", RunResumer),
+        )
+        for name, parts in LIFECYCLE_RACE_MUTANTS.items()
+    ),
+)

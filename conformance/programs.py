@@ -1,0 +1,231 @@
+"""Small concurrent programs for the stress runner.
+
+A program is a sequential prefix that sets a scene, then a few rounds; in
+each round every client runs a short branch of operations at the same
+time as the others, and between rounds the coordinator may move the clock.
+Programs are drawn from a seeded `random.Random` over a deliberately tiny
+world (two communities, two targets, a handful of steps and definitions),
+so that concurrent operations collide on the same rows.
+
+Operations that need a lease name it by reference (`LeaseRef`): the lease
+the client itself got from its latest claim in this program, else one of
+the leases the prefix hands out (computed by running the model over the
+prefix, so the program is fixed before anything runs, and every repetition
+sends the same commands).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import random
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from leaseproof.conformance import world as w
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+
+SECOND = dt.timedelta(seconds=1)
+
+
+@attrs.frozen
+class LeaseRef:
+    """A lease, resolved by the client when it sends the command."""
+
+    fallback: d.Lease  # a lease the prefix handed out
+    own: bool  # prefer this client's latest lease in the program
+
+
+@attrs.frozen
+class Renewal:
+    lease: LeaseRef
+    lease_seconds: int
+
+    def resolve(self, own: d.Lease | None) -> d.Renew:
+        return d.Renew(_pick(self.lease, own), self.lease_seconds)
+
+
+@attrs.frozen
+class Finishing:
+    lease: LeaseRef
+    outcome: d.Status
+
+    def resolve(self, own: d.Lease | None) -> d.Finish:
+        return d.Finish(_pick(self.lease, own), self.outcome)
+
+
+def _pick(ref: LeaseRef, own: d.Lease | None) -> d.Lease:
+    return own if ref.own and own is not None else ref.fallback
+
+
+def resolve(step: Any, own: d.Lease | None) -> Any:
+    """The concrete command a program step stands for, given the client's latest lease."""
+    return step.resolve(own) if isinstance(step, Renewal | Finishing) else step
+
+
+@attrs.frozen
+class Round:
+    branches: tuple[tuple[Any, ...], ...]  # one branch per client
+    advance: dt.timedelta | None  # the coordinator's clock move after the round
+
+
+@attrs.frozen
+class Program:
+    machine: str
+    prefix: tuple[Any, ...]
+    rounds: tuple[Round, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.prefix) + sum(len(b) for r in self.rounds for b in r.branches) + len(self.rounds)
+
+
+def _replay(step: Callable[[Any, Any], tuple[Any, Any]], state: Any, commands: tuple[Any, ...]) -> list[Any]:
+    outcomes = []
+    for command in commands:
+        state, outcome = step(state, command)
+        outcomes.append(outcome)
+    return outcomes
+
+
+# -- the delivery machine -----------------------------------------------------
+
+_TARGETS = ("T1", "T2")
+_RUNS = ("R1", "R2")
+
+
+def _commit(r: random.Random, community: str, run: str, step: str, targets: tuple[str, ...]) -> d.CommitDeliveries:
+    news = [
+        d.NewDelivery(
+            w.delivery_id(w.FRESH, run, step, target),
+            w.binding(community, "W1", run, step, target, "D1", "M1", "event:E1"),
+        )
+        for target in targets
+    ]
+    return d.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], news)
+
+
+def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: int = 3) -> Program:
+    setup: list[Any] = []
+    for name in w.LIVE_COMMUNITIES:
+        cid = w.COMMUNITIES[name]
+        setup += [d.CreateCommunity(cid), d.CreateWorkflow(cid, w.WORKFLOWS["W1"])]
+        setup += [d.CreateRun(cid, w.WORKFLOWS["W1"], w.RUNS[run]) for run in _RUNS]
+        setup.append(d.PublishEvent(cid, w.MESSAGES["M1"]))
+    # A few steps already committed, some already claimed: leases to race over.
+    for _ in range(r.randint(1, 3)):
+        setup.append(_commit(r, r.choice(("A", "A", "B")), r.choice(_RUNS), r.choice(("s1", "s2")), _TARGETS))
+    for _ in range(r.randint(1, 3)):
+        setup.append(d.Claim(w.COMMUNITIES["A"], w.TARGETS[r.choice(_TARGETS)], 30))
+    if r.random() < 0.5:  # some leases go stale: expired, reaped, reclaimed
+        setup += [d.AdvanceClock(31 * SECOND), d.Reap(), d.Claim(w.COMMUNITIES["A"], w.TARGETS["T1"], 30)]
+    leases = [o.lease for o in _replay(d.step, d.initial_state(w.START), tuple(setup)) if isinstance(o, d.Claimed)]
+    leases = leases or [d.Lease(w.COMMUNITIES["A"], w.DELIVERIES["d1"], w.TARGETS["T1"], 1, w.START)]
+
+    def operation() -> Any:
+        ref = LeaseRef(r.choice(leases), own=r.random() < 0.7)
+        community = "A" if r.random() < 0.85 else "B"
+        cid = w.COMMUNITIES[community]
+        return r.choices(
+            [
+                lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30),
+                lambda: Finishing(ref, r.choice((d.Status.FINISHED, d.Status.FAILED))),
+                lambda: Renewal(ref, 30),
+                lambda: d.Reap(),
+                lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
+                lambda: d.GetDelivery(ref.fallback.community_id, ref.fallback.delivery_id),
+                lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
+                lambda: d.DeleteRun(cid, w.RUNS[r.choice(_RUNS)]),
+                lambda: d.DeleteCommunity(cid),
+            ],
+            weights=[30, 20, 10, 10, 15, 5, 3, 2, 1],
+        )[0]()
+
+    return Program(
+        "delivery",
+        tuple(setup),
+        tuple(
+            Round(
+                tuple(tuple(operation() for _ in range(r.randint(1, branch))) for _ in range(clients)),
+                r.choice((None, None, 10 * SECOND, 31 * SECOND)),
+            )
+            for _ in range(rounds)
+        ),
+    )
+
+
+def _some(r: random.Random, names: tuple[str, ...]) -> tuple[str, ...]:
+    chosen = tuple(n for n in names if r.random() < 0.6)
+    return chosen or (r.choice(names),)
+
+
+# -- the lifecycle machine ----------------------------------------------------
+
+_CONTENTS = {
+    "a": lc.Definition(("post-summary",)),
+    "a-off": lc.Definition(("post-summary",), enabled=False),
+    "b": lc.Definition(("post-summary", "page-oncall")),
+}
+
+
+def _event(community: str, workflow: str, content: str, at: dt.datetime, author: str = "alice") -> lc.DefinitionEvent:
+    identity = f"{community}/{workflow}/{author}/{content}/{at.isoformat()}"
+    return lc.DefinitionEvent(
+        event_id=hashlib.sha256(identity.encode()).digest(),
+        community_id=w.COMMUNITIES[community],
+        workflow_id=w.WORKFLOWS[workflow],
+        author=w.AUTHORS[author],
+        channel_id=w.CHANNELS["general"],
+        created_at=at,
+        definition=_CONTENTS[content],
+    )
+
+
+def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: int = 3) -> Program:
+    a = w.COMMUNITIES["A"]
+    general = w.CHANNELS["general"]
+    setup: list[Any] = []
+    for name in w.LIVE_COMMUNITIES:
+        setup += [d.CreateCommunity(w.COMMUNITIES[name]), lc.SetAuthority(w.COMMUNITIES[name], general, w.AUTHORS["alice"], True)]
+    # Event times only grow through the program, so whichever of two
+    # concurrent saves is later in time supersedes the other in any order.
+    clock = iter(w.START + n * SECOND for n in range(1, 10_000))
+    for workflow in ("W1", "W2"):
+        setup.append(lc.SaveDefinition(_event("A", workflow, "a", next(clock))))
+    setup += [lc.RefreshCache(replica) for replica in w.REPLICAS]
+    setup += [lc.Fire(r.choice(w.REPLICAS), "event", a, w.WORKFLOWS["W1"]) for _ in range(r.randint(0, 2))]
+    runs = sum(isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup)))
+
+    def operation() -> Any:
+        workflow = w.WORKFLOWS[r.choice(("W1", "W1", "W2"))]
+        return r.choices(
+            [
+                lambda: lc.Fire(r.choice(w.REPLICAS), r.choice(lc.DOORS), a, workflow),
+                lambda: lc.SaveDefinition(_event("A", w.name_of(workflow), r.choice(tuple(_CONTENTS)), next(clock))),
+                lambda: lc.DeleteDefinition(a, workflow, w.AUTHORS["alice"], next(clock)),
+                # Ids up to three past the known runs: concurrent admissions take them.
+                lambda: lc.ResumeRun(r.randint(1, runs + 3)),
+                lambda: lc.RefreshCache(r.choice(w.REPLICAS)),
+                lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.6),
+                lambda: d.SetCommunityState(a, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
+            ],
+            weights=[35, 20, 8, 20, 7, 5, 3],
+        )[0]()
+
+    return Program(
+        "lifecycle",
+        tuple(setup),
+        tuple(
+            Round(
+                tuple(tuple(operation() for _ in range(r.randint(1, branch))) for _ in range(clients)),
+                r.choice((None, 2 * SECOND, 10 * SECOND)),
+            )
+            for _ in range(rounds)
+        ),
+    )
+
+
+GENERATORS: dict[str, Callable[..., Program]] = {"delivery": delivery_program, "lifecycle": lifecycle_program}

@@ -1,0 +1,242 @@
+"""The concurrent runner: many clients against one implementation, judged by the model.
+
+Each client is a thread with its own session (its own database
+connection). For every program (conformance/programs.py) the runner resets
+the implementation, runs the prefix, then each round's branches truly
+concurrently, and records every invocation and response in one history
+(conformance/history.py). Between rounds the coordinator waits until no
+operation is in flight, reads the implementation's full state (a barrier),
+and may move the controlled clock, so every transaction sees one instant,
+as PostgreSQL's `now()` does. The history is then checked for
+linearizability against the model.
+
+Each program runs `repeats` times from the same start, so a failure can be
+told apart: a *race* fails in some repetitions and passes in others, a
+*logic bug* fails in all of them.
+
+Fires with an expired replica cache are avoided by design: after every
+clock move the coordinator refreshes each replica whose cache has expired.
+A fire that reloads its cache does so in one transaction and admits in
+another, which the model (one atomic fire) cannot express; see
+specs/lifecycle.md.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import attrs
+import psycopg
+
+from leaseproof.conformance import world as w
+from leaseproof.conformance.history import History, Indeterminate, Recorder
+from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.linearizability import CheckResult, check
+from leaseproof.conformance.programs import GENERATORS, Program, resolve
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+
+# Errors after which nobody knows whether the operation took effect.
+LOST = (psycopg.OperationalError, ConnectionError, TimeoutError)
+
+
+class StressFault(Exception):
+    """The implementation raised instead of answering: nothing can be judged."""
+
+
+@attrs.frozen
+class Finding:
+    """A program whose histories were not linearizable."""
+
+    program: Program
+    failed: int  # repetitions that violated
+    repeats: int
+    result: CheckResult  # the first violating repetition's check
+    history: History
+
+    @property
+    def kind(self) -> str:
+        return "logic bug (every repetition fails)" if self.failed == self.repeats else "race (some repetitions pass)"
+
+
+@attrs.define
+class Progress:
+    seconds: float = 0.0
+    programs: int = 0
+    histories: int = 0
+    operations: int = 0
+    largest: int = 0  # operations in the largest history
+    check_seconds: float = 0.0
+    unknown: int = 0  # histories the checker ran out of budget on
+    indeterminate: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.operations / self.seconds if self.seconds else 0.0
+
+
+@attrs.frozen
+class StressReport:
+    machine: str
+    workers: int
+    seed: int
+    progress: Progress
+    finding: Finding | None
+
+    @property
+    def verdict(self) -> str:
+        if self.finding is not None:
+            return "NOT LINEARIZABLE"
+        if self.progress.unknown:
+            return "UNKNOWN"
+        return "LINEARIZABLE"
+
+
+class _Client:
+    """One worker's session and its latest lease."""
+
+    def __init__(self, name: str, session: Any) -> None:
+        self.name, self.session = name, session
+        self.lease: d.Lease | None = None
+
+    def run(self, recorder: Recorder, step: Any, lose: Callable[[], bool]) -> None:
+        command = resolve(step, self.lease)
+        op = recorder.invoke(self.name, command)
+        try:
+            outcome = self.session.execute(command)
+        except LOST as exc:
+            recorder.abandon(op, f"{type(exc).__name__}: {exc}")
+            raise
+        except Exception as exc:  # noqa: BLE001 - the implementation broke
+            recorder.abandon(op, f"fault: {type(exc).__name__}")
+            raise StressFault(f"{self.name}: {command!r} raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(outcome, d.Claimed):
+            self.lease = outcome.lease
+        if lose():
+            recorder.abandon(op, "response dropped (injected)")
+        else:
+            recorder.respond(op, outcome)
+
+
+class Runner:
+    """Runs programs against one adapter with `workers` concurrent sessions."""
+
+    def __init__(self, adapter: Any, machine: str, workers: int, *, lose: float = 0.0, seed: int = 0) -> None:
+        if not hasattr(adapter, "session"):
+            raise TypeError(f"{adapter.name} offers no session(): it cannot be driven concurrently")
+        self.adapter, self.machine, self.workers = adapter, machine, workers
+        self.sessions = [adapter.session() for _ in range(workers)]
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="leaseproof-worker")
+        self.faults = random.Random(seed ^ 0x10575)
+        self.lose_rate = lose
+        self.lose_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        for session in self.sessions:
+            session.close()
+
+    def _lose(self) -> bool:
+        with self.lose_lock:
+            return self.lose_rate > 0 and self.faults.random() < self.lose_rate
+
+    def run(self, program: Program) -> History:
+        """Run `program` once from the initial state; its recorded history."""
+        self.adapter.reset(w.START)
+        initial = _initial(self.machine)
+        recorder = Recorder(self.machine, initial)
+        clients = [_Client(f"w{i + 1}", s) for i, s in enumerate(self.sessions)]
+        prefix = _Client("prefix", self.adapter)
+        for step in program.prefix:
+            prefix.run(recorder, step, lambda: False)
+        recorder.barrier(self.adapter.snapshot())
+        for round_ in program.rounds:
+            start = threading.Barrier(len(round_.branches))
+
+            def branch(client: _Client, steps: tuple[Any, ...]) -> None:
+                start.wait()
+                for step in steps:
+                    try:
+                        client.run(recorder, step, self._lose)
+                    except LOST:
+                        client.session.close()
+                        client.session = self.adapter.session()
+                        self.sessions[clients.index(client)] = client.session
+
+            futures = [self.pool.submit(branch, c, s) for c, s in zip(clients, round_.branches, strict=False)]
+            for future in futures:
+                future.result()
+            recorder.barrier(self.adapter.snapshot())
+            if round_.advance is not None:
+                coordinator = _Client("coordinator", self.adapter)
+                coordinator.run(recorder, d.AdvanceClock(round_.advance), lambda: False)
+                for command in _expired_refreshes(self.machine, self.adapter.snapshot()):
+                    coordinator.run(recorder, command, lambda: False)
+                recorder.barrier(self.adapter.snapshot())
+        return recorder.history()
+
+
+def _initial(machine: str) -> Any:
+    return d.initial_state(w.START) if machine == "delivery" else lc.initial_state(w.START, w.REPLICAS)
+
+
+def _expired_refreshes(machine: str, state: Any) -> list[Any]:
+    if machine != "lifecycle":
+        return []
+    return [lc.RefreshCache(name) for name, cache in state.caches.items() if state.now - cache.loaded_at >= lc.CACHE_TTL]
+
+
+def stress(
+    adapter: Any,
+    *,
+    machine: str,
+    workers: int,
+    duration: float,
+    seed: int,
+    repeats: int = 3,
+    lose: float = 0.0,
+    budget: int = 200_000,
+    on_progress: Callable[[Progress], None] | None = None,
+    max_programs: int | None = None,
+) -> StressReport:
+    """Generate and run programs for `duration` seconds (or `max_programs`);
+    stop at the first program with a non-linearizable history."""
+    spec = SPECS[machine]
+    generate = GENERATORS[machine]
+    rng = random.Random(seed)
+    progress = Progress()
+    started = time.monotonic()
+    runner = Runner(adapter, machine, workers, lose=lose, seed=seed)
+    try:
+        while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
+            program = generate(rng, workers)
+            failed, first = 0, None
+            for _ in range(repeats):
+                history = runner.run(program)
+                ticked = time.monotonic()
+                result = check(history, spec, budget=budget)
+                progress.check_seconds += time.monotonic() - ticked
+                progress.histories += 1
+                progress.operations += len(history)
+                progress.largest = max(progress.largest, len(history))
+                progress.indeterminate += sum(isinstance(op.outcome, Indeterminate) for op in history)
+                if result.verdict == "unknown":
+                    progress.unknown += 1
+                elif result.verdict != "linearizable":
+                    failed += 1
+                    first = first or (result, history)
+                progress.seconds = time.monotonic() - started
+                if on_progress is not None:
+                    on_progress(progress)
+            progress.programs += 1
+            if first is not None:
+                return StressReport(machine, workers, seed, progress, Finding(program, failed, repeats, *first))
+    finally:
+        runner.close()
+    progress.seconds = time.monotonic() - started
+    return StressReport(machine, workers, seed, progress, None)

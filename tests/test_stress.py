@@ -1,0 +1,139 @@
+"""The concurrent runner: the bundled implementation stays linearizable under real
+concurrency, and the runner plus the checker catch the race mutants."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leaseproof.conformance.cli import main
+from leaseproof.conformance.history import Indeterminate
+from leaseproof.conformance.linearizability import read_history
+from leaseproof.conformance.programs import GENERATORS, Finishing, Renewal
+from leaseproof.conformance.stress import stress
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LifecycleMutant
+from leaseproof.impl.race_mutants import RACE_MUTANTS
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+
+WORKERS = 8
+SEED = 20261129
+
+
+def _adapter(dsn: str, mutant: Any = None) -> Any:
+    if isinstance(mutant, LifecycleMutant):
+        return PostgresLifecycleAdapter(dsn, store_class=mutant.store, engine_class=mutant.engine, resumer_class=mutant.resumer)
+    if mutant is not None:
+        return PostgresDeliveryAdapter(dsn, mutant.store)
+    return None
+
+
+@pytest.fixture
+def bundled(delivery_dsn: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    machine = request.param
+    adapter = PostgresDeliveryAdapter(delivery_dsn) if machine == "delivery" else PostgresLifecycleAdapter(delivery_dsn)
+    yield machine, adapter
+    adapter.close()
+
+
+@pytest.mark.parametrize("bundled", ["delivery", "lifecycle"], indirect=True)
+def test_the_bundled_implementation_is_linearizable_under_eight_workers(bundled: Any) -> None:
+    machine, adapter = bundled
+    report = stress(adapter, machine=machine, workers=WORKERS, duration=600, seed=SEED, repeats=2, max_programs=12)
+    assert report.finding is None, report.finding and report.finding.result.summary()
+    assert report.verdict == "LINEARIZABLE"
+    p = report.progress
+    assert (p.programs, p.histories) == (12, 24)
+    assert p.unknown == 0 and p.operations > 24 * 20
+
+
+@pytest.mark.parametrize("bundled", ["delivery", "lifecycle"], indirect=True)
+def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any) -> None:
+    machine, adapter = bundled
+    report = stress(adapter, machine=machine, workers=4, duration=600, seed=SEED, repeats=1, lose=0.2, max_programs=6)
+    assert report.verdict == "LINEARIZABLE"
+    assert report.progress.indeterminate > 0
+
+
+@pytest.mark.parametrize("mutant", RACE_MUTANTS, ids=lambda mu: mu.name)
+def test_every_race_mutant_is_caught_by_the_runner_and_the_checker(delivery_dsn: str, mutant: Any) -> None:
+    adapter = _adapter(delivery_dsn, mutant)
+    machine = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery"
+    try:
+        report = stress(adapter, machine=machine, workers=WORKERS, duration=600, seed=SEED, repeats=3, max_programs=60)
+    finally:
+        adapter.close()
+    assert report.finding is not None, f"{mutant.name} survived {report.progress.programs} programs"
+    assert report.finding.result.verdict == "not linearizable"
+    assert 1 <= report.finding.failed <= 3
+
+
+@pytest.mark.parametrize("machine", sorted(GENERATORS))
+def test_programs_are_fixed_by_the_seed_and_collide(machine: str) -> None:
+    one, two = (GENERATORS[machine](random.Random(7), 4) for _ in range(2))
+    assert one == two
+    assert GENERATORS[machine](random.Random(8), 4) != one
+    assert all(len(r.branches) == 4 for r in one.rounds)
+    commands = [c for r in one.rounds for b in r.branches for c in b]
+    assert len(commands) >= 8
+
+
+def test_lease_references_resolve_to_the_clients_own_lease_first() -> None:
+    program = GENERATORS["delivery"](random.Random(3), 8)
+    steps = [s for r in program.rounds for b in r.branches for s in b if isinstance(s, Finishing | Renewal)]
+    assert steps, "the generator never drew a lease operation"
+    mine = d.Lease(steps[0].lease.fallback.community_id, steps[0].lease.fallback.delivery_id, b"\x01" * 32, 9, steps[0].lease.fallback.lease_until)
+    for step in steps:
+        resolved = step.resolve(mine)
+        assert resolved.lease == (mine if step.lease.own else step.lease.fallback)
+        assert step.resolve(None).lease == step.lease.fallback
+
+
+def test_stress_cli_reports_a_linearizable_run(delivery_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["stress", "--dsn", delivery_dsn, "--machine", "delivery", "--workers", "4", "--duration", "3", "--seed", "5"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "stressing the delivery machine against postgres:PostgresDeliveryStore: 4 workers" in out
+    assert "verdict: LINEARIZABLE" in out
+    assert "checker:" in out and "operations:" in out
+
+
+def test_stress_cli_exits_1_with_a_timeline_and_the_history(
+    delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "race.jsonl"
+    status = main(
+        ["stress", "--dsn", delivery_dsn, "--mutant", "claim-read-then-update", "--workers", "8", "--duration", "120",
+         "--seed", str(SEED), "--trace-out", str(trace)]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "verdict: NOT LINEARIZABLE" in out
+    assert "|--" in out  # the timeline's lanes
+    history = read_history(trace)
+    assert history.machine == "delivery" and len(history) > 0
+    assert any(isinstance(op.command, d.Claim) for op in history)
+
+
+def test_a_lifecycle_history_round_trips_through_its_file(delivery_dsn: str, tmp_path: Path) -> None:
+    from leaseproof.conformance.linearizability import write_history
+    from leaseproof.conformance.stress import Runner
+
+    adapter = PostgresLifecycleAdapter(delivery_dsn)
+    runner = Runner(adapter, "lifecycle", 4)
+    try:
+        history = runner.run(GENERATORS["lifecycle"](random.Random(1), 4))
+    finally:
+        runner.close()
+        adapter.close()
+    write_history(tmp_path / "h.jsonl", history)
+    again = read_history(tmp_path / "h.jsonl")
+    assert again == history
+    assert any(isinstance(op.command, lc.Fire) for op in again)
+    assert not any(isinstance(op.outcome, Indeterminate) for op in again)
