@@ -236,13 +236,16 @@ def _seeded(seed: int, size: int) -> random.Random:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaseproof.conformance.checker_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.checker_bench", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated history sizes (operations)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    header = ("operations", "epochs", "partitions", "configurations", "seconds", "peak MiB", f"× {min(sizes):,}", "verdict")
+    ratio = f"× {min(sizes):,}"
+    header = ("operations", "epochs", "partitions", "configurations", "seconds", "peak MiB", ratio, "verdict")
     print(f"delivery histories, {args.clients} clients, seed {args.seed}")
     print("  ".join(f"{h:>14}" for h in header))
     base = None

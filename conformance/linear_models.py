@@ -73,7 +73,9 @@ _DELIVERY_COMMANDS: dict[type, Any] = {
     d.GetDelivery: lambda c: f"Get({short(c.community_id)}/{short(c.delivery_id)})",
 }
 _DELIVERY_OUTCOMES: dict[type, Any] = {
-    d.Claimed: lambda o: f"Claimed({short(o.lease.delivery_id)} gen {o.lease.lease_generation}, until {short(o.lease.lease_until)})",
+    d.Claimed: lambda o: (
+        f"Claimed({short(o.lease.delivery_id)} gen {o.lease.lease_generation}, until {short(o.lease.lease_until)})"
+    ),
     d.Renewed: lambda o: f"Renewed(until {short(o.lease_until)})",
     d.Committed: lambda o: f"Committed({len(o.created)} new" + (", retry" if o.identity_existed else "") + ")",
     d.Found: lambda o: f"Found({short(o.delivery.id)} {o.delivery.status.value} gen {o.delivery.lease_generation})",

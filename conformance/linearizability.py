@@ -292,7 +292,9 @@ def _search(
 # -- partitions ---------------------------------------------------------------------
 
 
-def _partitions(spec: Spec, ops: tuple[Operation, ...], start: Any) -> list[tuple[frozenset[Any] | None, list[Operation]]]:
+def _partitions(
+    spec: Spec, ops: tuple[Operation, ...], start: Any
+) -> list[tuple[frozenset[Any] | None, list[Operation]]]:
     """Connected groups of operations whose footprints overlap, with their keys."""
     footprints = [spec.footprint(start, op.command) for op in ops]
     if any(f is None for f in footprints):
@@ -403,12 +405,12 @@ def _judge(
                 tally.configurations += found.explored
                 outcomes.append(found.verdict)
                 ends |= found.ends
-            if ends and len(ends) <= max_end_states:
-                starts = sorted(ends, key=repr)  # a stable order keeps runs repeatable
-                continue
-            if ends or UNKNOWN in outcomes:
+            if UNKNOWN in outcomes or len(ends) > max_end_states:  # the set of ends is incomplete
                 tally.exhausted.append((epoch.number, None))
                 verdict, starts = UNKNOWN, None
+                continue
+            if ends:
+                starts = sorted(ends, key=repr)  # a stable order keeps runs repeatable
                 continue
             failure = _Failure(None, epoch.operations, starts[0], None, NO_ORDER)
             return NOT_LINEARIZABLE, len(epochs), tally, (epoch.number, failure)
@@ -474,7 +476,10 @@ def _shrink(machine: str, spec: Spec, epoch: int, failure: _Failure, budget: int
     want = failure.want
 
     def piece(ids: Iterable[int], forget: set[int], end: Any) -> History:
-        chosen = [ops[i] if i not in forget else attrs.evolve(ops[i], outcome=Indeterminate(FORGOTTEN), returned=None) for i in sorted(ids)]
+        chosen = [
+            attrs.evolve(ops[i], outcome=Indeterminate(FORGOTTEN), returned=None) if i in forget else ops[i]
+            for i in sorted(ids)
+        ]
         barriers = (Barrier(at, end),) if end is not None else ()
         return History(machine, failure.start, tuple(chosen), barriers)
 

@@ -24,7 +24,9 @@ def test_the_benchmark_prints_one_row_per_size_all_linearizable(capsys: pytest.C
     assert rows[0][6] == "1.0"
 
 
-def test_the_benchmark_reports_a_history_it_cannot_pass(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_benchmark_reports_a_history_it_cannot_pass(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A checker that judges nothing linearizable must make the benchmark fail, not print a pass.
     real = checker_bench.check
     monkeypatch.setattr(checker_bench, "check", lambda history, spec: real(history, spec, budget=0))
