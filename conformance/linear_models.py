@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.linearizability import Spec
+from leaseproof.conformance.history import Indeterminate
+from leaseproof.conformance.linearizability import Ambiguous, Spec
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.frozenmap import FrozenMap
@@ -178,7 +179,7 @@ DELIVERY = Spec(
 
 # -- lifecycle -------------------------------------------------------------------------
 
-# Run ids come from one dense counter and replica caches span communities,
+# Run ids are global and replica caches span communities,
 # so whatever fires, resumes or reloads a cache touches everything.
 _LIFECYCLE_GLOBAL = (lc.Fire, lc.ResumeRun, lc.RefreshCache, d.AdvanceClock)
 
@@ -226,6 +227,34 @@ _LIFECYCLE_OUTCOMES: dict[type, Any] = {
     lc.Admitted: lambda o: f"Admitted(run {o.run_id}, revision {short(o.record.revision)})",
 }
 
+def _lifecycle_step_seen(s: lc.LifecycleSystem, c: Any, seen: Any) -> tuple[lc.LifecycleSystem, Any]:
+    """The model's step, adopting the run id the implementation reported.
+
+    An implementation takes run ids from a sequence when it inserts, not
+    when it commits, so concurrent admissions commit out of id order: the
+    id is the implementation's choice, only its freshness is specified. The
+    search states carry the implementation's ids, so barrier states compare
+    as read.
+    """
+    after, outcome = lc.step(s, c)
+    if not isinstance(outcome, lc.Admitted):
+        return after, outcome
+    if isinstance(seen, Indeterminate):
+        raise Ambiguous(f"{c!r} may have admitted a run whose id was never reported")
+    if not isinstance(seen, lc.Admitted) or seen.run_id in s.runs or seen.run_id == outcome.run_id:
+        return after, outcome  # compares as it stands
+    chosen, model = seen.run_id, outcome.run_id
+    run = attrs.evolve(after.runs[model], run_id=chosen)
+    return (
+        attrs.evolve(
+            after,
+            runs=after.runs.remove_where(lambda k, _: k == model).set(chosen, run),
+            executed=after.executed.remove_where(lambda k, _: k == model).set(chosen, after.executed[model]),
+        ),
+        attrs.evolve(outcome, run_id=chosen),
+    )
+
+
 LIFECYCLE = Spec(
     name="lifecycle",
     step=lc.step,
@@ -235,6 +264,7 @@ LIFECYCLE = Spec(
     describe_command=_describer(_LIFECYCLE_COMMANDS),
     describe_outcome=_describer(_LIFECYCLE_OUTCOMES),
     describe_key=short,
+    step_seen=_lifecycle_step_seen,
 )
 
 SPECS: dict[str, Spec] = {"delivery": DELIVERY, "lifecycle": LIFECYCLE}

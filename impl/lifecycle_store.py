@@ -70,9 +70,12 @@ class LifecycleStore(_Writes):
         SELECT pg_advisory_xact_lock(hashtextextended(
             jsonb_build_array('definition', %(community_id)s::text, %(workflow_id)s::text)::text, 0))
     """
+    # Share-locked: a revocation waits for the write that relied on the
+    # authority, so no write lands after the revocation that forbids it.
     SQL_HAS_AUTHORITY = """
         SELECT 1 FROM channel_authority
         WHERE community_id = %(community_id)s AND channel_id = %(channel_id)s AND member = %(member)s
+        FOR SHARE
     """
     SQL_GRANT = "INSERT INTO channel_authority VALUES (%(community_id)s, %(channel_id)s, %(member)s) ON CONFLICT DO NOTHING"
     SQL_REVOKE = """

@@ -193,6 +193,14 @@ class AdmissionWithoutRowLock(ReplicaEngine):
         return super()._one(sql, params)
 
 
+class AuthorityCheckUnlocked(LifecycleStore):
+    """Found by `leaseproof stress`: the author's channel authority is read
+    without a lock, so a revocation commits between the check and the
+    write, and a revoked author's save or deletion lands after it."""
+
+    SQL_HAS_AUTHORITY = _swap(LifecycleStore.SQL_HAS_AUTHORITY, "FOR SHARE", "")
+
+
 DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "claim-read-then-update": ClaimReadThenUpdate,
     "finish-check-then-act": FinishCheckThenAct,
@@ -204,6 +212,7 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
 # Keyword arguments of `PostgresLifecycleAdapter` that build each mutant.
 LIFECYCLE_RACE_MUTANTS: dict[str, dict[str, type]] = {
     "admission-without-row-lock": {"engine_class": AdmissionWithoutRowLock},
+    "authority-check-unlocked": {"store_class": AuthorityCheckUnlocked},
 }
 
 RACE_FINDINGS: dict[str, str] = {
@@ -213,6 +222,7 @@ RACE_FINDINGS: dict[str, str] = {
     "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
+    "authority-check-unlocked": "unlocked authority check: a save or deletion by a revoked author lands after the revocation",
 }
 assert RACE_FINDINGS.keys() == DELIVERY_RACE_MUTANTS.keys() | LIFECYCLE_RACE_MUTANTS.keys()
 

@@ -543,7 +543,7 @@ def _fire(s: LifecycleSystem, c: Fire) -> Step:
     if admitted is None:
         return s, AdmissionRefused()
     # The run pins the row it was admitted against: the selected content, at its current revision.
-    run_id = len(s.runs) + 1
+    run_id = max(s.runs, default=0) + 1  # the next id; never one an implementation already used
     run = Run(run_id, c.door, admitted, s.now)
     executed = s.executed.set(run_id, admitted.actions)
     return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, admitted)
