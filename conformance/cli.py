@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stress a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in ALL_MUTANTS),
     )
     stress.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
+    stress.set_defaults(adapter_cmd=None, reply_timeout=30)  # a child process offers no sessions
     return parser
 
 
@@ -562,13 +563,11 @@ def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, o
     if args.adapter is not None:
         if args.mutant:
             raise UsageError("--mutant applies to the bundled implementation, not to --adapter")
-        args.adapter_cmd = None
         adapter = _adapter(args, machine, servers, out)
         if not hasattr(adapter, "session"):
             adapter.close()
             raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
         return adapter
-    args.adapter_cmd = None
     return _adapter(args, machine, servers, out)
 
 

@@ -209,10 +209,10 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
                 # Ids up to three past the known runs: concurrent admissions take them.
                 lambda: lc.ResumeRun(r.randint(1, runs + 3)),
                 lambda: lc.RefreshCache(r.choice(w.REPLICAS)),
-                lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.6),
+                lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.5),
                 lambda: d.SetCommunityState(a, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
             ],
-            weights=[35, 20, 8, 20, 7, 5, 3],
+            weights=[30, 20, 8, 18, 6, 12, 3],
         )[0]()
 
     return Program(

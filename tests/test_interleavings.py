@@ -278,7 +278,7 @@ BUNDLED_ENGINE = Impl("bundled", ReplicaEngine, True)
 
 def caught(cls: type) -> Impl:
     names = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
-    names.update({classes["engine_class"]: k for k, classes in LIFECYCLE_RACE_MUTANTS.items()})
+    names.update({cls: k for k, classes in LIFECYCLE_RACE_MUTANTS.items() for cls in classes.values()})
     names[ReconcileUnfenced] = "reconcile-unfenced"
     return Impl(names[cls], cls, False)
 

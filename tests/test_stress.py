@@ -61,12 +61,28 @@ def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any)
     assert report.progress.indeterminate > 0
 
 
-@pytest.mark.parametrize("mutant", RACE_MUTANTS, ids=lambda mu: mu.name)
+# The reconciliation read outside the transaction is wrong only if a community
+# deletion commits in the microseconds between the finish's commit and that
+# read: random scheduling does not find it, the forced interleaving in
+# tests/test_interleavings.py (reconciliation vs community delete) does.
+CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction"}
+
+
+def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> None:
+    source = (Path(__file__).parent / "test_interleavings.py").read_text()
+    for name in CAUGHT_ONLY_BY_FORCED_INTERLEAVING:
+        store = next(mu for mu in RACE_MUTANTS if mu.name == name)
+        assert f"caught({getattr(store, 'store').__name__})" in source, name
+
+
+@pytest.mark.parametrize(
+    "mutant", [mu for mu in RACE_MUTANTS if mu.name not in CAUGHT_ONLY_BY_FORCED_INTERLEAVING], ids=lambda mu: mu.name
+)
 def test_every_race_mutant_is_caught_by_the_runner_and_the_checker(delivery_dsn: str, mutant: Any) -> None:
     adapter = _adapter(delivery_dsn, mutant)
     machine = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery"
     try:
-        report = stress(adapter, machine=machine, workers=WORKERS, duration=600, seed=SEED, repeats=3, max_programs=60)
+        report = stress(adapter, machine=machine, workers=WORKERS, duration=600, seed=SEED, repeats=3, max_programs=400)
     finally:
         adapter.close()
     assert report.finding is not None, f"{mutant.name} survived {report.progress.programs} programs"
