@@ -193,10 +193,11 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
     # Event times only grow through the program, so whichever of two
     # concurrent saves is later in time supersedes the other in any order.
     clock = iter(w.START + n * SECOND for n in range(1, 10_000))
-    for workflow in ("W1", "W2"):
-        setup.append(lc.SaveDefinition(_event("A", workflow, "a", next(clock))))
+    # W1 runs two actions, so two resumes of one of its runs could interleave them.
+    for workflow, content in (("W1", "b"), ("W2", "a")):
+        setup.append(lc.SaveDefinition(_event("A", workflow, content, next(clock))))
     setup += [lc.RefreshCache(replica) for replica in w.REPLICAS]
-    setup += [lc.Fire(r.choice(w.REPLICAS), "event", a, w.WORKFLOWS["W1"]) for _ in range(r.randint(0, 2))]
+    setup += [lc.Fire(r.choice(w.REPLICAS), "event", a, w.WORKFLOWS["W1"]) for _ in range(r.randint(1, 2))]
     runs = sum(isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup)))
 
     def operation() -> Any:
@@ -207,7 +208,7 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
                 lambda: lc.SaveDefinition(_event("A", w.name_of(workflow), r.choice(tuple(_CONTENTS)), next(clock))),
                 lambda: lc.DeleteDefinition(a, workflow, w.AUTHORS["alice"], next(clock)),
                 # Ids up to three past the known runs: concurrent admissions take them.
-                lambda: lc.ResumeRun(r.randint(1, runs + 3)),
+                lambda: lc.ResumeRun(r.choice((1, 1, r.randint(1, runs + 3)))),
                 lambda: lc.RefreshCache(r.choice(w.REPLICAS)),
                 lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.5),
                 lambda: d.SetCommunityState(a, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),

@@ -242,7 +242,9 @@ class ReplicaEngine(_Writes):
 class RunResumer(_Writes):
     """Resume of an admitted run: only its pinned revision, only while current."""
 
-    SQL_PINNED = f"SELECT {_RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s"
+    # Locked, so resumes of one run take turns: each appends its whole action
+    # list, never interleaved with another's in the sink.
+    SQL_PINNED = f"SELECT {_RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s FOR NO KEY UPDATE"
     # The admission guard again, for the pinned record.
     SQL_STILL_CURRENT = """
         SELECT 1 FROM definition_runtime d

@@ -193,6 +193,26 @@ class AdmissionWithoutRowLock(ReplicaEngine):
         return super()._one(sql, params)
 
 
+class ClaimMissesLockedRows(Store):
+    """Found by `leaseproof stress`: a claim that only skips locked rows.
+    A pending row can be locked by a transaction that will not claim it (a
+    claim that then rolls back, or a renew or finish whose re-check failed
+    once the reaper had returned the row to pending); the claimer skips it
+    and reports a miss though the row was pending all along."""
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if sql == self.SQL_CLAIM_WAITING:
+            return None
+        return super()._one(sql, params)
+
+
+class ResumesInterleave(RunResumer):
+    """Found by `leaseproof stress`: resumes of one run do not take turns, so
+    two concurrent resumes interleave their actions in the run's sink."""
+
+    SQL_PINNED = _swap(RunResumer.SQL_PINNED, " FOR NO KEY UPDATE", "")
+
+
 class AuthorityCheckUnlocked(LifecycleStore):
     """Found by `leaseproof stress`: the author's channel authority is read
     without a lock, so a revocation commits between the check and the
@@ -207,12 +227,14 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "reconcile-outside-transaction": ReconcileOutsideTransaction,
     "commit-without-identity-lock": CommitWithoutIdentityLock,
     "reap-read-then-update": ReapReadThenUpdate,
+    "claim-misses-locked-rows": ClaimMissesLockedRows,
 }
 
 # Keyword arguments of `PostgresLifecycleAdapter` that build each mutant.
 LIFECYCLE_RACE_MUTANTS: dict[str, dict[str, type]] = {
     "admission-without-row-lock": {"engine_class": AdmissionWithoutRowLock},
     "authority-check-unlocked": {"store_class": AuthorityCheckUnlocked},
+    "resumes-interleave": {"resumer_class": ResumesInterleave},
 }
 
 RACE_FINDINGS: dict[str, str] = {
@@ -222,6 +244,8 @@ RACE_FINDINGS: dict[str, str] = {
     "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
+    "claim-misses-locked-rows": "skip-locked claim without a waiting retry: a row locked by a claim that rolls back, or by a failed re-check, is missed",
+    "resumes-interleave": "unserialized resumes: two resumes of one run interleave their actions in the sink",
     "authority-check-unlocked": "unlocked authority check: a save or deletion by a revoked author lands after the revocation",
 }
 assert RACE_FINDINGS.keys() == DELIVERY_RACE_MUTANTS.keys() | LIFECYCLE_RACE_MUTANTS.keys()

@@ -201,6 +201,12 @@ class PostgresDeliveryStore(FencedWriter):
         RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
     """
 
+    # The same claim, waiting for locked candidates instead of skipping them.
+    # Run only after SQL_CLAIM missed: a skipped row may be locked by a
+    # transaction that will not claim it (a claim that rolls back, a renew or
+    # finish whose re-check failed after a reap), so a miss must wait for it.
+    SQL_CLAIM_WAITING = SQL_CLAIM.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
+
     # A lease governs its row only while the row is claimed, at the lease's
     # generation, for the lease's target, and unexpired on the DB clock.
     LEASE_HELD = """
@@ -448,6 +454,8 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self._writable(c.community_id)
             row = self._one(self.SQL_CLAIM, params)
+            if row is None:
+                row = self._one(self.SQL_CLAIM_WAITING, params)
         if row is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)
