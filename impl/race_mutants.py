@@ -142,6 +142,8 @@ class ReapReadThenUpdate(Store):
     read the same expired claim both reap it (the generation is bumped
     twice, both report it), and a claim made in between is stolen."""
 
+    SQL_ONE_SWEEP_AT_A_TIME = "SELECT 1"  # sweeps that took turns would hide the race
+
     SQL_REAP_EXPIRED = """
         SELECT d.community_id, d.id FROM workflow_agent_deliveries d
         JOIN communities c ON c.id = d.community_id
@@ -193,17 +195,13 @@ class AdmissionWithoutRowLock(ReplicaEngine):
         return super()._one(sql, params)
 
 
-class ClaimMissesLockedRows(Store):
-    """Found by `leaseproof stress`: a claim that only skips locked rows.
-    A pending row can be locked by a transaction that will not claim it (a
-    claim that then rolls back, or a renew or finish whose re-check failed
-    once the reaper had returned the row to pending); the claimer skips it
-    and reports a miss though the row was pending all along."""
+class SweepsOverlap(Store):
+    """Found by `leaseproof stress`: reapers do not take turns. The later of two
+    overlapping sweeps waits on a row the earlier one reaps, re-checks it,
+    leaves it, and keeps it locked until it commits; a claimer skips the
+    locked row and claims a younger one, though the oldest was pending."""
 
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        if sql == self.SQL_CLAIM_WAITING:
-            return None
-        return super()._one(sql, params)
+    SQL_ONE_SWEEP_AT_A_TIME = "SELECT 1"
 
 
 class ResumesInterleave(RunResumer):
@@ -227,7 +225,7 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "reconcile-outside-transaction": ReconcileOutsideTransaction,
     "commit-without-identity-lock": CommitWithoutIdentityLock,
     "reap-read-then-update": ReapReadThenUpdate,
-    "claim-misses-locked-rows": ClaimMissesLockedRows,
+    "sweeps-overlap": SweepsOverlap,
 }
 
 # Keyword arguments of `PostgresLifecycleAdapter` that build each mutant.
@@ -244,7 +242,7 @@ RACE_FINDINGS: dict[str, str] = {
     "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
-    "claim-misses-locked-rows": "skip-locked claim without a waiting retry: a row locked by a claim that rolls back, or by a failed re-check, is missed",
+    "sweeps-overlap": "overlapping reapers: the loser keeps a reaped row locked, and a claimer skips the oldest candidate",
     "resumes-interleave": "unserialized resumes: two resumes of one run interleave their actions in the sink",
     "authority-check-unlocked": "unlocked authority check: a save or deletion by a revoked author lands after the revocation",
 }

@@ -201,12 +201,6 @@ class PostgresDeliveryStore(FencedWriter):
         RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
     """
 
-    # The same claim, waiting for locked candidates instead of skipping them.
-    # Run only after SQL_CLAIM missed: a skipped row may be locked by a
-    # transaction that will not claim it (a claim that rolls back, a renew or
-    # finish whose re-check failed after a reap), so a miss must wait for it.
-    SQL_CLAIM_WAITING = SQL_CLAIM.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
-
     # A lease governs its row only while the row is claimed, at the lease's
     # generation, for the lease's target, and unexpired on the DB clock.
     LEASE_HELD = """
@@ -263,6 +257,12 @@ class PostgresDeliveryStore(FencedWriter):
         )
         SELECT count(*) AS reaped FROM reaped
     """
+
+    # Sweeps take turns. Two overlapping sweeps meet on the same expired rows:
+    # the later one waits, re-checks a row the earlier one returned to
+    # pending, leaves it, and yet keeps it locked until it commits, so a
+    # claimer (which skips locked rows) passes over the oldest pending row.
+    SQL_ONE_SWEEP_AT_A_TIME = "SELECT pg_advisory_xact_lock(hashtextextended('leaseproof reaper', 0))"
 
     SQL_GET_DELIVERY = f"""
         SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries
@@ -454,8 +454,6 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self._writable(c.community_id)
             row = self._one(self.SQL_CLAIM, params)
-            if row is None:
-                row = self._one(self.SQL_CLAIM_WAITING, params)
         if row is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)
@@ -489,6 +487,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def reap(self, c: m.Reap | None = None) -> m.Reaped:
         with self.conn.transaction():
+            self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
             row = self._one(self.SQL_REAP, {})
         return m.Reaped(row["reaped"])  # type: ignore[index]
 

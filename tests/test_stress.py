@@ -65,7 +65,10 @@ def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any)
 # deletion commits in the microseconds between the finish's commit and that
 # read: random scheduling does not find it, the forced interleaving in
 # tests/test_interleavings.py (reconciliation vs community delete) does.
-CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction"}
+# Overlapping sweeps need two sweeps and a claim to meet on one row while a lock
+# is held for a failed re-check; stress found it once in 643 programs, too rarely
+# for a test, so the forced interleaving (test_a_second_sweep_...) proves it.
+CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction", "sweeps-overlap"}
 
 
 def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> None:
@@ -82,7 +85,7 @@ def test_every_race_mutant_is_caught_by_the_runner_and_the_checker(delivery_dsn:
     adapter = _adapter(delivery_dsn, mutant)
     machine = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery"
     try:
-        report = stress(adapter, machine=machine, workers=WORKERS, duration=600, seed=SEED, repeats=3, max_programs=400)
+        report = stress(adapter, machine=machine, workers=WORKERS, duration=900, seed=SEED, repeats=3, max_programs=1000)
     finally:
         adapter.close()
     assert report.finding is not None, f"{mutant.name} survived {report.progress.programs} programs"
