@@ -25,7 +25,8 @@ from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import timeline, write_history
+from leaseproof.conformance.linearizability import check as check_linearizable
+from leaseproof.conformance.linearizability import read_history, timeline, write_history
 from leaseproof.conformance.stress import Progress as StressProgress
 from leaseproof.conformance.stress import StressFault, StressReport
 from leaseproof.conformance.stress import stress as run_stress
@@ -118,6 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("trace", type=Path, metavar="FILE")
+
+    history = commands.add_parser(
+        "check-history",
+        help="check a concurrent history (as stress writes it) for linearizability against the model",
+        description=(
+            "Check a recorded concurrent history (JSON lines, as `leaseproof stress` writes it, or as another "
+            "system records its clients' calls) for linearizability against the model of its machine."
+        ),
+    )
+    history.add_argument("history", type=Path, metavar="FILE")
+    history.add_argument(
+        "--budget", type=_positive, default=200_000, help="checker configurations per partition before 'unknown'"
+    )
 
     stress = commands.add_parser(
         "stress",
@@ -356,7 +370,16 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
     return PostgresDeliveryAdapter(servers.database(), store)
 
 
-def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _each_machine(
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+    adapter_for: Callable[[argparse.Namespace, str, _Servers, TextIO], Any],
+    judge: Callable[[Any, str, int], int],
+) -> int:
+    """For every machine the arguments name: provision, build its adapter, judge
+    it (`judge(adapter, machine, seed)` prints and returns an exit status), close it.
+    The worst status wins; usage, provisioning and adapter failures exit 2."""
     seed_value = args.seed if args.seed is not None else random.randrange(2**63)
     status = EXIT_CONFORMS
     try:
@@ -364,31 +387,41 @@ def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with contextlib.ExitStack() as stack:
             servers = _Servers(args, out, err, stack)
             for machine in machines:
-                adapter = _adapter(args, machine, servers, out)
+                adapter = adapter_for(args, machine, servers, out)
                 try:
-                    out.write(f"verifying the {machine} machine against {adapter.name}\n")
-                    out.flush()
-                    progress = _Progress(args.max_examples, err)
-                    try:
-                        verdict = run_conformance(
-                            adapter,
-                            machine=machine,
-                            max_examples=args.max_examples,
-                            seed_value=seed_value,
-                            steps=args.steps,
-                            shrink=not args.no_shrink,
-                            on_example=progress,
-                        )
-                    finally:
-                        progress.close()
+                    status = max(status, judge(adapter, machine, seed_value))
                 finally:
                     adapter.close()
-                status = max(status, _report(verdict, args, out, err))
                 out.flush()
     except (ProvisioningError, UsageError, AdapterFault) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
+    except StressFault as exc:
+        err.write(f"leaseproof: the implementation failed instead of answering, so nothing was judged: {exc}\n")
+        return EXIT_USAGE
     return status
+
+
+def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    def judge(adapter: Any, machine: str, seed_value: int) -> int:
+        out.write(f"verifying the {machine} machine against {adapter.name}\n")
+        out.flush()
+        progress = _Progress(args.max_examples, err)
+        try:
+            verdict = run_conformance(
+                adapter,
+                machine=machine,
+                max_examples=args.max_examples,
+                seed_value=seed_value,
+                steps=args.steps,
+                shrink=not args.no_shrink,
+                on_example=progress,
+            )
+        finally:
+            progress.close()
+        return _report(verdict, args, out, err)
+
+    return _each_machine(args, out, err, _adapter, judge)
 
 
 def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -517,46 +550,30 @@ class _StressProgress:
 
 
 def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    seed_value = args.seed if args.seed is not None else random.randrange(2**63)
-    status = EXIT_CONFORMS
-    try:
-        machines = _machines(args)
-        with contextlib.ExitStack() as stack:
-            servers = _Servers(args, out, err, stack)
-            for machine in machines:
-                adapter = _stress_adapter(args, machine, servers, out)
-                try:
-                    out.write(
-                        f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
-                        f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}\n"
-                    )
-                    out.flush()
-                    progress = _StressProgress(err)
-                    try:
-                        report = run_stress(
-                            adapter,
-                            machine=machine,
-                            workers=args.workers,
-                            duration=args.duration,
-                            seed=seed_value,
-                            repeats=args.repeats,
-                            lose=args.lose_responses,
-                            budget=args.budget,
-                            on_progress=progress,
-                        )
-                    finally:
-                        progress.close()
-                finally:
-                    adapter.close()
-                status = max(status, _stress_report(report, args, out, err))
-                out.flush()
-    except (ProvisioningError, UsageError, AdapterFault) as exc:
-        err.write(f"leaseproof: {exc}\n")
-        return EXIT_USAGE
-    except StressFault as exc:
-        err.write(f"leaseproof: the implementation failed instead of answering, so nothing was judged: {exc}\n")
-        return EXIT_USAGE
-    return status
+    def judge(adapter: Any, machine: str, seed_value: int) -> int:
+        out.write(
+            f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
+            f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}\n"
+        )
+        out.flush()
+        progress = _StressProgress(err)
+        try:
+            report = run_stress(
+                adapter,
+                machine=machine,
+                workers=args.workers,
+                duration=args.duration,
+                seed=seed_value,
+                repeats=args.repeats,
+                lose=args.lose_responses,
+                budget=args.budget,
+                on_progress=progress,
+            )
+        finally:
+            progress.close()
+        return _stress_report(report, args, out, err)
+
+    return _each_machine(args, out, err, _stress_adapter, judge)
 
 
 def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
@@ -605,6 +622,20 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
     return EXIT_NONCONFORMING
 
 
+def check_history_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        history = read_history(args.history)
+    except (OSError, ValueError) as exc:
+        err.write(f"leaseproof: {args.history}: {exc}\n")
+        return EXIT_USAGE
+    spec = SPECS[history.machine]
+    result = check_linearizable(history, spec, budget=args.budget)
+    out.write(f"{args.history}: {result.summary()}\n")
+    if result.violation is not None:
+        out.write(timeline(result.violation, spec) + "\n")
+    return EXIT_CONFORMS if result.linearizable else EXIT_NONCONFORMING
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
@@ -613,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay_traces(args, sys.stdout, sys.stderr)
     if args.command == "check-trace":
         return check_trace(args, sys.stdout, sys.stderr)
+    if args.command == "check-history":
+        return check_history_command(args, sys.stdout, sys.stderr)
     if args.command == "stress":
         return stress_command(args, sys.stdout, sys.stderr)
     raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands

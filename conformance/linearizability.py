@@ -575,6 +575,15 @@ def timeline(violation: Violation, spec: Spec, width: int = 100) -> str:
     lines.append(violation.reason)
     if violation.piece.barriers:
         lines.append("(the piece ends in the state recorded at the barrier that closed the epoch)")
+    # What the model answers to each needed operation run first, from the state
+    # the epoch began in: next to what was recorded, it shows where they part.
+    needed = [op for op in ops if op.id not in violation.forgotten and not op.indeterminate][:4]
+    if needed:
+        lines.append("the model's answer to each, run first from the state the epoch began in:")
+        for op in needed:
+            _, answer = spec.step(violation.piece.initial, op.command)
+            line = f"  {spec.describe_command(op.command)} → {spec.describe_outcome(answer)}"
+            lines.append(line if len(line) <= width else line[: width - 1] + "…")
     return "\n".join(lines)
 
 

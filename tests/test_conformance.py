@@ -52,6 +52,7 @@ def test_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
     assert any(note.startswith("in the fixed scenario") for note in failure.value.__notes__)
 
 
+@pytest.mark.evidence
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
 def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
     adapter = _mutant_adapter(delivery_dsn, mutant)

@@ -240,6 +240,23 @@ class Race:
             f"no serial order of the model gives this history: {describe_history(self.outcomes)}"
         )
 
+    @property
+    def machine(self) -> str:
+        return "lifecycle" if self.step is lc.step else "delivery"
+
+    def judge_in_real_time(self, intervals: dict[str, tuple[int, int]], conforms: bool) -> None:
+        """Judge by the linearizability checker, each client's one operation placed at
+        the (invoked, returned) ticks the schedule fixes: for races where some serial
+        order explains the outcomes and only real time rules it out."""
+        operations = tuple(
+            Operation(i, name, self.programs[name][0], self.outcomes[name][0], *intervals[name])
+            for i, name in enumerate(intervals, 1)
+        )
+        end = max(t for pair in intervals.values() for t in pair) + 1
+        history = History(self.machine, self.state, operations, (Barrier(end, self.adapter.snapshot()),))
+        result = check(history, SPECS[self.machine])
+        assert result.linearizable == conforms, result.summary()
+
     def judge(self, implied: str, conforms: bool) -> None:
         """`implied`: the serial order the schedule implies, as client names ("test stale newer").
 
@@ -583,14 +600,7 @@ def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(delivery_race: 
     # The serial order "claimer one two" explains the mutant's outcomes too; only
     # real time (the claim began after sweep one returned) rules it out, so the
     # history, with the order of events this schedule fixes, goes to the checker.
-    intervals = {"one": (1, 3), "two": (2, 6), "claimer": (4, 5)}
-    operations = tuple(
-        Operation(i, name, race.programs[name][0], race.outcomes[name][0], *intervals[name])
-        for i, name in enumerate(("one", "two", "claimer"), 1)
-    )
-    history = History("delivery", race.state, operations, (Barrier(7, race.adapter.snapshot()),))
-    result = check(history, SPECS["delivery"])
-    assert result.linearizable == impl.conforms, result.summary()
+    race.judge_in_real_time({"one": (1, 3), "two": (2, 6), "claimer": (4, 5)}, impl.conforms)
 
 
 # -- two claimers on one row --------------------------------------------------------------------------
@@ -986,13 +996,7 @@ def test_a_save_racing_the_revocation_of_its_authors_authority(
         at_check.release()
         race.result(writer)
         intervals = {"writer": (1, 6), "revoker": (2, 3), "reader": (4, 5)}
-    operations = tuple(
-        Operation(i, name, race.programs[name][0], race.outcomes[name][0], *intervals[name])
-        for i, name in enumerate(("writer", "revoker", "reader"), 1)
-    )
-    history = History("lifecycle", race.state, operations, (Barrier(7, race.adapter.snapshot()),))
-    result = check(history, SPECS["lifecycle"])
-    assert result.linearizable == impl.conforms, result.summary()
+    race.judge_in_real_time(intervals, impl.conforms)
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a rolled-back admission leaves a gap in run ids")

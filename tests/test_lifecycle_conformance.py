@@ -44,6 +44,7 @@ def test_lifecycle_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Lifecyc
     assert any(note.startswith("in the fixed scenario") for note in failure.value.__notes__)
 
 
+@pytest.mark.evidence
 @pytest.mark.parametrize("mutant", LIFECYCLE_MUTANTS, ids=lambda mu: mu.name)
 def test_lifecycle_search_alone_kills_each_mutant(delivery_dsn: str, mutant: LifecycleMutant) -> None:
     adapter = _mutant_adapter(delivery_dsn, mutant)

@@ -138,6 +138,30 @@ def test_stress_cli_exits_1_with_a_timeline_and_the_history(
     history = read_history(trace)
     assert history.machine == "delivery" and len(history) > 0
     assert any(isinstance(op.command, d.Claim) for op in history)
+    assert main(["check-history", str(trace)]) == 1
+    rechecked = capsys.readouterr().out
+    assert "not linearizable" in rechecked and "|--" in rechecked
+
+
+def test_check_history_passes_a_linearizable_history_and_refuses_a_broken_file(
+    delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from leaseproof.conformance.linearizability import write_history
+    from leaseproof.conformance.stress import Runner
+
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    runner = Runner(adapter, "delivery", 4)
+    try:
+        history = runner.run(GENERATORS["delivery"](random.Random(2), 4))
+    finally:
+        runner.close()
+        adapter.close()
+    write_history(tmp_path / "ok.jsonl", history)
+    assert main(["check-history", str(tmp_path / "ok.jsonl")]) == 0
+    assert "linearizable:" in capsys.readouterr().out
+    (tmp_path / "bad.jsonl").write_text('{"kind": "something else"}\n')
+    assert main(["check-history", str(tmp_path / "bad.jsonl")]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
 
 
 def test_a_lifecycle_history_round_trips_through_its_file(delivery_dsn: str, tmp_path: Path) -> None:
