@@ -109,6 +109,9 @@ def _commit(r: random.Random, community: str, run: str, step: str, targets: tupl
 
 
 def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: int = 3) -> Program:
+    """No `GetDelivery`: a plain read is not linearizable with an in-flight claim
+    that other claimers skip (specs/delivery.md, "Concurrency"), so programs
+    check the writes, and the barrier states check everything persisted."""
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
         cid = w.COMMUNITIES[name]
@@ -136,12 +139,11 @@ def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: in
                 lambda: Renewal(ref, 30),
                 lambda: d.Reap(),
                 lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
-                lambda: d.GetDelivery(ref.fallback.community_id, ref.fallback.delivery_id),
                 lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
                 lambda: d.DeleteRun(cid, w.RUNS[r.choice(_RUNS)]),
                 lambda: d.DeleteCommunity(cid),
             ],
-            weights=[30, 20, 10, 10, 15, 5, 3, 2, 1],
+            weights=[30, 20, 10, 10, 15, 3, 2, 1],
         )[0]()
 
     return Program(

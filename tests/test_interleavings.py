@@ -942,6 +942,27 @@ def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Ca
     race.assert_linearizable()
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim")
+def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: Callable[[type], Race]) -> None:
+    """Claimer one locks the only pending row and is parked before its COMMIT; claimer
+    two skips it and misses (as if it were claimed); then a reader still finds it
+    pending (as if it were not); then claimer one commits. Its claim must come before
+    the miss and after the read, which began after the miss returned: found by
+    `leaseproof stress`, and why its programs send no GetDelivery."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    one, two, reader = race.client("one"), race.client("two"), race.client("reader")
+    at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
+    race.start(one, CLAIM)
+    at_commit.wait_parked()
+    assert race.run(two, CLAIM) == d.ClaimMiss()
+    found = race.run(reader, d.GetDelivery(C, D1))
+    assert isinstance(found, d.Found) and found.delivery.status is d.Status.PENDING
+    at_commit.release()
+    race.result(one)
+    race.judge_in_real_time({"one": (1, 6), "two": (2, 3), "reader": (4, 5)}, True)
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a claim committed after its own lease expired")
 def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable[[type], Race]) -> None:
     """A claim computes its lease at the clock of its statement and is parked before its
