@@ -613,12 +613,15 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
     assert finding.result.violation is not None
     out.write(timeline(finding.result.violation, spec) + "\n")
     path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    piece = path.with_name(path.stem + "-piece" + path.suffix)
     try:
         write_history(path, finding.history)
+        write_history(piece, finding.result.violation.piece)
     except (OSError, TypeError, ValueError) as exc:
         err.write(f"leaseproof: could not write the history to {path}: {exc}\n")
     else:
         out.write(f"history: {path} ({len(finding.history):,} operations, the whole failing run)\n")
+        out.write(f"piece: {piece} (the piece above, from its partition's state; leaseproof check-history {piece})\n")
     return EXIT_NONCONFORMING
 
 

@@ -141,6 +141,9 @@ def test_stress_cli_exits_1_with_a_timeline_and_the_history(
     assert main(["check-history", str(trace)]) == 1
     rechecked = capsys.readouterr().out
     assert "not linearizable" in rechecked and "|--" in rechecked
+    piece = read_history(tmp_path / "race-piece.jsonl")
+    assert 0 < len(piece) < len(history)
+    assert main(["check-history", str(tmp_path / "race-piece.jsonl")]) == 1
 
 
 def test_check_history_passes_a_linearizable_history_and_refuses_a_broken_file(
