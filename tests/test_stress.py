@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from leaseproof.conformance.cli import main
-from leaseproof.conformance.history import Indeterminate
-from leaseproof.conformance.linearizability import read_history
+from leaseproof.conformance.history import History, Indeterminate
+from leaseproof.conformance.linearizability import read_history, write_history
 from leaseproof.conformance.programs import GENERATORS, Finishing, Renewal
-from leaseproof.conformance.stress import stress
+from leaseproof.conformance.stress import Runner, stress
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_mutants import LifecycleMutant
@@ -24,6 +24,16 @@ from leaseproof.model import lifecycle as lc
 
 WORKERS = 8
 SEED = 20261129
+
+
+def _one_run(adapter: Any, machine: str, seed: int) -> History:
+    """One generated program, run once by four workers; the adapter is closed after."""
+    runner = Runner(adapter, machine, 4)
+    try:
+        return runner.run(GENERATORS[machine](random.Random(seed), 4))
+    finally:
+        runner.close()
+        adapter.close()
 
 
 def _adapter(dsn: str, mutant: Any = None) -> Any:
@@ -149,16 +159,7 @@ def test_stress_cli_exits_1_with_a_timeline_and_the_history(
 def test_check_history_passes_a_linearizable_history_and_refuses_a_broken_file(
     delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from leaseproof.conformance.linearizability import write_history
-    from leaseproof.conformance.stress import Runner
-
-    adapter = PostgresDeliveryAdapter(delivery_dsn)
-    runner = Runner(adapter, "delivery", 4)
-    try:
-        history = runner.run(GENERATORS["delivery"](random.Random(2), 4))
-    finally:
-        runner.close()
-        adapter.close()
+    history = _one_run(PostgresDeliveryAdapter(delivery_dsn), "delivery", seed=2)
     write_history(tmp_path / "ok.jsonl", history)
     assert main(["check-history", str(tmp_path / "ok.jsonl")]) == 0
     assert "linearizable:" in capsys.readouterr().out
@@ -168,16 +169,7 @@ def test_check_history_passes_a_linearizable_history_and_refuses_a_broken_file(
 
 
 def test_a_lifecycle_history_round_trips_through_its_file(delivery_dsn: str, tmp_path: Path) -> None:
-    from leaseproof.conformance.linearizability import write_history
-    from leaseproof.conformance.stress import Runner
-
-    adapter = PostgresLifecycleAdapter(delivery_dsn)
-    runner = Runner(adapter, "lifecycle", 4)
-    try:
-        history = runner.run(GENERATORS["lifecycle"](random.Random(1), 4))
-    finally:
-        runner.close()
-        adapter.close()
+    history = _one_run(PostgresLifecycleAdapter(delivery_dsn), "lifecycle", seed=1)
     write_history(tmp_path / "h.jsonl", history)
     again = read_history(tmp_path / "h.jsonl")
     assert again == history
