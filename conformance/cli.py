@@ -26,7 +26,7 @@ from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.linearizability import check as check_linearizable
-from leaseproof.conformance.linearizability import read_history, timeline, write_history
+from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
 from leaseproof.conformance.stress import Progress as StressProgress
 from leaseproof.conformance.stress import StressFault, StressReport
 from leaseproof.conformance.stress import stress as run_stress
@@ -44,24 +44,25 @@ EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+def _number(convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text, then require `accepts` of the value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError("must be between 0 and 2**63 - 1")
-    return value
+_positive = _number(int, "an integer", lambda v: v > 0, "positive")
+_seed = _number(int, "an integer", lambda v: 0 <= v < 2**63, "between 0 and 2**63 - 1")
+_positive_float = _number(float, "a number", lambda v: v > 0, "positive")
+_fraction = _number(float, "a number", lambda v: 0 <= v < 1, "at least 0 and below 1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.add_argument("history", type=Path, metavar="FILE")
     history.add_argument(
-        "--budget", type=_positive, default=200_000, help="checker configurations per partition before 'unknown'"
+        "--budget", type=_positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
     )
 
     stress = commands.add_parser(
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop this fraction of responses after the operation ran, so they are indeterminate (default: 0)",
     )
     stress.add_argument(
-        "--budget", type=_positive, default=200_000, help="checker configurations per history before 'unknown'"
+        "--budget", type=_positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
     )
     stress.add_argument(
         "--trace-out",
@@ -173,23 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     stress.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
     stress.set_defaults(adapter_cmd=None, reply_timeout=30)  # a child process offers no sessions
     return parser
-
-
-def _float_within(accepts: Callable[[float], bool], rule: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
-        return value
-
-    return parse
-
-
-_positive_float = _float_within(lambda v: v > 0, "positive")
-_fraction = _float_within(lambda v: 0 <= v < 1, "at least 0 and below 1")
 
 
 def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:

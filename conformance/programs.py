@@ -91,6 +91,31 @@ def _replay(step: Callable[[Any, Any], tuple[Any, Any]], state: Any, commands: t
     return outcomes
 
 
+def _program(
+    machine: str,
+    r: random.Random,
+    setup: list[Any],
+    operation: Callable[[], Any],
+    clients: int,
+    rounds: int,
+    branch: int,
+    advances: tuple[dt.timedelta | None, ...],
+) -> Program:
+    """The prefix, then `rounds` rounds of one branch of 1..`branch` operations per
+    client, each round followed by one of `advances` (None: the clock stays)."""
+    return Program(
+        machine,
+        tuple(setup),
+        tuple(
+            Round(
+                tuple(tuple(operation() for _ in range(r.randint(1, branch))) for _ in range(clients)),
+                r.choice(advances),
+            )
+            for _ in range(rounds)
+        ),
+    )
+
+
 # -- the delivery machine -----------------------------------------------------
 
 _TARGETS = ("T1", "T2")
@@ -148,17 +173,7 @@ def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: in
             weights=[30, 20, 10, 10, 15, 3],
         )[0]()
 
-    return Program(
-        "delivery",
-        tuple(setup),
-        tuple(
-            Round(
-                tuple(tuple(operation() for _ in range(r.randint(1, branch))) for _ in range(clients)),
-                r.choice((None, None, 10 * SECOND, 31 * SECOND)),
-            )
-            for _ in range(rounds)
-        ),
-    )
+    return _program("delivery", r, setup, operation, clients, rounds, branch, (None, None, 10 * SECOND, 31 * SECOND))
 
 
 def _some(r: random.Random, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -220,17 +235,7 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
             weights=[30, 20, 8, 18, 6, 12, 3],
         )[0]()
 
-    return Program(
-        "lifecycle",
-        tuple(setup),
-        tuple(
-            Round(
-                tuple(tuple(operation() for _ in range(r.randint(1, branch))) for _ in range(clients)),
-                r.choice((None, 2 * SECOND, 10 * SECOND)),
-            )
-            for _ in range(rounds)
-        ),
-    )
+    return _program("lifecycle", r, setup, operation, clients, rounds, branch, (None, 2 * SECOND, 10 * SECOND))
 
 
 GENERATORS: dict[str, Callable[..., Program]] = {"delivery": delivery_program, "lifecycle": lifecycle_program}

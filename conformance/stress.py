@@ -23,6 +23,7 @@ specs/lifecycle.md.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
@@ -36,7 +37,8 @@ import psycopg
 from leaseproof.conformance import world as w
 from leaseproof.conformance.history import History, Indeterminate, Recorder
 from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import CheckResult, check
+from leaseproof.conformance.linearizability import DEFAULT_BUDGET, NOT_LINEARIZABLE, UNKNOWN, CheckResult, check
+from leaseproof.conformance.trace import SPECS as LOCKSTEP
 from leaseproof.conformance.programs import GENERATORS, Program, resolve
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -131,7 +133,7 @@ class Runner:
     def __init__(self, adapter: Any, machine: str, workers: int, *, lose: float = 0.0, seed: int = 0) -> None:
         if not hasattr(adapter, "session"):
             raise TypeError(f"{adapter.name} offers no session(): it cannot be driven concurrently")
-        self.adapter, self.machine, self.workers = adapter, machine, workers
+        self.adapter, self.machine = adapter, machine
         self.sessions = [adapter.session() for _ in range(workers)]
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="leaseproof-worker")
         self.faults = random.Random(seed ^ 0x10575)
@@ -150,8 +152,7 @@ class Runner:
     def run(self, program: Program) -> History:
         """Run `program` once from the initial state; its recorded history."""
         self.adapter.reset(w.START)
-        initial = _initial(self.machine)
-        recorder = Recorder(self.machine, initial)
+        recorder = Recorder(self.machine, LOCKSTEP[self.machine].initial_state(w.START))
         clients = [_Client(f"w{i + 1}", s) for i, s in enumerate(self.sessions)]
         prefix = _Client("prefix", self.adapter)
         for step in program.prefix:
@@ -173,24 +174,22 @@ class Runner:
             futures = [self.pool.submit(branch, c, s) for c, s in zip(clients, round_.branches, strict=False)]
             for future in futures:
                 future.result()
-            recorder.barrier(self.adapter.snapshot())
+            mark = recorder.barrier(self.adapter.snapshot())
             if round_.advance is not None:
                 coordinator = _Client("coordinator", self.adapter)
                 coordinator.run(recorder, d.AdvanceClock(round_.advance), lambda: False)
-                for command in _expired_refreshes(self.machine, self.adapter.snapshot()):
+                for command in _expired_refreshes(mark.state, round_.advance):
                     coordinator.run(recorder, command, lambda: False)
                 recorder.barrier(self.adapter.snapshot())
         return recorder.history()
 
 
-def _initial(machine: str) -> Any:
-    return d.initial_state(w.START) if machine == "delivery" else lc.initial_state(w.START, w.REPLICAS)
-
-
-def _expired_refreshes(machine: str, state: Any) -> list[Any]:
-    if machine != "lifecycle":
+def _expired_refreshes(state: Any, advance: dt.timedelta) -> list[Any]:
+    """A refresh of every replica cache that `advance` past the barrier `state` expires."""
+    if not isinstance(state, lc.LifecycleSystem):
         return []
-    return [lc.RefreshCache(name) for name, cache in state.caches.items() if state.now - cache.loaded_at >= lc.CACHE_TTL]
+    now = state.now + advance
+    return [lc.RefreshCache(name) for name, cache in state.caches.items() if now - cache.loaded_at >= lc.CACHE_TTL]
 
 
 def stress(
@@ -202,7 +201,7 @@ def stress(
     seed: int,
     repeats: int = 3,
     lose: float = 0.0,
-    budget: int = 200_000,
+    budget: int = DEFAULT_BUDGET,
     on_progress: Callable[[Progress], None] | None = None,
     max_programs: int | None = None,
 ) -> StressReport:
@@ -227,9 +226,9 @@ def stress(
                 progress.operations += len(history)
                 progress.largest = max(progress.largest, len(history))
                 progress.indeterminate += sum(isinstance(op.outcome, Indeterminate) for op in history)
-                if result.verdict == "unknown":
+                if result.verdict == UNKNOWN:
                     progress.unknown += 1
-                elif result.verdict != "linearizable":
+                elif result.verdict == NOT_LINEARIZABLE:
                     failed += 1
                     first = first or (result, history)
                 progress.seconds = time.monotonic() - started

@@ -38,7 +38,7 @@ from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.linearizability import check
 from leaseproof.impl.gate import Aborted, Client, Schedule
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine
 from leaseproof.impl.mutants import ReconcileUnfenced
 from leaseproof.impl.race_mutants import (
     DELIVERY_RACE_MUTANTS,
