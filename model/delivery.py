@@ -40,6 +40,7 @@ from leaseproof.model.binding import (
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
+from leaseproof.model.rules import Decision, Rule, decider
 
 MAX_LEASE_SECONDS = 86_400
 
@@ -494,30 +495,189 @@ def community_refusal(communities: Mapping[uuid.UUID, CommunityState], community
     return None
 
 
+# -- the rules -------------------------------------------------------------
+#
+# Each operation's guarded cases, in check order: the first rule whose guard
+# holds decides the step (see `rules`). The step functions below name the
+# rule they applied; `decide` refuses any answer the table does not declare.
+
+COMMUNITY_UNKNOWN, COMMUNITY_NOT_ACTIVE = "community-unknown", "community-not-active"
+_COMMUNITY_RULES = (
+    Rule(COMMUNITY_UNKNOWN, "the community was never created", ("UnknownCommunity",)),
+    Rule(COMMUNITY_NOT_ACTIVE, "the community is quiescing, fenced or deleted", ("CommunityNotWritable",)),
+)
+_GONE = ("deliveries", "retired")
+_NONE = "nothing changes"
+
+
+def _create(entity: str, field: str) -> tuple[Rule, ...]:
+    return (
+        *_COMMUNITY_RULES,
+        Rule("exists", f"the {entity} already exists", ("AlreadyExists",)),
+        Rule("new", "otherwise", ("Ok",), f"the {entity} is added", (field,)),
+    )
+
+
+def _delete(entity: str, fields: tuple[str, ...], cascade: str) -> tuple[Rule, ...]:
+    return (
+        *_COMMUNITY_RULES,
+        Rule("missing", f"the {entity} does not exist", ("NotFound",)),
+        Rule("cascade", "otherwise", ("Ok",), f"the {entity} is removed, {cascade}; their ids are retired", fields),
+    )
+
+
+RULES: dict[type, tuple[Rule, ...]] = {
+    CreateCommunity: (
+        Rule("exists", "the id was ever created (a deleted community stays as a tombstone)", ("AlreadyExists",)),
+        Rule("new", "otherwise", ("Ok",), "the community is created active", ("communities",)),
+    ),
+    SetCommunityState: (
+        _COMMUNITY_RULES[0],
+        Rule("deleted", "the community is deleted", ("CommunityNotWritable",)),
+        Rule("set", "otherwise", ("Ok",), "the community takes the requested state", ("communities",)),
+    ),
+    DeleteCommunity: (
+        _COMMUNITY_RULES[0],
+        Rule(
+            "purge",
+            "otherwise (also when already deleted)",
+            ("Ok",),
+            "the community becomes a deleted tombstone; every workflow, run, event, delivery and retired id it "
+            "owns is purged",
+            ("communities", "workflows", "runs", "events", *_GONE),
+        ),
+    ),
+    CreateWorkflow: _create("workflow", "workflows"),
+    DeleteWorkflow: _delete("workflow", ("workflows", "runs", *_GONE), "with its runs and their deliveries"),
+    CreateRun: (
+        *_COMMUNITY_RULES,
+        Rule("no-workflow", "the workflow does not exist", ("NotFound",)),
+        Rule("exists", "the run already exists", ("AlreadyExists",)),
+        Rule("new", "otherwise", ("Ok",), "the run is added under the workflow", ("runs",)),
+    ),
+    DeleteRun: _delete("run", ("runs", *_GONE), "with its deliveries"),
+    PublishEvent: _create("event", "events"),
+    DeleteEvent: _delete("event", ("events", *_GONE), "with the deliveries whose message it is"),
+    CommitDeliveries: (
+        *_COMMUNITY_RULES,
+        Rule("no-run", "the run does not exist", ("NotFound",)),
+        Rule("workflow-mismatch", "a binding names a workflow other than the run's", ("WorkflowMismatch",)),
+        Rule("no-event", "a binding's message event does not exist", ("NotFound",)),
+        Rule(
+            "retry",
+            "every target's identity (community, run, step, target) already exists",
+            ("Committed",),
+            f"{_NONE}: a producer retry; `created` is empty and `identity_existed` true",
+        ),
+        Rule(
+            "id-taken",
+            "a new identity's id is live or retired in the community",
+            ("DeliveryIdTaken",),
+            f"{_NONE}: every target rolls back",
+        ),
+        Rule(
+            "commit",
+            "otherwise",
+            ("Committed",),
+            "each new identity is inserted pending at generation 0, created now; existing identities are kept",
+            ("deliveries",),
+        ),
+    ),
+    Claim: (
+        Rule(
+            "out-of-scope",
+            "the expected binding names another community or target (checked before the community)",
+            ("ClaimMiss",),
+        ),
+        *_COMMUNITY_RULES,
+        Rule(
+            "none-pending",
+            "no pending delivery of the target matches the requested id and the expected binding",
+            ("ClaimMiss",),
+        ),
+        Rule(
+            "oldest-pending",
+            "otherwise",
+            ("Claimed",),
+            "the oldest match by (created_at, id) becomes claimed: generation + 1, lease_until = now + "
+            "lease_seconds, claimed_at = now",
+            ("deliveries",),
+        ),
+    ),
+    Renew: (
+        *_COMMUNITY_RULES,
+        Rule(
+            "not-held",
+            "the row is not claimed at the lease's generation by its target, or its lease_until < now",
+            ("LeaseLost",),
+        ),
+        Rule("held", "otherwise", ("Renewed",), "lease_until = now + lease_seconds", ("deliveries",)),
+    ),
+    Finish: (
+        *_COMMUNITY_RULES,
+        Rule(
+            "held",
+            "the row is claimed at the lease's generation by its target, and lease_until >= now",
+            ("Settled(finished)", "Settled(failed)"),
+            "the row takes the requested terminal status; finished_at = now; lease fields cleared",
+            ("deliveries",),
+        ),
+        Rule(
+            "same-holder-settled",
+            "the row is terminal at the lease's generation and target: the holder retries",
+            ("AlreadyTerminal(finished)", "AlreadyTerminal(failed)"),
+            f"{_NONE}: the recorded status is reported",
+        ),
+        Rule("not-held", "otherwise", ("LeaseLost",)),
+    ),
+    Reap: (
+        Rule(
+            "sweep",
+            "always",
+            ("Reaped",),
+            "every claimed row of an active community with lease_until < now becomes pending: generation + 1, "
+            "lease fields cleared; `count` says how many",
+            ("deliveries",),
+        ),
+    ),
+    AdvanceClock: (Rule("always", "always", ("Ok",), "now moves forward by `by`", ("now",)),),
+    GetDelivery: (
+        Rule("missing", "no live delivery has this key", ("NotFound",)),
+        Rule("found", "otherwise", ("Found",), f"{_NONE}: the row is returned"),
+    ),
+}
+
+
 # -- the steps -------------------------------------------------------------
 
 Step: TypeAlias = tuple[DeliverySystem, Outcome]
+Decided: TypeAlias = tuple[DeliverySystem, Outcome, str]  # ... and the guard of the rule that decided it
 
 
-def _create_community(s: DeliverySystem, c: CreateCommunity) -> Step:
+def refused(s: Any, refusal: Rejection) -> tuple[Any, Rejection, str]:
+    """The step of a failed community check, with its rule's guard."""
+    return s, refusal, COMMUNITY_UNKNOWN if isinstance(refusal, UnknownCommunity) else COMMUNITY_NOT_ACTIVE
+
+
+def _create_community(s: DeliverySystem, c: CreateCommunity) -> Decided:
     if c.community_id in s.communities:
-        return s, AlreadyExists("community", c.community_id, c.community_id)
-    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok()
+        return s, AlreadyExists("community", c.community_id, c.community_id), "exists"
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok(), "new"
 
 
-def _set_community_state(s: DeliverySystem, c: SetCommunityState) -> Step:
+def _set_community_state(s: DeliverySystem, c: SetCommunityState) -> Decided:
     current = s.communities.get(c.community_id)
     if current is None:
-        return s, UnknownCommunity(c.community_id)
+        return s, UnknownCommunity(c.community_id), COMMUNITY_UNKNOWN
     if current is CommunityState.DELETED:
-        return s, CommunityNotWritable(c.community_id, current)
-    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok()
+        return s, CommunityNotWritable(c.community_id, current), "deleted"
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok(), "set"
 
 
-def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Step:
+def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Decided:
     cid = c.community_id
     if cid not in s.communities:
-        return s, UnknownCommunity(cid)
+        return s, UnknownCommunity(cid), COMMUNITY_UNKNOWN
     # The community row stays as a tombstone so its id is never reused.
     return (
         DeliverySystem(
@@ -530,86 +690,91 @@ def _delete_community(s: DeliverySystem, c: DeleteCommunity) -> Step:
             retired=frozenset(k for k in s.retired if k[0] != cid),  # the tombstone retires them all
         ),
         Ok(),
+        "purge",
     )
 
 
-def _create_workflow(s: DeliverySystem, c: CreateWorkflow) -> Step:
+def _create_workflow(s: DeliverySystem, c: CreateWorkflow) -> Decided:
     key = (c.community_id, c.workflow_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if key in s.workflows:
-        return s, AlreadyExists("workflow", *key)
-    return attrs.evolve(s, workflows=s.workflows | {key}), Ok()
+        return s, AlreadyExists("workflow", *key), "exists"
+    return attrs.evolve(s, workflows=s.workflows | {key}), Ok(), "new"
 
 
-def _delete_workflow(s: DeliverySystem, c: DeleteWorkflow) -> Step:
+def _delete_workflow(s: DeliverySystem, c: DeleteWorkflow) -> Decided:
     key = (c.community_id, c.workflow_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if key not in s.workflows:
-        return s, NotFound("workflow", *key)
+        return s, NotFound("workflow", *key), "missing"
     # Cascades: the workflow's runs, and their deliveries.
     s = attrs.evolve(
         s,
         workflows=s.workflows - {key},
         runs=s.runs.remove_where(lambda k, w: k[0] == c.community_id and w == c.workflow_id),
     )
-    return s.without_deliveries(lambda d: d.key[0] == c.community_id and d.binding.workflow_id == c.workflow_id), Ok()
+    return (
+        s.without_deliveries(lambda d: d.key[0] == c.community_id and d.binding.workflow_id == c.workflow_id),
+        Ok(),
+        "cascade",
+    )
 
 
-def _create_run(s: DeliverySystem, c: CreateRun) -> Step:
+def _create_run(s: DeliverySystem, c: CreateRun) -> Decided:
     key = (c.community_id, c.run_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if (c.community_id, c.workflow_id) not in s.workflows:
-        return s, NotFound("workflow", c.community_id, c.workflow_id)
+        return s, NotFound("workflow", c.community_id, c.workflow_id), "no-workflow"
     if key in s.runs:
-        return s, AlreadyExists("run", *key)
-    return attrs.evolve(s, runs=s.runs.set(key, c.workflow_id)), Ok()
+        return s, AlreadyExists("run", *key), "exists"
+    return attrs.evolve(s, runs=s.runs.set(key, c.workflow_id)), Ok(), "new"
 
 
-def _delete_run(s: DeliverySystem, c: DeleteRun) -> Step:
+def _delete_run(s: DeliverySystem, c: DeleteRun) -> Decided:
     key = (c.community_id, c.run_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if key not in s.runs:
-        return s, NotFound("run", *key)
+        return s, NotFound("run", *key), "missing"
     s = attrs.evolve(s, runs=s.runs.remove_where(lambda k, _: k == key))
-    return s.without_deliveries(lambda d: (d.key[0], d.binding.run_id) == key), Ok()
+    return s.without_deliveries(lambda d: (d.key[0], d.binding.run_id) == key), Ok(), "cascade"
 
 
-def _publish_event(s: DeliverySystem, c: PublishEvent) -> Step:
+def _publish_event(s: DeliverySystem, c: PublishEvent) -> Decided:
     key = (c.community_id, c.event_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if key in s.events:
-        return s, AlreadyExists("event", *key)
-    return attrs.evolve(s, events=s.events | {key}), Ok()
+        return s, AlreadyExists("event", *key), "exists"
+    return attrs.evolve(s, events=s.events | {key}), Ok(), "new"
 
 
-def _delete_event(s: DeliverySystem, c: DeleteEvent) -> Step:
+def _delete_event(s: DeliverySystem, c: DeleteEvent) -> Decided:
     key = (c.community_id, c.event_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if key not in s.events:
-        return s, NotFound("event", *key)
+        return s, NotFound("event", *key), "missing"
     s = attrs.evolve(s, events=s.events - {key})
-    return s.without_deliveries(lambda d: (d.key[0], d.binding.message_event_id) == key), Ok()
+    return s.without_deliveries(lambda d: (d.key[0], d.binding.message_event_id) == key), Ok(), "cascade"
 
 
-def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
+def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Decided:
     cid = c.community_id
     if refusal := community_refusal(s.communities, cid):
-        return s, refusal
+        return refused(s, refusal)
     run_workflow = s.runs.get((cid, c.run_id))
     if run_workflow is None:
-        return s, NotFound("run", cid, c.run_id)
+        return s, NotFound("run", cid, c.run_id), "no-run"
     for new in c.deliveries:
         if new.binding.workflow_id != run_workflow:
-            return s, WorkflowMismatch(c.run_id, run_workflow, new.binding.workflow_id)
+            return s, WorkflowMismatch(c.run_id, run_workflow, new.binding.workflow_id), "workflow-mismatch"
     for new in c.deliveries:
         if (cid, new.binding.message_event_id) not in s.events:
-            return s, NotFound("event", cid, new.binding.message_event_id)
+            return s, NotFound("event", cid, new.binding.message_event_id), "no-event"
 
     def identity(b: Binding) -> tuple[Any, ...]:
         return (b.community_id, b.run_id, b.step_id, b.target_pubkey)
@@ -617,13 +782,15 @@ def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
     step_identity = (cid, c.run_id, c.step_id)
     existed = any(identity(d.binding)[:3] == step_identity for d in s.deliveries.values())
     taken = {identity(d.binding) for d in s.deliveries.values()}
+    if all(identity(new.binding) in taken for new in c.deliveries):
+        return s, Committed((), existed), "retry"
     start = s
     created = []
     for new in c.deliveries:
         if identity(new.binding) in taken:
             continue  # a producer retry: that target is a no-op
         if (cid, new.id) in s.deliveries or (cid, new.id) in s.retired:
-            return start, DeliveryIdTaken(cid, new.id)  # all targets roll back
+            return start, DeliveryIdTaken(cid, new.id), "id-taken"  # all targets roll back
         s = s.with_delivery(
             Delivery(
                 id=new.id,
@@ -638,16 +805,16 @@ def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Step:
         )
         taken.add(identity(new.binding))
         created.append(new.id)
-    return s, Committed(tuple(created), existed)
+    return s, Committed(tuple(created), existed), "commit"
 
 
-def _claim(s: DeliverySystem, c: Claim) -> Step:
+def _claim(s: DeliverySystem, c: Claim) -> Decided:
     if c.expected is not None and (
         c.expected.community_id != c.community_id or c.expected.target_pubkey != c.target_pubkey
     ):
-        return s, ClaimMiss()
+        return s, ClaimMiss(), "out-of-scope"
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     candidates = [
         d
         for d in s.deliveries.values()
@@ -658,7 +825,7 @@ def _claim(s: DeliverySystem, c: Claim) -> Step:
         and (c.expected is None or d.binding == c.expected)
     ]
     if not candidates:
-        return s, ClaimMiss()
+        return s, ClaimMiss(), "none-pending"
     oldest = min(candidates, key=lambda d: (d.created_at, d.id))
     claimed = attrs.evolve(
         oldest,
@@ -674,7 +841,7 @@ def _claim(s: DeliverySystem, c: Claim) -> Step:
         lease_generation=claimed.lease_generation,
         lease_until=claimed.lease_until,
     )
-    return s.with_delivery(claimed), Claimed(lease, claimed)
+    return s.with_delivery(claimed), Claimed(lease, claimed), "oldest-pending"
 
 
 def _held(s: DeliverySystem, lease: Lease) -> Delivery | None:
@@ -692,24 +859,24 @@ def _held(s: DeliverySystem, lease: Lease) -> Delivery | None:
     return None
 
 
-def _renew(s: DeliverySystem, c: Renew) -> Step:
+def _renew(s: DeliverySystem, c: Renew) -> Decided:
     if refusal := community_refusal(s.communities, c.lease.community_id):
-        return s, refusal
+        return refused(s, refusal)
     row = _held(s, c.lease)
     if row is None:
-        return s, LeaseLost()
+        return s, LeaseLost(), "not-held"
     renewed = attrs.evolve(row, lease_until=s.now + dt.timedelta(seconds=c.lease_seconds))
-    return s.with_delivery(renewed), Renewed(renewed.lease_until)
+    return s.with_delivery(renewed), Renewed(renewed.lease_until), "held"
 
 
-def _finish(s: DeliverySystem, c: Finish) -> Step:
+def _finish(s: DeliverySystem, c: Finish) -> Decided:
     lease = c.lease
     if refusal := community_refusal(s.communities, lease.community_id):
-        return s, refusal
+        return refused(s, refusal)
     row = _held(s, lease)
     if row is not None:
         done = attrs.evolve(row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None)
-        return s.with_delivery(done), Settled(c.outcome)
+        return s.with_delivery(done), Settled(c.outcome), "held"
     # Reconciliation of an uncertain completion: only the same holder (same
     # generation and target — finish never bumps the generation) is told
     # the recorded terminal; anyone else lost the lease.
@@ -720,11 +887,11 @@ def _finish(s: DeliverySystem, c: Finish) -> Step:
         and row.lease_generation == lease.lease_generation
         and row.binding.target_pubkey == lease.target_pubkey
     ):
-        return s, AlreadyTerminal(row.status)
-    return s, LeaseLost()
+        return s, AlreadyTerminal(row.status), "same-holder-settled"
+    return s, LeaseLost(), "not-held"
 
 
-def _reap(s: DeliverySystem, c: Reap) -> Step:
+def _reap(s: DeliverySystem, c: Reap) -> Decided:
     expired = [
         d
         for d in s.deliveries.values()
@@ -743,21 +910,21 @@ def _reap(s: DeliverySystem, c: Reap) -> Step:
                 claimed_at=None,
             )
         )
-    return s, Reaped(len(expired))
+    return s, Reaped(len(expired)), "sweep"
 
 
-def _advance_clock(s: DeliverySystem, c: AdvanceClock) -> Step:
-    return attrs.evolve(s, now=s.now + c.by), Ok()
+def _advance_clock(s: DeliverySystem, c: AdvanceClock) -> Decided:
+    return attrs.evolve(s, now=s.now + c.by), Ok(), "always"
 
 
-def _get_delivery(s: DeliverySystem, c: GetDelivery) -> Step:
+def _get_delivery(s: DeliverySystem, c: GetDelivery) -> Decided:
     row = s.deliveries.get((c.community_id, c.delivery_id))
     if row is None:
-        return s, NotFound("delivery", c.community_id, c.delivery_id)
-    return s, Found(row)
+        return s, NotFound("delivery", c.community_id, c.delivery_id), "missing"
+    return s, Found(row), "found"
 
 
-_HANDLERS: dict[type, Callable[[DeliverySystem, Any], Step]] = {
+_HANDLERS: dict[type, Callable[[DeliverySystem, Any], Decided]] = {
     CreateCommunity: _create_community,
     SetCommunityState: _set_community_state,
     DeleteCommunity: _delete_community,
@@ -776,11 +943,12 @@ _HANDLERS: dict[type, Callable[[DeliverySystem, Any], Step]] = {
     GetDelivery: _get_delivery,
 }
 assert _HANDLERS.keys() == OUTCOME_VARIANTS.keys()
+assert all(set(OUTCOME_VARIANTS[op]) == {o for r in RULES[op] for o in r.outcomes} for op in RULES)
+
+decide: Callable[[DeliverySystem, Command], Decision[DeliverySystem]] = decider(RULES, _HANDLERS, variant, "delivery")
 
 
 def step(state: DeliverySystem, command: Command) -> Step:
     """Apply one command: the next state and the command's one outcome."""
-    handler = _HANDLERS.get(type(command))
-    if handler is None:
-        raise TypeError(f"not a delivery command: {command!r}")
-    return handler(state, command)
+    decision = decide(state, command)
+    return decision.state, decision.outcome

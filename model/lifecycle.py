@@ -29,6 +29,8 @@ import attrs
 
 from leaseproof.model.binding import instant_field, key_field, uuid_field
 from leaseproof.model.delivery import (
+    COMMUNITY_NOT_ACTIVE,
+    COMMUNITY_UNKNOWN,
     AdvanceClock,
     CommunityNotWritable,
     CommunityState,
@@ -40,9 +42,11 @@ from leaseproof.model.delivery import (
     UnknownCommunity,
     _instance_of,
     community_refusal,
+    refused,
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
+from leaseproof.model.rules import Decision, Rule, decider
 
 # How long a replica serves its cache before it reloads (the seed's ten seconds).
 CACHE_TTL = dt.timedelta(seconds=10)
@@ -408,29 +412,143 @@ def _enabled_records(s: LifecycleSystem) -> FrozenMap[Coordinate, Record]:
     return FrozenMap((k, r) for k, r in s.runtime.items() if r.enabled)
 
 
+# -- the rules (see `rules`; the first rule whose guard holds decides) -------
+
+_COMMUNITY_RULES = (
+    Rule(COMMUNITY_UNKNOWN, "the community was never created", ("UnknownCommunity",)),
+    Rule(COMMUNITY_NOT_ACTIVE, "the community is quiescing or fenced", ("CommunityNotWritable",)),
+)
+_RELOAD = "an expired cache (loaded at least CACHE_TTL ago) is reloaded first"
+
+
+def _refusals(outcome: str, effect: str, changes: tuple[str, ...]) -> tuple[Rule, ...]:
+    """The admission guard's checks, in order: each refuses with `outcome`."""
+    return (
+        Rule("gone", "the coordinate has no current row (deleted)", (outcome,), effect, changes),
+        Rule(
+            "changed",
+            "the current row's owner, channel, hash, incarnation or actions differ from the record's",
+            (outcome,),
+            effect,
+            changes,
+        ),
+        Rule("disabled", "the current row is disabled", (outcome,), effect, changes),
+        Rule(
+            "unauthorised",
+            "the row's owner no longer holds active authority in its channel",
+            (outcome,),
+            effect,
+            changes,
+        ),
+    )
+
+
+RULES: dict[type, tuple[Rule, ...]] = {
+    CreateCommunity: (
+        Rule("exists", "the community already exists", ("AlreadyExists",)),
+        Rule("new", "otherwise", ("Ok",), "the community is created active", ("communities",)),
+    ),
+    SetCommunityState: (
+        _COMMUNITY_RULES[0],
+        Rule("set", "otherwise", ("Ok",), "the community takes the requested state", ("communities",)),
+    ),
+    SetAuthority: (
+        *_COMMUNITY_RULES,
+        Rule("set", "otherwise", ("Ok",), "the member's authority in the channel is granted or revoked", ("authority",)),
+    ),
+    SaveDefinition: (
+        *_COMMUNITY_RULES,
+        Rule("no-authority", "the author lacks active authority in the event's channel", ("NoAuthority",)),
+        Rule("not-author", "a head exists with another author or channel", ("NotAuthor",)),
+        Rule("not-newer", "a head exists and the event's created_at <= the head's", ("Superseded",)),
+        Rule("before-cutoff", "no head exists and the event's created_at <= the coordinate's cutoff", ("BeforeCutoff",)),
+        Rule(
+            "create",
+            "no head exists",
+            ("Created",),
+            "the event becomes the head, projected to a runtime record whose incarnation is the event's created_at",
+            ("heads", "runtime"),
+        ),
+        Rule(
+            "update",
+            "otherwise",
+            ("Updated",),
+            "the event becomes the head and its projection the runtime record, keeping the incarnation",
+            ("heads", "runtime"),
+        ),
+    ),
+    DeleteDefinition: (
+        *_COMMUNITY_RULES,
+        Rule("no-head", "the coordinate has no head", ("NotFound",)),
+        Rule("not-author", "the deleter is not the head's author", ("NotAuthor",)),
+        Rule("no-authority", "the author lacks active authority in the head's channel", ("NoAuthority",)),
+        Rule("older", "the deletion's created_at < the head's", ("Superseded",)),
+        Rule(
+            "delete",
+            "otherwise",
+            ("Deleted",),
+            "head and runtime record are removed together; the cutoff becomes the deletion's created_at",
+            ("heads", "runtime", "cutoffs"),
+        ),
+    ),
+    AlternateDelete: (Rule("always", "always: only the author's canonical deletion exists", ("AlternateDeletionRejected",)),),
+    RefreshCache: (
+        Rule("unknown-replica", "no replica has this name", ("UnknownReplica",)),
+        Rule("reload", "otherwise", ("Ok",), "the cache holds every enabled record, loaded now", ("caches",)),
+    ),
+    Fire: (
+        Rule("unknown-replica", "no replica has this name", ("UnknownReplica",)),
+        *_COMMUNITY_RULES,
+        Rule(
+            "not-selected",
+            "the replica's cache holds no enabled record for the coordinate",
+            ("NotSelected",),
+            f"{_RELOAD}; no run",
+            ("caches",),
+        ),
+        *_refusals("AdmissionRefused", f"{_RELOAD}; no run", ("caches",)),
+        Rule(
+            "admit",
+            "otherwise",
+            ("Admitted",),
+            f"{_RELOAD}; a run with the next id is admitted, pinned to the current row, and executes its actions",
+            ("caches", "runs", "executed"),
+        ),
+    ),
+    ResumeRun: (
+        Rule("unknown-run", "no run has this id", ("UnknownRun",)),
+        Rule(COMMUNITY_NOT_ACTIVE, "the run's community is quiescing or fenced", ("CommunityNotWritable",)),
+        *_refusals("ResumeRefused", "nothing changes: fail closed", ()),
+        Rule("revised", "the current row is a later revision, even with the same content", ("ResumeRefused",)),
+        Rule("resume", "otherwise", ("Resumed",), "the run executes its pinned actions again", ("executed",)),
+    ),
+    AdvanceClock: (Rule("always", "always", ("Ok",), "now moves forward by `by`", ("now",)),),
+}
+
 Step: TypeAlias = tuple[LifecycleSystem, Outcome]
+Decided: TypeAlias = tuple[LifecycleSystem, Outcome, str]  # ... and the guard of the rule that decided it
 
 
-def _create_community(s: LifecycleSystem, c: CreateCommunity) -> Step:
+def _create_community(s: LifecycleSystem, c: CreateCommunity) -> Decided:
     from leaseproof.model.delivery import AlreadyExists
 
     if c.community_id in s.communities:
-        return s, AlreadyExists("community", c.community_id, c.community_id)
-    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok()
+        return s, AlreadyExists("community", c.community_id, c.community_id), "exists"
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, CommunityState.ACTIVE)), Ok(), "new"
 
 
-def _set_community_state(s: LifecycleSystem, c: SetCommunityState) -> Step:
+def _set_community_state(s: LifecycleSystem, c: SetCommunityState) -> Decided:
     if c.community_id not in s.communities:
-        return s, UnknownCommunity(c.community_id)
-    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok()
+        return s, UnknownCommunity(c.community_id), COMMUNITY_UNKNOWN
+    return attrs.evolve(s, communities=s.communities.set(c.community_id, c.state)), Ok(), "set"
 
 
-def _set_authority(s: LifecycleSystem, c: SetAuthority) -> Step:
+def _set_authority(s: LifecycleSystem, c: SetAuthority) -> Decided:
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     member = (c.community_id, c.channel_id, c.member)
     authority = s.authority | {member} if c.active else s.authority - {member}
-    return attrs.evolve(s, authority=authority), Ok()
+    return attrs.evolve(s, authority=authority), Ok(), "set"
 
 
 def project(e: DefinitionEvent, incarnation: dt.datetime) -> Record:
@@ -448,42 +566,44 @@ def project(e: DefinitionEvent, incarnation: dt.datetime) -> Record:
     )
 
 
-def _save(s: LifecycleSystem, c: SaveDefinition) -> Step:
+def _save(s: LifecycleSystem, c: SaveDefinition) -> Decided:
     e = c.event
     coordinate = (e.community_id, e.workflow_id)
     if refusal := community_refusal(s.communities, e.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if (e.community_id, e.channel_id, e.author) not in s.authority:
-        return s, NoAuthority(e.channel_id, e.author)
+        return s, NoAuthority(e.channel_id, e.author), "no-authority"
     head = s.heads.get(coordinate)
     if head is not None and (head.author, head.channel_id) != (e.author, e.channel_id):
-        return s, NotAuthor(e.workflow_id, e.author)
+        return s, NotAuthor(e.workflow_id, e.author), "not-author"
     if head is not None and e.created_at <= head.created_at:
-        return s, Superseded(head.created_at)
+        return s, Superseded(head.created_at), "not-newer"
     cutoff = s.cutoffs.get(coordinate)
     if head is None and cutoff is not None and e.created_at <= cutoff:
-        return s, BeforeCutoff(cutoff)
+        return s, BeforeCutoff(cutoff), "before-cutoff"
     # An update keeps the incarnation; a (re)creation starts a new one.
     incarnation = e.created_at if head is None else s.runtime[coordinate].incarnation
     record = project(e, incarnation)
     new_head = Head(e.event_id, e.author, e.channel_id, e.created_at, e.definition)
     s = attrs.evolve(s, heads=s.heads.set(coordinate, new_head), runtime=s.runtime.set(coordinate, record))
-    return s, (Created(incarnation) if head is None else Updated(record.enabled))
+    if head is None:
+        return s, Created(incarnation), "create"
+    return s, Updated(record.enabled), "update"
 
 
-def _delete(s: LifecycleSystem, c: DeleteDefinition) -> Step:
+def _delete(s: LifecycleSystem, c: DeleteDefinition) -> Decided:
     coordinate = (c.community_id, c.workflow_id)
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     head = s.heads.get(coordinate)
     if head is None:
-        return s, NotFound("workflow", c.community_id, c.workflow_id)
+        return s, NotFound("workflow", c.community_id, c.workflow_id), "no-head"
     if head.author != c.author:
-        return s, NotAuthor(c.workflow_id, c.author)
+        return s, NotAuthor(c.workflow_id, c.author), "not-author"
     if (c.community_id, head.channel_id, c.author) not in s.authority:
-        return s, NoAuthority(head.channel_id, c.author)
+        return s, NoAuthority(head.channel_id, c.author), "no-authority"
     if c.created_at < head.created_at:
-        return s, Superseded(head.created_at)
+        return s, Superseded(head.created_at), "older"
     # Tombstone, runtime removal and cutoff, together.
     doomed = lambda k, _: k == coordinate  # noqa: E731
     return (
@@ -494,17 +614,18 @@ def _delete(s: LifecycleSystem, c: DeleteDefinition) -> Step:
             cutoffs=s.cutoffs.set(coordinate, c.created_at),
         ),
         Deleted(c.created_at),
+        "delete",
     )
 
 
-def _alternate_delete(s: LifecycleSystem, c: AlternateDelete) -> Step:
-    return s, AlternateDeletionRejected(c.path)
+def _alternate_delete(s: LifecycleSystem, c: AlternateDelete) -> Decided:
+    return s, AlternateDeletionRejected(c.path), "always"
 
 
-def _refresh(s: LifecycleSystem, c: RefreshCache) -> Step:
+def _refresh(s: LifecycleSystem, c: RefreshCache) -> Decided:
     if c.replica not in s.caches:
-        return s, UnknownReplica(c.replica)
-    return attrs.evolve(s, caches=s.caches.set(c.replica, Cache(s.now, _enabled_records(s)))), Ok()
+        return s, UnknownReplica(c.replica), "unknown-replica"
+    return attrs.evolve(s, caches=s.caches.set(c.replica, Cache(s.now, _enabled_records(s)))), Ok(), "reload"
 
 
 def _admission_fields(record: Record) -> tuple[Any, ...]:
@@ -512,62 +633,65 @@ def _admission_fields(record: Record) -> tuple[Any, ...]:
     return (record.owner, record.channel_id, record.hash, record.incarnation, record.actions)
 
 
-def _admissible(s: LifecycleSystem, record: Record) -> Record | None:
-    """The admission guard: the current row, if it is the selected revision's
-    content and incarnation, enabled, and its owner still holds active
-    authority in its channel."""
+def _admission_refusal(s: LifecycleSystem, record: Record) -> str | None:
+    """The admission guard, as the guard of the first check that fails: the
+    current row must exist, hold the selected content and incarnation, be
+    enabled, and its owner must still hold active authority in its channel."""
     current = s.runtime.get(record.coordinate)
-    if (
-        current is not None
-        and _admission_fields(current) == _admission_fields(record)
-        and current.enabled
-        and (current.community_id, current.channel_id, current.owner) in s.authority
-    ):
-        return current
+    if current is None:
+        return "gone"
+    if _admission_fields(current) != _admission_fields(record):
+        return "changed"
+    if not current.enabled:
+        return "disabled"
+    if (current.community_id, current.channel_id, current.owner) not in s.authority:
+        return "unauthorised"
     return None
 
 
-def _fire(s: LifecycleSystem, c: Fire) -> Step:
+def _fire(s: LifecycleSystem, c: Fire) -> Decided:
     cache = s.caches.get(c.replica)
     if cache is None:
-        return s, UnknownReplica(c.replica)
+        return s, UnknownReplica(c.replica), "unknown-replica"
     if refusal := community_refusal(s.communities, c.community_id):
-        return s, refusal
+        return refused(s, refusal)
     if s.now - cache.loaded_at >= CACHE_TTL:  # an expired cache reloads before it serves
         cache = Cache(s.now, _enabled_records(s))
         s = attrs.evolve(s, caches=s.caches.set(c.replica, cache))
     selected = cache.records.get((c.community_id, c.workflow_id))
     if selected is None:
-        return s, NotSelected()
-    admitted = _admissible(s, selected)
-    if admitted is None:
-        return s, AdmissionRefused()
+        return s, NotSelected(), "not-selected"
+    if guard := _admission_refusal(s, selected):
+        return s, AdmissionRefused(), guard
     # The run pins the row it was admitted against: the selected content, at its current revision.
+    admitted = s.runtime[selected.coordinate]
     run_id = max(s.runs, default=0) + 1  # the next id; never one an implementation already used
     run = Run(run_id, c.door, admitted, s.now)
     executed = s.executed.set(run_id, admitted.actions)
-    return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, admitted)
+    return attrs.evolve(s, runs=s.runs.set(run_id, run), executed=executed), Admitted(run_id, admitted), "admit"
 
 
-def _resume(s: LifecycleSystem, c: ResumeRun) -> Step:
+def _resume(s: LifecycleSystem, c: ResumeRun) -> Decided:
     run = s.runs.get(c.run_id)
     if run is None:
-        return s, UnknownRun(c.run_id)
+        return s, UnknownRun(c.run_id), "unknown-run"
     state = s.communities[run.record.community_id]
     if state is not CommunityState.ACTIVE:
-        return s, CommunityNotWritable(run.record.community_id, state)
+        return s, CommunityNotWritable(run.record.community_id, state), COMMUNITY_NOT_ACTIVE
+    if guard := _admission_refusal(s, run.record):
+        return s, ResumeRefused(), guard
     # Any accepted save since admission (even one restoring the same content) is a new revision.
-    if _admissible(s, run.record) != run.record:
-        return s, ResumeRefused()
+    if s.runtime[run.record.coordinate] != run.record:
+        return s, ResumeRefused(), "revised"
     executed = s.executed.set(run.run_id, s.executed[run.run_id] + run.record.actions)
-    return attrs.evolve(s, executed=executed), Resumed(run.record.actions)
+    return attrs.evolve(s, executed=executed), Resumed(run.record.actions), "resume"
 
 
-def _advance_clock(s: LifecycleSystem, c: AdvanceClock) -> Step:
-    return attrs.evolve(s, now=s.now + c.by), Ok()
+def _advance_clock(s: LifecycleSystem, c: AdvanceClock) -> Decided:
+    return attrs.evolve(s, now=s.now + c.by), Ok(), "always"
 
 
-_HANDLERS: dict[type, Callable[[LifecycleSystem, Any], Step]] = {
+_HANDLERS: dict[type, Callable[[LifecycleSystem, Any], Decided]] = {
     CreateCommunity: _create_community,
     SetCommunityState: _set_community_state,
     SetAuthority: _set_authority,
@@ -580,11 +704,12 @@ _HANDLERS: dict[type, Callable[[LifecycleSystem, Any], Step]] = {
     AdvanceClock: _advance_clock,
 }
 assert _HANDLERS.keys() == OUTCOME_VARIANTS.keys()
+assert all(set(OUTCOME_VARIANTS[op]) == {o for r in RULES[op] for o in r.outcomes} for op in RULES)
+
+decide: Callable[[LifecycleSystem, Command], Decision[LifecycleSystem]] = decider(RULES, _HANDLERS, variant, "lifecycle")
 
 
 def step(state: LifecycleSystem, command: Command) -> Step:
     """Apply one command: the next state and the command's one outcome."""
-    handler = _HANDLERS.get(type(command))
-    if handler is None:
-        raise TypeError(f"not a lifecycle command: {command!r}")
-    return handler(state, command)
+    decision = decide(state, command)
+    return decision.state, decision.outcome

@@ -1,0 +1,90 @@
+"""Rules: the guarded cases of an operation, declared as data.
+
+Each operation of a machine is a short, ordered list of rules. A rule names
+its guard (the condition that selects it, given that no earlier rule of the
+operation applied), the outcome variants it may answer, what it changes in
+words, and the state fields it may change. The step functions say which
+rule decided each step, and `decide` refuses any answer a rule does not
+declare, so the table is the machine, not a description of it: the
+generated spec prints it, the explorer proves every rule reachable and
+every declared effect honest, and the conformance runs count which rules
+they exercised against an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+State = TypeVar("State")
+
+
+@attrs.frozen
+class Rule:
+    """One guarded case of one operation."""
+
+    guard: str  # a short name, unique within its operation
+    when: str  # the condition, in words
+    outcomes: tuple[str, ...]  # the outcome variants it may answer
+    effect: str = "nothing changes"
+    changes: tuple[str, ...] = ()  # the state fields it may change; none for a refusal or a read
+
+
+@attrs.frozen
+class Decision(Generic[State]):
+    """One step, and the rule that decided it."""
+
+    state: State
+    outcome: Any
+    rule: Rule
+
+
+class RuleError(AssertionError):
+    """The model answered outside its own rule table: a bug in the model."""
+
+
+def rule_table(rules: Mapping[type, tuple[Rule, ...]]) -> dict[type, dict[str, Rule]]:
+    """The rules of each operation by guard, refusing a guard declared twice."""
+    table: dict[type, dict[str, Rule]] = {}
+    for operation, listed in rules.items():
+        by_guard = {r.guard: r for r in listed}
+        if len(by_guard) != len(listed):
+            raise RuleError(f"{operation.__name__}: a guard is declared twice")
+        table[operation] = by_guard
+    return table
+
+
+def decider(
+    rules: Mapping[type, tuple[Rule, ...]],
+    handlers: Mapping[type, Callable[[State, Any], tuple[State, Any, str]]],
+    variant: Callable[[Any], str],
+    machine: str,
+) -> Callable[[State, Any], Decision[State]]:
+    """`decide(state, command)` for one machine: run the command's handler and
+    check its answer against the rule it names."""
+    table = rule_table(rules)
+    if table.keys() != handlers.keys():
+        raise RuleError(f"{machine}: rules and handlers cover different operations")
+
+    def decide(state: State, command: Any) -> Decision[State]:
+        handler = handlers.get(type(command))
+        if handler is None:
+            raise TypeError(f"not a {machine} command: {command!r}")
+        after, outcome, guard = handler(state, command)
+        rule = table[type(command)].get(guard)
+        if rule is None:
+            raise RuleError(f"{type(command).__name__} answered by the undeclared guard {guard!r}")
+        if variant(outcome) not in rule.outcomes:
+            raise RuleError(f"{type(command).__name__}/{guard} answered {variant(outcome)}, not {rule.outcomes}")
+        if not rule.changes and after is not state:
+            raise RuleError(f"{type(command).__name__}/{guard} declares no change but changed the state")
+        return Decision(after, outcome, rule)
+
+    return decide
+
+
+def changed_fields(before: Any, after: Any) -> tuple[str, ...]:
+    """The names of the attrs fields whose values differ between two states."""
+    return tuple(f.name for f in attrs.fields(type(before)) if getattr(before, f.name) != getattr(after, f.name))
