@@ -85,7 +85,8 @@ def _named(value: Any) -> str:
 
 DELIVERY = MachineSpec(
     name="delivery",
-    step=m.step,
+    decide=m.decide,
+    rules=m.RULES,
     initial_state=m.initial_state,
     violations=lambda before, after, outcome: state_violations(after) + step_violations(before, after, outcome),
     variants=m.OUTCOME_VARIANTS,

@@ -46,7 +46,8 @@ def describe_difference(model: m.LifecycleSystem, implementation: m.LifecycleSys
 
 LIFECYCLE = MachineSpec(
     name="lifecycle",
-    step=m.step,
+    decide=m.decide,
+    rules=m.RULES,
     initial_state=lambda start: m.initial_state(start, w.REPLICAS),
     violations=lambda before, after, outcome: state_violations(after) + step_violations(before, after, outcome),
     variants=m.OUTCOME_VARIANTS,

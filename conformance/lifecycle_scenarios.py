@@ -123,6 +123,21 @@ def authority_fences_and_ttl(s: LifecycleConformance) -> None:
     s.fire("r2", "event", "A", "W1")  # exactly the TTL: reloaded, runs "b"
 
 
+def resumes_pin_the_revision(s: LifecycleConformance) -> None:
+    """A resume fails closed on any later revision, even one restoring the same content,
+    and on a disabled or deleted row; a stale replica whose record has the current content admits a
+    run pinned to the current revision."""
+    s.fire("r1", "event", "A", "W1")  # run 1
+    s.save("A", "W1", "alice", "general", "a", "newer")  # same content, a new revision
+    s.resume(1)  # revised: refused
+    s.fire("r2", "manual", "A", "W1")  # r2's record matches in content: run 2, on the new revision
+    s.resume(2)
+    s.save("A", "W1", "alice", "general", "a-off", "newer")
+    s.resume(2)  # disabled: refused
+    s.delete("A", "W1", "alice", "newer")
+    s.resume(2)  # gone: refused
+
+
 LIFECYCLE_SCENARIOS: tuple[Scenario, ...] = (
     stale_replica_after_update,
     stale_replica_after_disable,
@@ -131,6 +146,7 @@ LIFECYCLE_SCENARIOS: tuple[Scenario, ...] = (
     delayed_and_replayed_saves,
     alternate_deletions_are_rejected,
     authority_fences_and_ttl,
+    resumes_pin_the_revision,
 )
 
 __all__ = ["LIFECYCLE_SCENARIOS"]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 from hypothesis.stateful import RuleBasedStateMachine
+
+from leaseproof.model.rules import Decision, Rule
 
 
 class NonConformance(AssertionError):
@@ -40,7 +42,8 @@ class MachineSpec:
     """What the lockstep core needs to know about one machine's model."""
 
     name: str
-    step: Callable[[Any, Any], tuple[Any, Any]]
+    decide: Callable[[Any, Any], Decision[Any]]  # the model's step, and the rule that decided it
+    rules: Mapping[type, tuple[Rule, ...]]  # each operation's guarded cases, in check order
     initial_state: Callable[[dt.datetime], Any]
     violations: Callable[[Any, Any, Any], list[str]]  # (before, after, outcome): state and step invariants
     variants: dict[type, tuple[str, ...]]
@@ -51,13 +54,25 @@ class MachineSpec:
     transitions: tuple[tuple[str, str], ...] = ()
     transitions_of: Callable[[Any, Any], list[tuple[str, str]]] = lambda before, after: []
 
+    def step(self, state: Any, command: Any) -> tuple[Any, Any]:
+        """The model's step: the next state and the outcome."""
+        decision = self.decide(state, command)
+        return decision.state, decision.outcome
+
+    def behaviours(self) -> list[tuple[str, str, str]]:
+        """Every (operation, guard, outcome variant) the rules declare, in table order.
+        `leaseproof explore` proves each one reachable."""
+        return [(op.__name__, r.guard, v) for op, rules in self.rules.items() for r in rules for v in r.outcomes]
+
 
 @attrs.define
 class Coverage:
-    """What a run exercised: outcome variants per operation, and row transitions."""
+    """What a run exercised: outcome variants per operation, the rules that
+    decided them, and row transitions."""
 
     spec: MachineSpec | None = None
     outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    behaviours: collections.Counter[tuple[str, str, str]] = attrs.field(factory=collections.Counter)
     transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     examples: int = 0
     scenarios: int = 0
@@ -72,10 +87,12 @@ class Coverage:
     skipped: collections.Counter[str] = attrs.field(factory=collections.Counter)
     offered: frozenset[str] | None = None  # None: everything
 
-    def record(self, before: Any, after: Any, command: Any, outcome: Any) -> None:
+    def record(self, before: Any, after: Any, command: Any, outcome: Any, rule: Rule) -> None:
         assert self.spec is not None
         self.steps += 1
-        self.outcomes[(type(command).__name__, self.spec.variant(outcome))] += 1
+        operation, variant = type(command).__name__, self.spec.variant(outcome)
+        self.outcomes[(operation, variant)] += 1
+        self.behaviours[(operation, rule.guard, variant)] += 1
         for pair in self.spec.transitions_of(before, after):
             self.transitions[pair] += 1
 
@@ -91,6 +108,11 @@ class Coverage:
             for v in variants
             if self.offers(op.__name__) and (op.__name__, v) not in self.outcomes
         ]
+
+    def missing_behaviours(self) -> list[tuple[str, str, str]]:
+        """Declared (operation, guard, outcome) behaviours never exercised, of the operations the adapter offers."""
+        assert self.spec is not None
+        return [b for b in self.spec.behaviours() if self.offers(b[0]) and b not in self.behaviours]
 
     def missing_transitions(self) -> list[tuple[str, str]]:
         assert self.spec is not None
@@ -140,11 +162,12 @@ class LockstepMachine(RuleBasedStateMachine):
             return None  # never generated for this adapter: neither side runs it
         describe = self.spec.describe
         before = self.model
-        after, expected = self.spec.step(before, command)
+        decision = self.spec.decide(before, command)
+        after, expected = decision.state, decision.outcome
         self.program.append(describe(command))
         self.commands.append(command)
         actual = self._adapter(self.adapter.execute, command)
-        self.coverage.record(before, after, command, expected)
+        self.coverage.record(before, after, command, expected, decision.rule)
         if actual != expected:
             raise NonConformance(
                 f"outcome mismatch for {describe(command)}\n"

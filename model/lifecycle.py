@@ -425,6 +425,7 @@ def _refusals(outcome: str, effect: str, changes: tuple[str, ...]) -> tuple[Rule
     """The admission guard's checks, in order: each refuses with `outcome`."""
     return (
         Rule("gone", "the coordinate has no current row (deleted)", (outcome,), effect, changes),
+        Rule("disabled", "the current row is disabled", (outcome,), effect, changes),
         Rule(
             "changed",
             "the current row's owner, channel, hash, incarnation or actions differ from the record's",
@@ -432,7 +433,6 @@ def _refusals(outcome: str, effect: str, changes: tuple[str, ...]) -> tuple[Rule
             effect,
             changes,
         ),
-        Rule("disabled", "the current row is disabled", (outcome,), effect, changes),
         Rule(
             "unauthorised",
             "the row's owner no longer holds active authority in its channel",
@@ -635,15 +635,15 @@ def _admission_fields(record: Record) -> tuple[Any, ...]:
 
 def _admission_refusal(s: LifecycleSystem, record: Record) -> str | None:
     """The admission guard, as the guard of the first check that fails: the
-    current row must exist, hold the selected content and incarnation, be
-    enabled, and its owner must still hold active authority in its channel."""
+    current row must exist, be enabled, hold the selected content and
+    incarnation, and its owner must still hold active authority in its channel."""
     current = s.runtime.get(record.coordinate)
     if current is None:
         return "gone"
+    if not current.enabled:  # checked before the content, whose hash would differ too
+        return "disabled"
     if _admission_fields(current) != _admission_fields(record):
         return "changed"
-    if not current.enabled:
-        return "disabled"
     if (current.community_id, current.channel_id, current.owner) not in s.authority:
         return "unauthorised"
     return None

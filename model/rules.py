@@ -88,3 +88,43 @@ def decider(
 def changed_fields(before: Any, after: Any) -> tuple[str, ...]:
     """The names of the attrs fields whose values differ between two states."""
     return tuple(f.name for f in attrs.fields(type(before)) if getattr(before, f.name) != getattr(after, f.name))
+
+
+@attrs.frozen
+class Invariant:
+    """One named property: of every reachable state, or of every step."""
+
+    name: str
+    statement: str  # what must hold, in words (the checking function's docstring)
+    check: Callable[..., Any]  # yields a readable sentence per violation
+
+
+class Invariants:
+    """A machine's invariants, registered one function each, in reading order."""
+
+    def __init__(self) -> None:
+        self.of_states: list[Invariant] = []
+        self.of_steps: list[Invariant] = []
+
+    @staticmethod
+    def _invariant(check: Callable[..., Any]) -> Invariant:
+        statement = " ".join((check.__doc__ or "").split())
+        if not statement:
+            raise RuleError(f"the invariant {check.__name__} states nothing: give it a docstring")
+        return Invariant(check.__name__.replace("_", "-"), statement, check)
+
+    def state(self, check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Register an invariant of every reachable state: `check(state)`."""
+        self.of_states.append(self._invariant(check))
+        return check
+
+    def step(self, check: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+        """Register an invariant of every step: `check(before, after, outcome)`."""
+        self.of_steps.append(self._invariant(check))
+        return check
+
+    def state_violations(self, state: Any) -> list[str]:
+        return [message for invariant in self.of_states for message in invariant.check(state)]
+
+    def step_violations(self, before: Any, after: Any, outcome: Any) -> list[str]:
+        return [message for invariant in self.of_steps for message in invariant.check(before, after, outcome)]

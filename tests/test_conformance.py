@@ -29,11 +29,12 @@ def test_bundled_implementation_conforms(adapter: PostgresDeliveryAdapter) -> No
     assert verdict.coverage.examples >= 40
 
 
-def test_scenarios_reach_every_outcome_variant_and_transition(adapter: PostgresDeliveryAdapter) -> None:
+def test_scenarios_reach_every_outcome_variant_transition_and_rule(adapter: PostgresDeliveryAdapter) -> None:
     coverage = Coverage()
     run_scenarios(machine_for(adapter, coverage))
     assert coverage.missing_outcomes() == []
     assert coverage.missing_transitions() == []
+    assert coverage.missing_behaviours() == []
 
 
 def _mutant_adapter(dsn: str, mutant: Mutant) -> PostgresDeliveryAdapter:

@@ -23,10 +23,11 @@ def test_bundled_lifecycle_conforms(lifecycle_adapter: PostgresLifecycleAdapter)
     assert verdict.coverage.scenarios == len(LIFECYCLE_SCENARIOS)
 
 
-def test_lifecycle_scenarios_reach_every_outcome_variant(lifecycle_adapter: PostgresLifecycleAdapter) -> None:
+def test_lifecycle_scenarios_reach_every_outcome_variant_and_rule(lifecycle_adapter: PostgresLifecycleAdapter) -> None:
     coverage = Coverage()
     run_scenarios(lifecycle_machine_for(lifecycle_adapter, coverage), LIFECYCLE_SCENARIOS)
     assert coverage.missing_outcomes() == []
+    assert coverage.missing_behaviours() == []
 
 
 def _mutant_adapter(dsn: str, mutant: LifecycleMutant) -> PostgresLifecycleAdapter:
