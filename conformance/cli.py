@@ -25,6 +25,7 @@ from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
 from leaseproof.conformance.linearizability import check as check_linearizable
 from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
 from leaseproof.conformance.stress import Progress as StressProgress
@@ -133,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument(
         "--budget", type=_positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
     )
+
+    spec = commands.add_parser(
+        "spec",
+        help="write the spec pages' generated blocks from the model, or check that they are current",
+        description=(
+            "Rewrite the blocks of specs/*.md that are generated from the model (rule tables, outcome variants, "
+            "transitions with their Mermaid diagram, invariants); with --check, change nothing and exit 1 with a "
+            "diff when any page differs from what the model generates."
+        ),
+    )
+    spec.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is not current")
+    spec.add_argument("--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)")
 
     stress = commands.add_parser(
         "stress",
@@ -251,7 +264,7 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
         out.write(f"  {operation:<18} {', '.join(by_operation.get(operation, ['-']))}\n")
     if coverage.spec.transitions:
         transitions = ", ".join(f"{a}→{b} ×{n:,}" for (a, b), n in sorted(coverage.transitions.items()))
-        out.write(f"row transitions reached: {transitions or '-'}\n")
+        out.write(f"{coverage.spec.subject} transitions reached: {transitions or '-'}\n")
     if coverage.skipped:
         skipped = ", ".join(f"{op} ×{n:,}" for op, n in sorted(coverage.skipped.items()))
         out.write(f"not offered by the adapter, so never sent: {skipped}\n")
@@ -627,6 +640,26 @@ def check_history_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     return EXIT_CONFORMS if result.linearizable else EXIT_NONCONFORMING
 
 
+def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        if args.check:
+            stale = stale_pages(args.specs)
+            for path, diff in stale.items():
+                out.write(diff + "\n")
+            if stale:
+                names = ", ".join(str(path) for path in stale)
+                err.write(f"leaseproof: not generated from the current model: {names}; run `leaseproof spec`\n")
+                return EXIT_NONCONFORMING
+            out.write(f"spec pages current: {', '.join(page.filename for page in PAGES)}\n")
+            return EXIT_CONFORMS
+        changed = write_pages(args.specs)
+    except (SpecPageError, OSError) as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    out.write(f"rewrote {', '.join(map(str, changed))}\n" if changed else "spec pages already current\n")
+    return EXIT_CONFORMS
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
@@ -639,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         return check_history_command(args, sys.stdout, sys.stderr)
     if args.command == "stress":
         return stress_command(args, sys.stdout, sys.stderr)
+    if args.command == "spec":
+        return spec_command(args, sys.stdout, sys.stderr)
     raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
 
 

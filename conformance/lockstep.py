@@ -53,6 +53,7 @@ class MachineSpec:
     # Named transitions of the machine's rows, if it has any, and how to read them off a step.
     transitions: tuple[tuple[str, str], ...] = ()
     transitions_of: Callable[[Any, Any], list[tuple[str, str]]] = lambda before, after: []
+    subject: str = "row"  # what moves along the transitions
 
     def step(self, state: Any, command: Any) -> tuple[Any, Any]:
         """The model's step: the next state and the outcome."""

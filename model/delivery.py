@@ -442,6 +442,20 @@ TRANSITIONS: tuple[tuple[Status | None, Status | None], ...] = (
 )
 
 
+# The rules that move a row along each transition, as "Operation/guard".
+_REMOVALS = ("DeleteRun/cascade", "DeleteWorkflow/cascade", "DeleteEvent/cascade", "DeleteCommunity/purge")
+TRANSITION_RULES: dict[tuple[Status | None, Status | None], tuple[str, ...]] = {
+    (None, Status.PENDING): ("CommitDeliveries/commit",),
+    (Status.PENDING, Status.CLAIMED): ("Claim/oldest-pending",),
+    (Status.CLAIMED, Status.CLAIMED): ("Renew/held",),
+    (Status.CLAIMED, Status.FINISHED): ("Finish/held",),
+    (Status.CLAIMED, Status.FAILED): ("Finish/held",),
+    (Status.CLAIMED, Status.PENDING): ("Reap/sweep",),
+    **{(status, None): _REMOVALS for status in Status},
+}
+assert tuple(TRANSITION_RULES) == TRANSITIONS
+
+
 def variant(outcome: Outcome) -> str:
     name = type(outcome).__name__
     if isinstance(outcome, Settled | AlreadyTerminal):

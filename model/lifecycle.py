@@ -379,6 +379,18 @@ def variant(outcome: Outcome) -> str:
     return type(outcome).__name__
 
 
+# A coordinate's life: "live" has both head and record, "deleted" neither
+# but a cutoff; `enabled` is a field of a live record, not a state. The
+# rules that move a coordinate along each transition, as "Operation/guard".
+ABSENT, LIVE, DELETED = "absent", "live", "deleted"
+COORDINATE_TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    (ABSENT, LIVE): ("SaveDefinition/create",),
+    (LIVE, LIVE): ("SaveDefinition/update",),
+    (LIVE, DELETED): ("DeleteDefinition/delete",),
+    (DELETED, LIVE): ("SaveDefinition/create",),
+}
+
+
 # -- state -----------------------------------------------------------------
 
 Coordinate: TypeAlias = tuple[uuid.UUID, uuid.UUID]
@@ -406,6 +418,12 @@ class LifecycleSystem:
 def initial_state(now: dt.datetime, replicas: tuple[str, ...] = ("r1", "r2")) -> LifecycleSystem:
     """Empty, with each replica's (empty) cache loaded now."""
     return LifecycleSystem(now=now, caches=FrozenMap({r: Cache(loaded_at=now) for r in replicas}))
+
+
+def coordinate_status(s: LifecycleSystem, coordinate: Coordinate) -> str:
+    if coordinate in s.heads:
+        return LIVE
+    return DELETED if coordinate in s.cutoffs else ABSENT
 
 
 def _enabled_records(s: LifecycleSystem) -> FrozenMap[Coordinate, Record]:

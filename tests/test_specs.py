@@ -1,167 +1,139 @@
-"""The spec page cannot drift from the model.
+"""The spec pages cannot drift from the models.
 
-`specs/delivery.md` carries two tables that restate the model: the outcome
-variants of every operation (`OUTCOME_VARIANTS`) and the row transitions
-(`TRANSITIONS`). These tests parse them and compare them, exactly and in
-order, with the model, and check that every command class has its own
-heading. Each check is a pure function returning a description of the
-difference (empty when there is none); the last tests feed it a deliberately
-drifted copy of the page to prove each check can fail.
+The rule tables, outcome variants, transitions (with their Mermaid diagram)
+and invariants on `specs/*.md` are generated from the models by `leaseproof
+spec`. These tests prove the checked-in pages current, and that the check
+notices a hand edit inside a generated block, a change to a model, and a
+malformed page, which is refused with every page left untouched.
 """
 
 from __future__ import annotations
 
-import difflib
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import attrs
 import pytest
-from spec_tables import SpecFormatError, headings, parse_table, split_list
+from spec_tables import headings
 
-from leaseproof.model.delivery import OUTCOME_VARIANTS, TRANSITIONS, Status
+from leaseproof.conformance import specgen
+from leaseproof.model import delivery, invariants, lifecycle
+from leaseproof.model.rules import Invariants
 
-SPEC = Path(__file__).parent.parent / "specs" / "delivery.md"
-OUTCOME_HEADER = "| operation | outcome variants |"
-TRANSITION_HEADER = "| from | to | by |"
-ABSENT = "absent"
-COMMAND_NAMES = [command.__name__ for command in OUTCOME_VARIANTS]
+SPECS = Path(__file__).parent.parent / "specs"
 
 
-def spec_text() -> str:
-    assert SPEC.is_file(), f"the spec is missing: {SPEC}"
-    return SPEC.read_text(encoding="utf-8")
+@pytest.fixture
+def pages(tmp_path: Path) -> Path:
+    """A copy of the spec pages to drift."""
+    for page in specgen.PAGES:
+        shutil.copy(SPECS / page.filename, tmp_path / page.filename)
+    return tmp_path
 
 
-def _difference(what: str, spec: list[str], model: list[str]) -> str:
-    if spec == model:
-        return ""
-    diff = "\n".join(difflib.unified_diff(spec, model, "spec", "model", lineterm="", n=len(spec) + len(model)))
-    return f"{what} in {SPEC.name} differs from the model (- spec, + model):\n{diff}"
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"the fragment must occur once in {path.name}: {old!r}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
-def outcome_table_difference(text: str) -> str:
-    """How the `| operation | outcome variants |` table differs from OUTCOME_VARIANTS."""
-    spec = [f"{name} | {', '.join(split_list(variants))}" for name, variants in parse_table(text, OUTCOME_HEADER)]
-    model = [f"{command.__name__} | {', '.join(variants)}" for command, variants in OUTCOME_VARIANTS.items()]
-    return _difference("the outcome table", spec, model)
+def test_the_checked_in_pages_are_generated_from_the_current_models() -> None:
+    stale = specgen.stale_pages(SPECS)
+    assert not stale, "run `leaseproof spec`:\n" + "\n".join(stale.values())
 
 
-def _state(status: Status | None) -> str:
-    return ABSENT if status is None else status.value
+def test_every_operation_has_its_rules_and_a_prose_heading_on_its_page() -> None:
+    for filename, model in (("delivery.md", delivery), ("lifecycle.md", lifecycle)):
+        text = (SPECS / filename).read_text(encoding="utf-8")
+        present = set(headings(text))
+        for operation, rules in model.RULES.items():
+            assert f"**{operation.__name__}**" in text, f"{filename}: no rule table for {operation.__name__}"
+            assert operation.__name__ in present, f"{filename}: no prose heading for {operation.__name__}"
+            for rule in rules:
+                assert f"| `{rule.guard}` | {rule.when} |" in text.replace("\\|", "|")
 
 
-def transition_table_difference(text: str) -> str:
-    """How the `| from | to | by |` table's (from, to) pairs differ from TRANSITIONS."""
-    spec = [f"{source} -> {target}" for source, target, _ in parse_table(text, TRANSITION_HEADER)]
-    model = [f"{_state(source)} -> {_state(target)}" for source, target in TRANSITIONS]
-    return _difference("the transition table", spec, model)
+def test_a_hand_edit_inside_a_block_is_stale_and_rewriting_keeps_the_prose(pages: Path) -> None:
+    page = pages / "delivery.md"
+    _edit(page, "| `oldest-pending` | otherwise | Claimed |", "| `oldest-pending` | otherwise | ClaimMiss |")
+    _edit(page, "A terminal row never changes again.", "A terminal row never changes again, as edited by hand.")
+    stale = specgen.stale_pages(pages)
+    assert list(stale) == [page]
+    assert "-| 5 | `oldest-pending` | otherwise | ClaimMiss |" in stale[page]
+    assert "+| 5 | `oldest-pending` | otherwise | Claimed |" in stale[page]
+    assert "edited by hand" not in stale[page]  # prose is the author's, outside every block
+    assert specgen.write_pages(pages) == [page]
+    assert specgen.stale_pages(pages) == {}
+    assert "as edited by hand" in page.read_text(encoding="utf-8")
+    assert specgen.write_pages(pages) == []  # idempotent
 
 
-def transition_causes_problems(text: str) -> str:
-    """Rows of the transition table whose `by` column does not name command classes."""
-    problems = []
-    for source, target, by in parse_table(text, TRANSITION_HEADER):
-        names = split_list(by)
-        unknown = [name for name in names if name not in COMMAND_NAMES]
-        if not names or unknown:
-            problems.append(f"{source} -> {target}: 'by' is {by!r}; not command classes: {unknown or '(empty)'}")
-    if not problems:
-        return ""
-    return "the transition table's 'by' column must name operations of the model:\n" + "\n".join(problems)
+def test_a_changed_rule_makes_its_page_stale(pages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = dict(lifecycle.RULES)
+    first = rules[lifecycle.Fire][0]
+    rules[lifecycle.Fire] = (attrs.evolve(first, when="no replica answers to this name"), *rules[lifecycle.Fire][1:])
+    monkeypatch.setattr(lifecycle, "RULES", rules)
+    stale = specgen.stale_pages(pages)
+    assert list(stale) == [pages / "lifecycle.md"]
+    assert "no replica answers to this name" in stale[pages / "lifecycle.md"]
 
 
-def missing_headings(text: str) -> str:
-    present = set(headings(text))
-    missing = [name for name in COMMAND_NAMES if name not in present]
-    if not missing:
-        return ""
-    return f"{SPEC.name} has no heading for these operations: {', '.join(missing)}"
+def test_a_new_invariant_makes_its_page_stale(pages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = Invariants()
+    registry.of_states[:] = invariants.INVARIANTS.of_states
+    registry.of_steps[:] = invariants.INVARIANTS.of_steps
+
+    @registry.state
+    def nothing_is_ever_pending(s: delivery.DeliverySystem) -> list[str]:
+        """No row is pending."""
+        return []
+
+    monkeypatch.setattr(invariants, "INVARIANTS", registry)
+    stale = specgen.stale_pages(pages)
+    assert list(stale) == [pages / "delivery.md"]
+    assert "+| `nothing-is-ever-pending` | No row is pending. |" in stale[pages / "delivery.md"]
 
 
-# -- the spec agrees with the model -----------------------------------------
+def test_a_changed_transition_makes_its_page_stale(pages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    transitions = dict(delivery.TRANSITION_RULES)
+    transitions[(delivery.Status.CLAIMED, delivery.Status.PENDING)] = ("Reap/sweep", "Renew/held")
+    monkeypatch.setattr(delivery, "TRANSITION_RULES", transitions)
+    stale = specgen.stale_pages(pages)
+    assert "+    claimed --> pending: Reap/sweep, Renew/held" in stale[pages / "delivery.md"]
 
 
-def test_outcome_table_matches_outcome_variants() -> None:
-    difference = outcome_table_difference(spec_text())
-    assert not difference, difference
+@pytest.mark.parametrize(
+    ("old", "new", "complaint"),
+    [
+        ("<!-- end generated: rules -->\n", "", "'rules' must be opened once"),
+        ("<!-- end generated: outcomes -->\n", "<!-- end generated: outcomes -->\n<!-- generated: typo -->\n", "typo"),
+    ],
+)
+def test_a_malformed_page_is_refused_and_no_page_is_written(pages: Path, old: str, new: str, complaint: str) -> None:
+    _edit(pages / "delivery.md", "| Reap | Reaped |", "| Reap | Reaped, Ok |")  # stale, and first in order
+    _edit(pages / "lifecycle.md", old, new)
+    before = {page: page.read_text(encoding="utf-8") for page in pages.iterdir()}
+    with pytest.raises(specgen.SpecPageError, match=complaint):
+        specgen.write_pages(pages)
+    assert {page: page.read_text(encoding="utf-8") for page in pages.iterdir()} == before
 
 
-def test_transition_table_matches_transitions() -> None:
-    difference = transition_table_difference(spec_text())
-    assert not difference, difference
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "leaseproof.conformance.cli", "spec", *args], capture_output=True, text=True)
 
 
-def test_transition_table_names_real_operations() -> None:
-    problems = transition_causes_problems(spec_text())
-    assert not problems, problems
-
-
-def test_every_command_class_has_a_heading() -> None:
-    missing = missing_headings(spec_text())
-    assert not missing, missing
-
-
-# -- each check fails on a drifted spec --------------------------------------
-
-
-def _drift(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"drift fragment must occur exactly once in the spec: {old!r}"
-    return text.replace(old, new)
-
-
-def _swap_lines(text: str, first: str, second: str) -> str:
-    lines = text.splitlines()
-    a, b = lines.index(first), lines.index(second)
-    lines[a], lines[b] = lines[b], lines[a]
-    return "\n".join(lines)
-
-
-DRIFTS = {
-    "variant dropped": (
-        outcome_table_difference,
-        lambda t: _drift(t, "| Renew | Renewed, LeaseLost, UnknownCommunity", "| Renew | Renewed, UnknownCommunity"),
-    ),
-    "variants reordered": (
-        outcome_table_difference,
-        lambda t: _drift(t, "| Claim | Claimed, ClaimMiss,", "| Claim | ClaimMiss, Claimed,"),
-    ),
-    "operation rows reordered": (
-        outcome_table_difference,
-        lambda t: _swap_lines(t, "| Reap | Reaped |", "| AdvanceClock | Ok |"),
-    ),
-    "operation row missing": (
-        outcome_table_difference,
-        lambda t: _drift(t, "| GetDelivery | Found, NotFound |\n", ""),
-    ),
-    "outcome table header changed": (
-        outcome_table_difference,
-        lambda t: _drift(t, OUTCOME_HEADER, "| operation | outcomes |"),
-    ),
-    "transition endpoint changed": (
-        transition_table_difference,
-        lambda t: _drift(t, "| claimed | pending | Reap |", "| claimed | absent | Reap |"),
-    ),
-    "transition rows reordered": (
-        transition_table_difference,
-        lambda t: _swap_lines(t, "| claimed | finished | Finish |", "| claimed | failed | Finish |"),
-    ),
-    "transition 'by' names no operation": (
-        transition_causes_problems,
-        lambda t: _drift(t, "| claimed | claimed | Renew |", "| claimed | claimed | renewal |"),
-    ),
-    "operation heading removed": (
-        missing_headings,
-        lambda t: _drift(t, "#### Reap\n", ""),
-    ),
-}
-
-
-@pytest.mark.parametrize("name", list(DRIFTS))
-def test_each_check_detects_drift(name: str) -> None:
-    check, drift = DRIFTS[name]
-    text = spec_text()
-    assert not check(text), f"the unaltered spec must pass {check.__name__} before drifting it"
-    try:
-        report = check(drift(text))
-    except SpecFormatError as error:
-        report = str(error)
-    assert report, f"{check.__name__} did not notice the drift {name!r}"
+def test_the_command_checks_and_rewrites(pages: Path) -> None:
+    current = _cli("--check", "--specs", str(pages))
+    assert current.returncode == 0, current.stderr
+    assert "spec pages current: delivery.md, lifecycle.md" in current.stdout
+    _edit(pages / "lifecycle.md", "| AdvanceClock | Ok |", "| AdvanceClock | Ok, Rewound |")
+    stale = _cli("--check", "--specs", str(pages))
+    assert stale.returncode == 1
+    assert "-| AdvanceClock | Ok, Rewound |" in stale.stdout and "run `leaseproof spec`" in stale.stderr
+    rewrite = _cli("--specs", str(pages))
+    assert rewrite.returncode == 0 and "rewrote" in rewrite.stdout and "lifecycle.md" in rewrite.stdout
+    assert _cli("--check", "--specs", str(pages)).returncode == 0
+    missing = _cli("--check", "--specs", str(pages / "nowhere"))
+    assert missing.returncode == 2 and "no such spec page" in missing.stderr

@@ -1,0 +1,184 @@
+"""The generated parts of the spec pages: `leaseproof spec` writes them, `--check` proves them current.
+
+A page in `specs/` is prose written by hand around blocks generated from the
+model. A block is delimited by two HTML comments, which Markdown renders as
+nothing::
+
+    <!-- generated: rules (`leaseproof spec` writes this block from the model; edit the model, not the block) -->
+    ...
+    <!-- end generated: rules -->
+
+Each page declares which blocks it carries; `render_pages` renders each from
+the model (the rule table, the outcome variants, the transitions with their
+Mermaid diagram, and the invariants), `stale_pages` says which pages differ
+from what the model generates, and `write_pages` rewrites them. Every page
+is checked before any is written, so a malformed page leaves all of them
+untouched.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import attrs
+
+from leaseproof.model import delivery, invariants, lifecycle, lifecycle_invariants
+from leaseproof.model.rules import Invariants, Rule
+
+NOTE = "`leaseproof spec` writes this block from the model; edit the model, not the block"
+
+
+class SpecPageError(Exception):
+    """A page is missing, or its generated blocks are not where and as they should be."""
+
+
+def _begin(name: str) -> str:
+    return f"<!-- generated: {name} ({NOTE}) -->"
+
+
+def _end(name: str) -> str:
+    return f"<!-- end generated: {name} -->"
+
+
+# -- rendering ------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{n}`" for n in names) or "—"
+
+
+def render_outcomes(variants: Mapping[type, tuple[str, ...]]) -> str:
+    lines = ["| operation | outcome variants |", "|---|---|"]
+    lines += [f"| {op.__name__} | {', '.join(vs)} |" for op, vs in variants.items()]
+    return "\n".join(lines)
+
+
+def render_rules(rules: Mapping[type, tuple[Rule, ...]]) -> str:
+    """Every operation's rules in check order: the first whose guard holds decides."""
+    lines = []
+    for op, listed in rules.items():
+        lines += ["", f"**{op.__name__}**", ""]
+        lines += ["| # | guard | when | outcome | effect | changes |", "|---:|---|---|---|---|---|"]
+        for number, r in enumerate(listed, 1):
+            cells = (str(number), f"`{r.guard}`", r.when, ", ".join(r.outcomes), r.effect, _code(r.changes))
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines[1:])
+
+
+def render_transitions(
+    transitions: Mapping[tuple[str, str], tuple[str, ...]], initial: str, final: str | None = None
+) -> str:
+    """A Mermaid state diagram and a table of the same transitions."""
+    node = lambda name: "[*]" if name in (initial, final) else name  # noqa: E731
+    diagram = ["```mermaid", "stateDiagram-v2"]
+    diagram += [f"    {node(a)} --> {node(b)}: {', '.join(by)}" for (a, b), by in transitions.items()]
+    diagram.append("```")
+    table = ["| from | to | by (operation/guard) |", "|---|---|---|"]
+    table += [f"| {a} | {b} | {', '.join(by)} |" for (a, b), by in transitions.items()]
+    return "\n".join(diagram + [""] + table)
+
+
+def render_invariants(registry: Invariants) -> str:
+    lines = ["State invariants, each of which holds in every reachable state:", ""]
+    lines += ["| invariant | statement |", "|---|---|"]
+    lines += [f"| `{i.name}` | {_cell(i.statement)} |" for i in registry.of_states]
+    lines += ["", "Step invariants, each of which holds for every step `(before, after, outcome)`:", ""]
+    lines += ["| invariant | statement |", "|---|---|"]
+    lines += [f"| `{i.name}` | {_cell(i.statement)} |" for i in registry.of_steps]
+    return "\n".join(lines)
+
+
+def _status(status: delivery.Status | None) -> str:
+    return "absent" if status is None else status.value
+
+
+@attrs.frozen
+class Page:
+    """One spec page and the blocks it carries, each rendered from the model."""
+
+    filename: str
+    blocks: Mapping[str, Callable[[], str]]
+
+
+PAGES: tuple[Page, ...] = (
+    Page(
+        "delivery.md",
+        {
+            "row-transitions": lambda: render_transitions(
+                {(_status(a), _status(b)): by for (a, b), by in delivery.TRANSITION_RULES.items()}, "absent"
+            ),
+            "outcomes": lambda: render_outcomes(delivery.OUTCOME_VARIANTS),
+            "rules": lambda: render_rules(delivery.RULES),
+            "invariants": lambda: render_invariants(invariants.INVARIANTS),
+        },
+    ),
+    Page(
+        "lifecycle.md",
+        {
+            "coordinate-transitions": lambda: render_transitions(lifecycle.COORDINATE_TRANSITIONS, lifecycle.ABSENT),
+            "outcomes": lambda: render_outcomes(lifecycle.OUTCOME_VARIANTS),
+            "rules": lambda: render_rules(lifecycle.RULES),
+            "invariants": lambda: render_invariants(lifecycle_invariants.INVARIANTS),
+        },
+    ),
+)
+
+
+# -- splicing ---------------------------------------------------------------------
+
+
+def splice(text: str, blocks: Mapping[str, str], where: str = "the page") -> str:
+    """`text` with each named block's body replaced; every block must occur exactly once."""
+    found = set(re.findall(r"<!-- (?:end )?generated: ([\w-]+)", text))
+    unknown = found - blocks.keys()
+    if unknown:
+        raise SpecPageError(f"{where}: unknown generated blocks {sorted(unknown)}; known: {sorted(blocks)}")
+    for name, body in blocks.items():
+        begin, end = _begin(name), _end(name)
+        if text.count(begin) != 1 or text.count(end) != 1:
+            raise SpecPageError(
+                f"{where}: the block {name!r} must be opened once by the line\n  {begin}\n"
+                f"and closed once by the line\n  {end}\n"
+                f"(found {text.count(begin)} and {text.count(end)})"
+            )
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        if stop < start:
+            raise SpecPageError(f"{where}: the block {name!r} closes before it opens")
+        text = text[:start] + "\n" + body + "\n" + text[stop:]
+    return text
+
+
+def render_pages(spec_dir: Path) -> dict[Path, tuple[str, str]]:
+    """For each page: its text now, and the text the model generates."""
+    rendered = {}
+    for page in PAGES:
+        path = spec_dir / page.filename
+        if not path.is_file():
+            raise SpecPageError(f"{path}: no such spec page (run from the repository root, or pass --specs DIR)")
+        text = path.read_text(encoding="utf-8")
+        rendered[path] = (text, splice(text, {name: render() for name, render in page.blocks.items()}, str(path)))
+    return rendered
+
+
+def stale_pages(spec_dir: Path) -> dict[Path, str]:
+    """Each page whose generated blocks differ from the model's, with a unified diff."""
+    return {
+        path: "\n".join(difflib.unified_diff(now.splitlines(), want.splitlines(), str(path), "generated", lineterm=""))
+        for path, (now, want) in render_pages(spec_dir).items()
+        if now != want
+    }
+
+
+def write_pages(spec_dir: Path) -> list[Path]:
+    """Rewrite the generated blocks of every page; the pages that changed."""
+    changed = [(path, want) for path, (now, want) in render_pages(spec_dir).items() if now != want]
+    for path, want in changed:
+        path.write_text(want, encoding="utf-8")
+    return [path for path, _ in changed]
