@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.trace import SPECS as LOCKSTEP_SPECS
 from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
@@ -597,6 +598,13 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
     )
     each = p.check_seconds / p.histories * 1000 if p.histories else 0.0
     out.write(f"checker: {p.check_seconds:.2f}s for {p.histories:,} histories ({each:.1f} ms each)\n")
+    sent = {operation for operation, _, _ in p.behaviours}
+    declared = [b for b in LOCKSTEP_SPECS[report.machine].behaviours() if b[0] in sent]
+    never = [f"{op}/{guard}→{v}" for op, guard, v in declared if (op, guard, v) not in p.behaviours]
+    out.write(
+        f"behaviours exercised concurrently: {len(declared) - len(never)} of the {len(declared)} the rules declare"
+        f" for the {len(sent)} operations sent; never: {', '.join(never) or 'none'}\n"
+    )
     finding = report.finding
     if finding is None:
         if p.unknown:

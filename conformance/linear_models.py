@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -21,6 +22,7 @@ from leaseproof.conformance.linearizability import Ambiguous, Spec
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.frozenmap import FrozenMap
+from leaseproof.model.rules import Decision
 
 # -- describing values briefly ---------------------------------------------------------
 
@@ -165,9 +167,18 @@ def _delivery_restrict(s: d.DeliverySystem, keys: frozenset[uuid.UUID]) -> d.Del
     )
 
 
+def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[Any], str]) -> Any:
+    def behaviour(state: Any, command: Any) -> tuple[str, str, str]:
+        decision = decide(state, command)
+        return type(command).__name__, decision.rule.guard, variant(decision.outcome)
+
+    return behaviour
+
+
 DELIVERY = Spec(
     name="delivery",
     step=d.step,
+    behaviour=_behaviour(d.decide, d.variant),
     footprint=_delivery_footprint,
     keys=_delivery_keys,
     restrict=_delivery_restrict,
@@ -258,6 +269,7 @@ def _lifecycle_step_seen(s: lc.LifecycleSystem, c: Any, seen: Any) -> tuple[lc.L
 LIFECYCLE = Spec(
     name="lifecycle",
     step=lc.step,
+    behaviour=_behaviour(lc.decide, lc.variant),
     footprint=_lifecycle_footprint,
     keys=_lifecycle_keys,
     restrict=_lifecycle_restrict,

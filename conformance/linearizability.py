@@ -25,6 +25,7 @@ The checker knows a machine only through a `Spec`: a few small functions.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import json
 import time
@@ -79,6 +80,9 @@ class Spec:
     # chosen (an indeterminate operation took one); the partition is then
     # "unknown", never judged.
     step_seen: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+    # The model's (operation, guard, outcome variant) for a command in a
+    # state: with it, the checker counts the behaviours a linearization used.
+    behaviour: Callable[[Any, Any], tuple[str, str, str]] | None = None
 
 
 class Ambiguous(Exception):
@@ -115,6 +119,9 @@ class CheckResult:
     seconds: float
     violation: Violation | None = None
     exhausted: tuple[tuple[int, frozenset[Any] | None], ...] = ()  # (epoch, partition) out of budget
+    # The model's behaviours along the orders that explained the history
+    # (epochs without a recorded end state are not counted).
+    behaviours: collections.Counter[tuple[str, str, str]] = attrs.field(factory=collections.Counter)
 
     @property
     def linearizable(self) -> bool:
@@ -202,6 +209,7 @@ class _Search:
     explained: bool  # some order explained every determinate outcome
     explored: int
     ends: set[Any]
+    witness: list[tuple[Any, Operation]] = attrs.Factory(list)  # (state before, operation) of the order found
 
 
 def _search(
@@ -295,6 +303,7 @@ def _search(
             return found
         if arrived(mask, after):
             found.verdict = LINEARIZABLE
+            found.witness = [(f[2], order[f[3] - 1]) for f in frames]
             return found
         if j < d:
             rmask |= 1 << return_rank[j]
@@ -354,6 +363,7 @@ class _Tally:
     partitions: int = 0
     configurations: int = 0
     exhausted: list[tuple[int, frozenset[Any] | None]] = attrs.Factory(list)
+    behaviours: collections.Counter[tuple[str, str, str]] = attrs.Factory(collections.Counter)
 
 
 def _check_epoch(
@@ -362,6 +372,7 @@ def _check_epoch(
     """One epoch from one start state, partition by partition; `target` None: no end check."""
     verdict = LINEARIZABLE
     touched: set[Any] = set()
+    used: collections.Counter[tuple[str, str, str]] = collections.Counter()
     for keys, ops in _partitions(spec, epoch.operations, start):
         if keys is None:
             part_start, want = start, target
@@ -372,6 +383,8 @@ def _check_epoch(
         found = _search(spec, ops, part_start, want, budget)
         tally.partitions += 1
         tally.configurations += found.explored
+        if spec.behaviour is not None:
+            used.update(spec.behaviour(state, op.command) for state, op in found.witness)
         if found.verdict == UNKNOWN:
             tally.exhausted.append((epoch.number, keys))
             verdict = UNKNOWN if verdict == LINEARIZABLE else verdict
@@ -379,6 +392,7 @@ def _check_epoch(
             reason = WRONG_END if found.explained else NO_ORDER
             return NOT_LINEARIZABLE, _Failure(keys, tuple(ops), part_start, want, reason)
         if keys is None:
+            tally.behaviours.update(used)
             return verdict, None  # one partition held everything, end state included
     if target is not None:
         # Whatever no operation touched must be as it was: this, with every
@@ -390,6 +404,7 @@ def _check_epoch(
             changed = frozenset(k for k in untouched if spec.restrict(start, {k}) != spec.restrict(target, {k}))
             before, after = spec.restrict(start, changed), spec.restrict(target, changed)
             return NOT_LINEARIZABLE, _Failure(changed, (), before, after, UNTOUCHED)
+    tally.behaviours.update(used)
     return verdict, None
 
 
@@ -468,6 +483,7 @@ def check(
         seconds=time.perf_counter() - began,
         violation=violation,
         exhausted=tuple(tally.exhausted),
+        behaviours=tally.behaviours,
     )
 
 

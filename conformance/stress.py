@@ -23,6 +23,7 @@ specs/lifecycle.md.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import random
 import threading
@@ -76,6 +77,8 @@ class Progress:
     check_seconds: float = 0.0
     unknown: int = 0  # histories the checker ran out of budget on
     indeterminate: int = 0
+    # The model's (operation, guard, outcome) behaviours along the orders that explained the histories.
+    behaviours: collections.Counter[tuple[str, str, str]] = attrs.Factory(collections.Counter)
 
     @property
     def rate(self) -> float:
@@ -226,6 +229,7 @@ def stress(
                 progress.operations += len(history)
                 progress.largest = max(progress.largest, len(history))
                 progress.indeterminate += sum(isinstance(op.outcome, Indeterminate) for op in history)
+                progress.behaviours.update(result.behaviours)
                 if result.verdict == UNKNOWN:
                     progress.unknown += 1
                 elif result.verdict == NOT_LINEARIZABLE:

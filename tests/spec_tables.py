@@ -38,10 +38,6 @@ def parse_table(text: str, header: str) -> list[list[str]]:
     return rows
 
 
-def split_list(cell: str) -> list[str]:
-    return [item.strip() for item in cell.split(",")] if cell.strip() else []
-
-
 def headings(text: str) -> list[str]:
     """The first word of every Markdown heading outside fenced code blocks."""
     found = []

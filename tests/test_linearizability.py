@@ -561,3 +561,19 @@ def test_a_malformed_history_file_names_its_line(tmp_path: Any) -> None:
     path.write_text("\n".join([*lines[:2], lines[2].replace('"Claim"', '"Clam"')]) + "\n")
     with pytest.raises(ValueError, match=r"run.jsonl:3: .*'Clam'"):
         read_history(path)
+
+
+def test_the_behaviours_counted_are_those_of_the_order_that_explained_the_history() -> None:
+    # Invoked miss-first, but only claim-then-miss explains it: the miss is counted as
+    # none-pending, in the order found, and the claim as the rule that claimed.
+    h = history(PENDING, op(1, "w2", claim(), d.ClaimMiss(), 1, 4), op(2, "w1", claim(), CLAIMED, 2, 3))
+    result = check(h, DELIVERY)
+    assert result.verdict == LINEARIZABLE
+    assert result.behaviours == {("Claim", "oldest-pending", "Claimed"): 1, ("Claim", "none-pending", "ClaimMiss"): 1}
+    refused = history(PENDING, op(1, "w1", d.Claim(w.COMMUNITIES["Z"], T1, 30), d.UnknownCommunity(w.COMMUNITIES["Z"]), 1, 2))
+    assert check(refused, DELIVERY).behaviours == {("Claim", "community-unknown", "UnknownCommunity"): 1}
+
+
+def test_a_violation_counts_no_behaviours() -> None:
+    h = history(PENDING, op(1, "w1", claim(), CLAIMED, 1, 4), op(2, "w2", claim(), CLAIMED, 2, 3))
+    assert check(h, DELIVERY).behaviours == {}

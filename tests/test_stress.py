@@ -4,6 +4,7 @@ concurrency, and the runner plus the checker catch the race mutants."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,10 @@ def test_stress_cli_reports_a_linearizable_run(delivery_dsn: str, capsys: pytest
     assert "stressing the delivery machine against postgres:PostgresDeliveryStore: 4 workers" in out
     assert "verdict: LINEARIZABLE" in out
     assert "checker:" in out and "operations:" in out
+    # Every program claims, and the claims are counted by the rule that decided them.
+    line = next(x for x in out.splitlines() if x.startswith("behaviours exercised concurrently: "))
+    exercised, declared = (int(n) for n in re.match(r"behaviours exercised concurrently: (\d+) of the (\d+) ", line).groups())
+    assert 0 < exercised <= declared and "Claim/oldest-pending" not in line.split("never: ")[1]
 
 
 def test_stress_cli_exits_1_with_a_timeline_and_the_history(
