@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import inspect
+import json
 import random
 import sys
 from collections import defaultdict
@@ -25,6 +26,7 @@ from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
+from leaseproof.conformance import killmatrix
 from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
 from leaseproof.conformance.linearizability import check as check_linearizable
@@ -187,6 +189,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stress.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
     stress.set_defaults(adapter_cmd=None, reply_timeout=30)  # a child process offers no sessions
+
+    mutants = commands.add_parser(
+        "mutants",
+        help="run every shipped mutant against the checks that apply to it and print the kill matrix",
+        description=(
+            "Run each known-buggy variant of the bundled implementation against its checks (sequential mutants: "
+            "lockstep with the fixed scenarios, and the search alone; race mutants: stress, and forced "
+            "interleavings) and print, per mutant and check, whether it was killed, after how many examples and "
+            "seconds, and how short the counterexample was. Exit 1 if a mutant survives every check that ran."
+        ),
+    )
+    mutants.add_argument("--machine", choices=sorted(MACHINES), help="only this machine's mutants (default: both)")
+    mutants.add_argument("--fast", action="store_true", help="only the checks that take seconds (the CI subset)")
+    mutants.add_argument("--json", action="store_true", help="print the matrix as a JSON document instead of a table")
+    mutants.add_argument(
+        "--seed", type=_seed, default=killmatrix.SEED, help=f"seed of every check (default: {killmatrix.SEED})"
+    )
+    mutants.add_argument(
+        "--mutant",
+        nargs="+",
+        action="extend",
+        default=[],
+        choices=[s.name for s in killmatrix.SUBJECTS],
+        metavar="NAME",
+        help="only these mutants (default: every shipped one, sequential and race)",
+    )
+    mutants.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     return parser
 
 
@@ -668,6 +697,32 @@ def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_CONFORMS
 
 
+def mutants_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        subjects = killmatrix.select(args.mutant, args.machine)
+    except ValueError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+
+    def on_row(row: killmatrix.Row) -> None:
+        err.write(killmatrix.progress_line(row) + "\n")
+        err.flush()
+
+    try:
+        with postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")) as server:
+            what = "the fast subset" if args.fast else "every check"
+            err.write(f"server: {server.description}\nkill matrix: {len(subjects)} mutants, {what}, seed {args.seed}\n")
+            matrix = killmatrix.run_matrix(server, subjects, fast=args.fast, seed=args.seed, on_row=on_row)
+    except ProvisioningError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    out.write(json.dumps(matrix.to_json(), indent=2) + "\n" if args.json else killmatrix.table(matrix))
+    if matrix.survivors:
+        err.write(f"leaseproof: survived every check that ran: {', '.join(matrix.survivors)}\n")
+        return EXIT_NONCONFORMING
+    return EXIT_CONFORMS
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "verify":
@@ -682,6 +737,8 @@ def main(argv: list[str] | None = None) -> int:
         return stress_command(args, sys.stdout, sys.stderr)
     if args.command == "spec":
         return spec_command(args, sys.stdout, sys.stderr)
+    if args.command == "mutants":
+        return mutants_command(args, sys.stdout, sys.stderr)
     raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
 
 

@@ -16,11 +16,15 @@ order) is run through the model's `step`:
 
 Each race mutant is also shown to pass a short sequential lockstep run: the
 races are the only thing that catches them.
+
+The judging (`Race`), the delivery world, and the schedules of the two race
+mutants that only a forced interleaving catches live in
+conformance/schedules.py, where the kill matrix (`leaseproof mutants`) runs
+them too.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,13 +33,25 @@ import attrs
 import pytest
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.delivery_machine import describe_state_difference
 from leaseproof.conformance.lifecycle_machine import describe_difference
+from leaseproof.conformance.schedules import (
+    CLAIM,
+    LEASE,
+    ONE_ROW,
+    R1,
+    SECOND,
+    C,
+    D1,
+    D2,
+    Race,
+    W1,
+    a_second_sweep_then_a_claim,
+    delivery_races,
+    new,
+    reconciliation_races_a_community_change,
+)
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.conformance.history import Barrier, History, Operation
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import check
 from leaseproof.impl.gate import Aborted, Client, Schedule
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine
@@ -57,10 +73,6 @@ from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused
-
-SECOND = dt.timedelta(seconds=1)
-LEASE = 10  # seconds
-
 
 # -- the sequential suite cannot see them ---------------------------------------------------
 
@@ -152,137 +164,7 @@ def test_a_parked_client_holds_its_transaction_open_until_released(schedule: Sch
     assert reader.run(probe) == [0, 1]
 
 
-# -- judging a history against the model ------------------------------------------------------
-
-
-def serial_orders(programs: dict[str, list[Any]]) -> Iterator[tuple[str, ...]]:
-    """Every merge of the clients' programs that keeps each client's own order, as client names."""
-    left = {name: len(ops) for name, ops in programs.items() if ops}
-    if not left:
-        yield ()
-        return
-    for name in sorted(left):
-        rest = {n: ops[1:] if n == name else ops for n, ops in programs.items()}
-        for order in serial_orders(rest):
-            yield (name, *order)
-
-
-def describe_history(outcomes: dict[str, list[Any]]) -> str:
-    return "; ".join(f"{name}: {w.describe(each)}" for name, each in outcomes.items())
-
-
-@attrs.define
-class Race:
-    """One race's world: the adapter and the model in lockstep for the set-up, then gated
-    clients whose operations are recorded, each with its outcome, for judging."""
-
-    adapter: Any
-    schedule: Schedule
-    step: Callable[[Any, Any], tuple[Any, Any]]
-    state: Any  # the model's state when the concurrent part begins
-    difference: Callable[[Any, Any], str]
-    executor: Callable[[Client], Callable[[Any], Any]]
-    programs: dict[str, list[Any]] = attrs.field(factory=dict)
-    outcomes: dict[str, list[Any]] = attrs.field(factory=dict)
-    _execute: dict[str, Callable[[Any], Any]] = attrs.field(factory=dict)
-
-    def setup(self, *commands: Any) -> list[Any]:
-        """Sequential, on the adapter and the model; each outcome must agree."""
-        outcomes = []
-        for command in commands:
-            self.state, expected = self.step(self.state, command)
-            actual = self.adapter.execute(command)
-            assert actual == expected, f"set-up {w.describe(command)}: {w.describe(actual)} != {w.describe(expected)}"
-            outcomes.append(actual)
-        return outcomes
-
-    def client(self, name: str, conn: Any = None) -> Client:
-        client = self.schedule.client(name, conn)
-        self._execute[name] = self.executor(client)
-        self.programs[name], self.outcomes[name] = [], []
-        return client
-
-    def start(self, client: Client, command: Any) -> Client:
-        self.programs[client.name].append(command)
-        execute = self._execute[client.name]
-        return client.start(lambda: execute(command))
-
-    def result(self, client: Client) -> Any:
-        outcome = client.result()
-        self.outcomes[client.name].append(outcome)
-        return outcome
-
-    def run(self, client: Client, command: Any) -> Any:
-        self.start(client, command)
-        return self.result(client)
-
-    def rolled_back(self, client: Client) -> None:
-        """The client's operation was rolled back at a pause: it never happened."""
-        with pytest.raises(Aborted):
-            client.result()
-        self.programs[client.name].pop()
-
-    def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
-        """The outcomes and the final state of the model, for one serial order."""
-        state, outcomes = self.state, {name: [] for name in self.programs}
-        taken = dict.fromkeys(self.programs, 0)
-        for name in order:
-            state, outcome = self.step(state, self.programs[name][taken[name]])
-            outcomes[name].append(outcome)
-            taken[name] += 1
-        return outcomes, state
-
-    def assert_linearizable(self) -> None:
-        """Some serial order of the model gives exactly these outcomes and this snapshot."""
-        snapshot = self.adapter.snapshot()
-        histories = [self.serial(order) for order in serial_orders(self.programs)]
-        assert (self.outcomes, snapshot) in histories, (
-            f"no serial order of the model gives this history: {describe_history(self.outcomes)}"
-        )
-
-    @property
-    def machine(self) -> str:
-        return "lifecycle" if self.step is lc.step else "delivery"
-
-    def judge_in_real_time(self, intervals: dict[str, tuple[int, int]], conforms: bool) -> None:
-        """Judge by the linearizability checker, each client's one operation placed at
-        the (invoked, returned) ticks the schedule fixes: for races where some serial
-        order explains the outcomes and only real time rules it out."""
-        operations = tuple(
-            Operation(i, name, self.programs[name][0], self.outcomes[name][0], *intervals[name])
-            for i, name in enumerate(intervals, 1)
-        )
-        end = max(t for pair in intervals.values() for t in pair) + 1
-        history = History(self.machine, self.state, operations, (Barrier(end, self.adapter.snapshot()),))
-        result = check(history, SPECS[self.machine])
-        assert result.linearizable == conforms, result.summary()
-
-    def judge(self, implied: str, conforms: bool) -> None:
-        """`implied`: the serial order the schedule implies, as client names ("test stale newer").
-
-        A conforming implementation gives exactly that order's outcomes and
-        final state; a mutant gives a history no serial order gives."""
-        snapshot = self.adapter.snapshot()
-        histories = {order: self.serial(order) for order in serial_orders(self.programs)}
-        if conforms:
-            implied_order = tuple(implied.split())
-            assert implied_order in histories, f"{implied!r} is not a serial order of {sorted(self.programs)}"
-            expected_outcomes, expected_state = histories[implied_order]
-            for name in self.programs:
-                assert self.outcomes[name] == expected_outcomes[name], (
-                    f"client {name!r}: {w.describe(self.outcomes[name])}\n"
-                    f"  but in the serial order {implied!r} the model says {w.describe(expected_outcomes[name])}"
-                )
-            assert snapshot == expected_state, f"after the serial order {implied!r}:\n" + self.difference(
-                expected_state, snapshot
-            )
-        else:
-            same = [" ".join(o) for o, history in histories.items() if history == (self.outcomes, snapshot)]
-            assert not same, (
-                f"the mutant's history ({describe_history(self.outcomes)}) is that of the serial order"
-                f" {same[0]!r}: the race does not catch it"
-            )
-            assert histories, "no serial order to compare with"
+# -- judging a history against the model (Race: conformance/schedules.py) ---------------------
 
 
 @attrs.frozen
@@ -315,56 +197,10 @@ def schedule(delivery_dsn: str) -> Iterator[Schedule]:
         yield s
 
 
-# -- the delivery world ---------------------------------------------------------------------------
-
-C, W1, R1, M1 = w.COMMUNITIES["A"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
-T1 = w.TARGETS["T1"]
-D1, D2 = w.DELIVERIES["d1"], w.DELIVERIES["d2"]
-
-
-def new(delivery: Any, target: str, step: str = "s1") -> d.NewDelivery:
-    return d.NewDelivery(delivery, w.binding("A", "W1", "R1", step, target, "D1", "M1", "event:E1"))
-
-
-WORLD = (d.CreateCommunity(C), d.CreateWorkflow(C, W1), d.CreateRun(C, W1, R1), d.PublishEvent(C, M1))
-ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")])
-CLAIM = d.Claim(C, T1, LEASE)
-
-
-def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
-    def bind(client: Client) -> Callable[[Any], Any]:
-        store, clock = store_class(client.gate), PinnedClock(client.gate)
-
-        def execute(command: Any) -> Any:
-            if isinstance(command, d.AdvanceClock):
-                clock.advance(command.by)
-                return d.Ok()
-            try:
-                return store.execute(command)
-            except Refused as refused:
-                return refused.rejection
-
-        return execute
-
-    return bind
-
-
 @pytest.fixture
 def delivery_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], Race]]:
-    adapters: list[PostgresDeliveryAdapter] = []
-
-    def make(store_class: type[PostgresDeliveryStore]) -> Race:
-        adapter = PostgresDeliveryAdapter(delivery_dsn, store_class=store_class)
-        adapters.append(adapter)
-        adapter.reset(w.START)
-        race = Race(adapter, schedule, d.step, d.initial_state(w.START), describe_state_difference, delivery_executor(store_class))
-        race.setup(*WORLD)
-        return race
-
-    yield make
-    schedule.close()  # unstick the clients before their database goes
-    for adapter in adapters:
-        adapter.close()
+    with delivery_races(delivery_dsn, schedule) as make:
+        yield make
 
 
 # -- stale holder against newer holder ------------------------------------------------------------
@@ -574,33 +410,13 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(SweepsOverlap)], ids=impl_id)
 def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(delivery_race: Callable[[type], Race], impl: Impl) -> None:
-    """d1 (older) is claimed and expired, d2 (younger) pending. Sweep one reaps d1 and
-    is parked before its COMMIT; sweep two starts and must wait (for its turn, or on
-    d1's row lock); sweep one commits; sweep two finds nothing and is parked before
-    its COMMIT; then a claim must take d1, the oldest pending row. Overlapping sweeps
-    leave d1 locked by the second one's failed re-check, and the claim skips to d2.
-    Found by `leaseproof stress`."""
+    """The schedule `a_second_sweep_then_a_claim` (conformance/schedules.py, where the
+    kill matrix runs it too): a claim after two sweeps must take the oldest pending
+    row. Found by `leaseproof stress`."""
     race = delivery_race(impl.cls)
-    race.setup(ONE_ROW)
-    race.setup(CLAIM, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
-    race.setup(d.AdvanceClock(LEASE * SECOND))
-    one, two, claimer = race.client("one"), race.client("two"), race.client("claimer")
-    one_done = one.gate.pause_before_commit(ran=impl.cls.SQL_REAP)
-    race.start(one, d.Reap())
-    one_done.wait_parked()
-    two_done = two.gate.pause_before_commit(ran=impl.cls.SQL_REAP)
-    race.start(two, d.Reap())
-    two.wait_blocked()
-    one_done.release()
-    race.result(one)
-    two_done.wait_parked()
-    race.run(claimer, CLAIM)
-    two_done.release()
-    race.result(two)
-    # The serial order "claimer one two" explains the mutant's outcomes too; only
-    # real time (the claim began after sweep one returned) rules it out, so the
-    # history, with the order of events this schedule fixes, goes to the checker.
-    race.judge_in_real_time({"one": (1, 3), "two": (2, 6), "claimer": (4, 5)}, impl.conforms)
+    forced = a_second_sweep_then_a_claim(race)
+    assert forced.intervals is not None  # judged in real time: see the schedule's docstring
+    race.judge_in_real_time(forced.intervals, impl.conforms)
 
 
 # -- two claimers on one row --------------------------------------------------------------------------
@@ -684,11 +500,6 @@ def test_producer_retries_race_for_the_identity_lock(delivery_race: Callable[[ty
 
 # -- the reconciliation read against a community change ---------------------------------------------
 
-COMMUNITY_CHANGES = {
-    "fence": d.SetCommunityState(C, d.CommunityState.FENCED),
-    "delete": d.DeleteCommunity(C),
-}
-
 
 @pytest.mark.parametrize(
     ("impl", "change"),
@@ -696,26 +507,15 @@ COMMUNITY_CHANGES = {
     ids=lambda v: v.name if isinstance(v, Impl) else v,
 )
 def test_reconciliation_races_a_community_change(delivery_race: Callable[[type], Race], impl: Impl, change: str) -> None:
-    """The holder settled, and retries after an uncertain completion; its retry is parked
-    before the reconciliation read while the community is fenced or deleted. The
-    retry holds the community share-locked, so the change waits for it, and the
-    retry is told the recorded terminal."""
+    """The schedule `reconciliation_races_a_community_change` (conformance/schedules.py,
+    where the kill matrix runs it too): the retry's reconciliation read holds the
+    community share-locked, so a fence or deletion waits for it, and the retry is
+    told the recorded terminal."""
     race = delivery_race(impl.cls)
-    race.setup(ONE_ROW)
-    (claimed,) = race.setup(CLAIM)
-    race.setup(d.Finish(claimed.lease, d.Status.FAILED))
-    retry, operator = race.client("retry"), race.client("operator")
-    at_read = retry.gate.pause_before(impl.cls.SQL_FINISH_RECONCILE)
-    race.start(retry, d.Finish(claimed.lease, d.Status.FINISHED))
-    at_read.wait_parked()
-    race.start(operator, COMMUNITY_CHANGES[change])
-    waited = operator.wait_blocked_or_finished()
+    forced = reconciliation_races_a_community_change(race, change)
     if impl.conforms:
-        assert waited == "blocked", "a community change waits for a writer that holds it share-locked"
-    at_read.release()
-    race.result(retry)
-    race.result(operator)
-    race.judge("retry operator", impl.conforms)
+        assert forced.waited == "blocked", "a community change waits for a writer that holds it share-locked"
+    race.judge(forced.implied, impl.conforms)
 
 
 # -- the lifecycle world: admission against definition writers -------------------------------------

@@ -15,6 +15,7 @@ from leaseproof.conformance.cli import main
 from leaseproof.conformance.history import History, Indeterminate
 from leaseproof.conformance.linearizability import read_history, write_history
 from leaseproof.conformance.programs import GENERATORS, Finishing, Renewal
+from leaseproof.conformance.schedules import INTERLEAVINGS
 from leaseproof.conformance.stress import Runner, stress
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
@@ -74,21 +75,27 @@ def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any)
 
 # The reconciliation read outside the transaction is wrong only if a community
 # deletion commits in the microseconds between the finish's commit and that
-# read: random scheduling does not find it, the forced interleaving in
-# tests/test_interleavings.py (reconciliation vs community delete) does.
+# read: random scheduling does not find it, the forced interleaving
+# (reconciliation vs community delete) does.
 # Overlapping sweeps need two sweeps and a claim to meet on one row while a lock
 # is held for a failed re-check; stress found it once in 643 programs, too rarely
-# for a test, so the forced interleaving (test_a_second_sweep_...) proves it.
+# for a test, so the forced interleaving (a second sweep, then a claim) proves it.
+# Both schedules live in conformance/schedules.py (INTERLEAVINGS), where the kill
+# matrix runs them; tests/test_interleavings.py runs them against the bundled store too.
 CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction", "sweeps-overlap"}
 
 
 def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> None:
+    assert set(INTERLEAVINGS) == CAUGHT_ONLY_BY_FORCED_INTERLEAVING
     source = (Path(__file__).parent / "test_interleavings.py").read_text()
     for name in CAUGHT_ONLY_BY_FORCED_INTERLEAVING:
         store = next(mu for mu in RACE_MUTANTS if mu.name == name)
         assert f"caught({getattr(store, 'store').__name__})" in source, name
 
 
+# CI runs these kills with the fast kill matrix (`leaseproof mutants --fast`, .ci/run),
+# on a smaller program budget; this is the full-budget proof, as the full matrix runs it.
+@pytest.mark.evidence
 @pytest.mark.parametrize(
     "mutant", [mu for mu in RACE_MUTANTS if mu.name not in CAUGHT_ONLY_BY_FORCED_INTERLEAVING], ids=lambda mu: mu.name
 )

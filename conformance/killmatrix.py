@@ -1,0 +1,417 @@
+"""The kill matrix: every shipped mutant against every check that applies to it.
+
+A check is only as good as the bugs it catches, so the matrix runs each
+known-buggy variant of the bundled implementation (impl/mutants.py,
+impl/lifecycle_mutants.py, impl/race_mutants.py) against its checks and
+records, per (mutant, check), whether the check killed it, after how many
+examples (programs, schedules) and seconds, and how short the evidence was:
+
+- sequential mutants: the lockstep run with the fixed scenarios first (the
+  fast check), and the randomized search alone, scenarios off (the evidence
+  that the search does not lean on the scenarios). Stress is not run on them:
+  its programs leave out reads and deletions by design (they are not
+  linearizable with in-flight claims), so several sequential bugs are out of
+  its reach, and the lockstep, which compares the full state after every
+  step, already kills each one in seconds with a replayable program of a few
+  steps;
+- race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
+  for the two that random scheduling does not meet reliably, the forced
+  interleaving that catches them (conformance/schedules.py).
+
+Every check is seeded, so its programs are the same on every run. The stress
+runs are truly concurrent, so where in them a race shows can vary between
+runs: its figures are what this run observed.
+
+The fast subset (`fast=True`) keeps the checks that take seconds: the
+lockstep with scenarios (each sequential mutant dies in a fixed scenario),
+the forced interleavings (instead of stress, for the two mutants that need
+them), and stress with a smaller budget for the race mutants stress kills
+within a few dozen programs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+from psycopg.conninfo import conninfo_to_dict
+
+from leaseproof.conformance.lockstep import Coverage
+from leaseproof.conformance.schedules import INTERLEAVINGS, Interleaving, run_interleaving
+from leaseproof.conformance.stress import StressFault, stress
+from leaseproof.conformance.verify import run_conformance
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.migrate import migrate
+from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.provision import Server, scratch_database
+from leaseproof.impl.race_mutants import RACE_MUTANTS
+from leaseproof.impl.store import connect
+
+SEED = 20261129  # the kill tests' seed
+SEQUENTIAL, RACE = "sequential", "race"
+KINDS = (SEQUENTIAL, RACE)
+
+SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
+SEARCH_ALONE = "lockstep: search alone"
+STRESS = "stress"
+FORCED = "forced interleaving"
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED)
+
+STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/test_stress.py runs the race mutants
+
+
+@attrs.frozen
+class Budgets:
+    """How much each check may run before a mutant that is still alive survives it."""
+
+    search: int = attrs.field(validator=attrs.validators.gt(0))  # lockstep programs (after the scenarios, or alone)
+    stress: int = attrs.field(validator=attrs.validators.gt(0))  # stress programs, each run STRESS_REPEATS times
+    stress_seconds: float = attrs.field(validator=attrs.validators.gt(0))  # and at most this long
+    steps: int = attrs.field(default=50, validator=attrs.validators.gt(0))  # most steps per lockstep program
+
+
+# The full matrix: the evidence tests' search budget, and the stress budget the race tests use.
+FULL = Budgets(search=1000, stress=1000, stress_seconds=900)
+# The fast subset: every sequential mutant dies in a fixed scenario, and each
+# stress-caught race mutant usually within a few dozen programs. Where a race
+# shows varies from run to run (the latest kill seen in development was at
+# program 133 of the full budget), so the stress budget keeps a margin: a
+# budget is spent in full only by a mutant that survives.
+FAST = Budgets(search=100, stress=300, stress_seconds=300)
+
+
+@attrs.frozen
+class Subject:
+    """One mutant as the matrix runs it."""
+
+    name: str
+    machine: str  # "delivery" or "lifecycle"
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    stands_for: str  # the review finding or bug class
+    variant: Mutant | LifecycleMutant  # what builds its adapter
+    interleaving: Interleaving | None = None  # the forced schedule that catches it, if it needs one
+
+    def adapter(self, dsn: str) -> Any:
+        """The bundled implementation with this mutant's classes, on the database `dsn`."""
+        if isinstance(self.variant, LifecycleMutant):
+            v = self.variant
+            return PostgresLifecycleAdapter(dsn, store_class=v.store, engine_class=v.engine, resumer_class=v.resumer)
+        return PostgresDeliveryAdapter(dsn, self.variant.store)
+
+    def checks(self, fast: bool) -> tuple[str, ...]:
+        """The checks that apply to it, in the order they run; `fast`: the fast subset's."""
+        if self.kind == SEQUENTIAL:
+            return (SCENARIOS_AND_SEARCH,) if fast else (SCENARIOS_AND_SEARCH, SEARCH_ALONE)
+        if self.interleaving is None:
+            return (STRESS,)
+        return (FORCED,) if fast else (STRESS, FORCED)
+
+
+def _machine(variant: Mutant | LifecycleMutant) -> str:
+    return "lifecycle" if isinstance(variant, LifecycleMutant) else "delivery"
+
+
+SUBJECTS: tuple[Subject, ...] = (
+    *(Subject(mu.name, _machine(mu), SEQUENTIAL, mu.stands_for, mu) for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
+    *(Subject(mu.name, _machine(mu), RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
+)
+
+
+def select(names: Sequence[str] = (), machine: str | None = None) -> tuple[Subject, ...]:
+    """The shipped mutants named (all if none), of `machine` (both if None), in registry order."""
+    unknown = [name for name in names if name not in {s.name for s in SUBJECTS}]
+    if unknown:
+        raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
+    chosen = tuple(s for s in SUBJECTS if (not names or s.name in names) and machine in (None, s.machine))
+    if not chosen:
+        raise ValueError(f"none of the mutants {', '.join(names)} is of the {machine} machine")
+    return chosen
+
+
+@attrs.frozen
+class Row:
+    """One (mutant, check) cell of the matrix."""
+
+    mutant: str
+    machine: str
+    kind: str
+    finding: str
+    check: str
+    killed: bool
+    # Until the kill, or all that ran if it survived: lockstep examples (0 when a
+    # fixed scenario killed it), stress programs, or forced schedules.
+    examples: int
+    unit: str  # "examples", "programs" or "schedules"
+    seconds: float  # until the kill, or the whole check if it survived
+    check_seconds: float  # the whole check, shrinking included
+    budget: int  # the most examples (programs, schedules) the check could run
+    # Steps of the shrunk lockstep program, operations of the minimal stress
+    # piece, or operations of the forced schedule; None when not killed, or when
+    # a fixed scenario killed it (a scenario is not shrunk).
+    shrunk_length: int | None = None
+    scenario: str | None = None  # the fixed scenario that killed it
+    how: str = ""  # "divergence", "fault" (the implementation raised), or "" if not killed
+    detail: str = ""  # why it died, or why nothing was found
+    counterexample: str = ""  # the shrunk program, or the minimal piece's summary
+
+    def to_json(self) -> dict[str, Any]:
+        return {**attrs.asdict(self), "seconds": round(self.seconds, 2), "check_seconds": round(self.check_seconds, 2)}
+
+
+@attrs.frozen
+class KillMatrix:
+    rows: tuple[Row, ...]
+    subjects: tuple[Subject, ...]
+    fast: bool
+    seed: int
+    seconds: float
+
+    def killed(self, subject: Subject) -> bool:
+        """Killed by at least one of its checks that ran."""
+        return any(row.killed for row in self.rows if row.mutant == subject.name)
+
+    @property
+    def survivors(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.subjects if not self.killed(s))
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """(killed, total) mutants of each kind."""
+        return {
+            kind: (sum(self.killed(s) for s in self.subjects if s.kind == kind), sum(s.kind == kind for s in self.subjects))
+            for kind in KINDS
+        }
+
+    def summary(self) -> str:
+        parts = [f"{k} of {n} {kind} mutants killed" for kind, (k, n) in self.counts().items() if n]
+        text = ", ".join(parts) + f" ({'fast subset' if self.fast else 'full matrix'}, seed {self.seed}, {self.seconds:.0f}s)"
+        if self.survivors:
+            text += f"\nSURVIVED: {', '.join(self.survivors)}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fast": self.fast,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "counts": {kind: {"killed": k, "total": n} for kind, (k, n) in self.counts().items()},
+            "survivors": list(self.survivors),
+            "rows": [row.to_json() for row in self.rows],
+        }
+
+
+# -- running the checks ----------------------------------------------------------------------
+
+
+class _KillClock:
+    """`on_example` for a lockstep run: notes when the first failure was first seen
+    (the next example's start: a shrink attempt, or the final replay)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.killed_after: float | None = None
+
+    def __call__(self, coverage: Coverage) -> None:
+        if coverage.first_failure is not None and self.killed_after is None:
+            self.killed_after = time.monotonic() - self.started
+
+
+def _program_steps(counterexample: str) -> int:
+    """Steps of a shrunk program as Hypothesis prints it, without its set-up and tear-down."""
+    lines = [line.strip() for line in counterexample.splitlines()]
+    return sum("state." in line and not line.endswith(("state.setup()", "state.teardown()")) for line in lines)
+
+
+def _scenario(counterexample: str) -> str | None:
+    prefix = "in the fixed scenario "
+    line = next((line for line in counterexample.splitlines() if line.startswith(prefix)), None)
+    return line.removeprefix(prefix).split(":", 1)[0] if line else None
+
+
+def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budgets) -> Row:
+    adapter = subject.adapter(dsn)
+    clock = _KillClock()
+    try:
+        verdict = run_conformance(
+            adapter,
+            machine=subject.machine,
+            max_examples=budgets.search,
+            seed_value=seed,
+            steps=budgets.steps,
+            scenarios=check == SCENARIOS_AND_SEARCH,
+            on_example=clock,
+        )
+    finally:
+        adapter.close()
+    total = time.monotonic() - clock.started
+    base = _row(subject, check, budget=budgets.search, unit="examples", check_seconds=total)
+    coverage = verdict.coverage
+    if verdict.conforms:
+        return attrs.evolve(base, killed=False, examples=coverage.examples, seconds=total, detail="conforms")
+    scenario = _scenario(verdict.counterexample) if coverage.first_failure == 0 else None
+    first_line = (verdict.fault or verdict.failure).splitlines()[0] if (verdict.fault or verdict.failure) else ""
+    return attrs.evolve(
+        base,
+        killed=True,
+        examples=coverage.first_failure or 0,
+        seconds=clock.killed_after if clock.killed_after is not None and scenario is None else verdict.seconds,
+        shrunk_length=None if scenario else _program_steps(verdict.counterexample) or None,
+        scenario=scenario,
+        how="fault" if verdict.fault else "divergence",
+        detail=first_line,
+        counterexample=verdict.counterexample if not scenario else "",
+    )
+
+
+def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
+    started = time.monotonic()
+    base = _row(subject, STRESS, budget=budgets.stress, unit="programs", check_seconds=0.0)
+    adapter = subject.adapter(dsn)
+    try:
+        report = stress(
+            adapter,
+            machine=subject.machine,
+            workers=STRESS_WORKERS,
+            duration=budgets.stress_seconds,
+            seed=seed,
+            repeats=STRESS_REPEATS,
+            max_programs=budgets.stress,
+        )
+    except StressFault as fault:
+        seconds = time.monotonic() - started
+        return attrs.evolve(base, killed=True, seconds=seconds, check_seconds=seconds, how="fault", detail=str(fault))
+    finally:
+        adapter.close()
+    p, finding = report.progress, report.finding
+    base = attrs.evolve(base, examples=p.programs, seconds=p.seconds, check_seconds=time.monotonic() - started)
+    if finding is None:
+        why = f"linearizable in {p.histories:,} histories"
+        if p.unknown:
+            why += f" ({p.unknown:,} unknown: the checker ran out of budget)"
+        if p.programs < budgets.stress:
+            why += f"; stopped at {budgets.stress_seconds:g}s"
+        return attrs.evolve(base, killed=False, detail=why)
+    violation = finding.result.violation
+    return attrs.evolve(
+        base,
+        killed=True,
+        shrunk_length=len(violation.piece) if violation is not None else None,
+        how="divergence",
+        detail=f"{finding.kind}: {finding.failed} of {finding.repeats} repetitions failed",
+        counterexample=violation.reason if violation is not None else finding.result.summary(),
+    )
+
+
+def _forced(subject: Subject, dsn: str) -> Row:
+    assert subject.interleaving is not None
+    started = time.monotonic()
+    base = _row(subject, FORCED, budget=1, unit="schedules", check_seconds=0.0)
+    if isinstance(subject.variant, LifecycleMutant):
+        raise ValueError(f"{subject.name}: the forced interleavings drive the delivery store")
+    try:
+        judgement = run_interleaving(subject.interleaving, dsn, subject.variant.store)
+    except Exception as exc:  # noqa: BLE001 - a schedule that breaks judges nothing
+        seconds = time.monotonic() - started
+        return attrs.evolve(
+            base, killed=False, examples=1, seconds=seconds, check_seconds=seconds,
+            detail=f"the schedule {subject.interleaving.name!r} broke: {type(exc).__name__}: {exc}",
+        )  # fmt: skip
+    seconds = time.monotonic() - started
+    return attrs.evolve(
+        base,
+        killed=not judgement.linearizable,
+        examples=1,
+        seconds=seconds,
+        check_seconds=seconds,
+        shrunk_length=judgement.operations if not judgement.linearizable else None,
+        how="" if judgement.linearizable else "divergence",
+        detail=f"{subject.interleaving.name}: {judgement.why}",
+    )
+
+
+def _row(subject: Subject, check: str, *, budget: int, unit: str, check_seconds: float) -> Row:
+    return Row(
+        subject.name, subject.machine, subject.kind, subject.stands_for, check,
+        killed=False, examples=0, unit=unit, seconds=0.0, check_seconds=check_seconds, budget=budget,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _template(server: Server) -> Iterator[str]:
+    """A migrated database to clone for each check, dropped at the end."""
+    with scratch_database(server, prefix="lp_killmatrix") as dsn:
+        with connect(dsn) as conn:
+            migrate(conn)
+        yield str(conninfo_to_dict(dsn)["dbname"])
+
+
+def run_matrix(
+    server: Server,
+    subjects: Sequence[Subject] = SUBJECTS,
+    *,
+    fast: bool = False,
+    seed: int = SEED,
+    budgets: Budgets | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> KillMatrix:
+    """Run each subject's checks (the fast subset's if `fast`), each on a fresh
+    database of `server`; `on_row` hears of each row as it is finished."""
+    budgets = budgets or (FAST if fast else FULL)
+    started = time.monotonic()
+    rows: list[Row] = []
+    with _template(server) as template:
+        for subject in subjects:
+            for check in subject.checks(fast):
+                with scratch_database(server, template=template) as dsn:
+                    if check == STRESS:
+                        row = _stress(subject, dsn, seed, budgets)
+                    elif check == FORCED:
+                        row = _forced(subject, dsn)
+                    else:
+                        row = _lockstep(subject, dsn, check, seed, budgets)
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    return KillMatrix(tuple(rows), tuple(subjects), fast, seed, time.monotonic() - started)
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+COLUMNS = ("mutant", "machine", "finding", "check", "killed", "examples", "seconds", "shrunk length")
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    """A row as the table's cells."""
+    if row.killed:
+        killed = "yes (fault)" if row.how == "fault" else "yes"
+    else:
+        killed = "NO"
+    if row.scenario is not None:
+        examples = f"0 (scenario {row.scenario})"
+    elif row.killed:
+        examples = f"{row.examples:,} {row.unit.removesuffix('s') if row.examples == 1 else row.unit}"
+    else:
+        examples = f"{row.examples:,} {row.unit}, none failed"
+    if row.shrunk_length is None:
+        length = "-"
+    else:
+        noun = "step" if row.check.startswith("lockstep") else "operation"
+        length = f"{row.shrunk_length} {noun}{'' if row.shrunk_length == 1 else 's'}"
+    return (row.mutant, row.machine, row.finding, row.check, killed, examples, f"{row.seconds:.1f}", length)
+
+
+def table(matrix: KillMatrix) -> str:
+    """The matrix as a Markdown table, then its summary."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(" --- " for _ in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |" for row in matrix.rows]
+    return "\n".join(lines) + "\n\n" + matrix.summary() + "\n"
+
+
+def progress_line(row: Row) -> str:
+    """One line on a finished check, for stderr."""
+    killed, examples, seconds, length = cells(row)[4:]
+    return f"  {row.mutant} · {row.check}: killed {killed} · {examples} · {seconds}s · shrunk {length}"

@@ -1,0 +1,371 @@
+"""Forced interleavings of the delivery store, judged against the model.
+
+A `Race` sets a world up in lockstep with the model, then runs gated clients
+(`impl/gate.py`), each on its own connection to the same database, and
+records each client's operations and outcomes. A schedule parks one client
+at a named point, runs the others, and lets it go on; it returns what it
+fixed (`Forced`): the serial order it implies, or the real-time intervals of
+its operations. The history is then judged: by every serial order of the
+model (each client's own operations keep their program order), or by the
+linearizability checker on those intervals.
+
+Two race mutants are caught only this way (random scheduling does not meet
+their window), so their schedules live here, where the kill matrix runs them
+(`INTERLEAVINGS`); tests/test_interleavings.py runs them too, against the
+bundled store (which must conform) and the mutant (which must be caught),
+with the rest of the project's schedules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from leaseproof.conformance import world as w
+from leaseproof.conformance.delivery_machine import describe_state_difference
+from leaseproof.conformance.history import Barrier, History, Operation
+from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.linearizability import CheckResult, check
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.gate import Aborted, Client, Schedule
+from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+from leaseproof.model.errors import Refused
+
+SECOND = dt.timedelta(seconds=1)
+LEASE = 10  # seconds
+
+
+class ScheduleError(Exception):
+    """The schedule did not run as written (e.g. an operation meant to roll back returned)."""
+
+
+def serial_orders(programs: Mapping[str, list[Any]]) -> Iterator[tuple[str, ...]]:
+    """Every merge of the clients' programs that keeps each client's own order, as client names."""
+    left = {name: len(ops) for name, ops in programs.items() if ops}
+    if not left:
+        yield ()
+        return
+    for name in sorted(left):
+        rest = {n: ops[1:] if n == name else ops for n, ops in programs.items()}
+        for order in serial_orders(rest):
+            yield (name, *order)
+
+
+def describe_history(outcomes: Mapping[str, list[Any]]) -> str:
+    return "; ".join(f"{name}: {w.describe(each)}" for name, each in outcomes.items())
+
+
+@attrs.frozen
+class Forced:
+    """What a schedule fixed, to judge its history by: the serial order it implies
+    (client names, "retry operator"), or, where some serial order explains the
+    outcomes and only real time rules it out, each client's one operation as
+    (invoked, returned) ticks. `waited` is what the client that ran into the
+    parked one did ("blocked" on its lock, or "finished"), when the schedule asks."""
+
+    implied: str = ""
+    intervals: Mapping[str, tuple[int, int]] | None = None
+    waited: str = ""
+
+
+@attrs.frozen
+class Judgement:
+    """Whether some linearization of the model explains a forced history, and why."""
+
+    linearizable: bool
+    operations: int  # the concurrent operations of the schedule
+    why: str
+
+
+@attrs.define
+class Race:
+    """One race's world: the adapter and the model in lockstep for the set-up, then gated
+    clients whose operations are recorded, each with its outcome, for judging."""
+
+    adapter: Any
+    schedule: Schedule
+    step: Callable[[Any, Any], tuple[Any, Any]]
+    state: Any  # the model's state when the concurrent part begins
+    difference: Callable[[Any, Any], str]
+    executor: Callable[[Client], Callable[[Any], Any]]
+    programs: dict[str, list[Any]] = attrs.field(factory=dict)
+    outcomes: dict[str, list[Any]] = attrs.field(factory=dict)
+    _execute: dict[str, Callable[[Any], Any]] = attrs.field(factory=dict)
+
+    def setup(self, *commands: Any) -> list[Any]:
+        """Sequential, on the adapter and the model; each outcome must agree."""
+        outcomes = []
+        for command in commands:
+            self.state, expected = self.step(self.state, command)
+            actual = self.adapter.execute(command)
+            if actual != expected:
+                raise AssertionError(f"set-up {w.describe(command)}: {w.describe(actual)} != {w.describe(expected)}")
+            outcomes.append(actual)
+        return outcomes
+
+    def client(self, name: str, conn: Any = None) -> Client:
+        client = self.schedule.client(name, conn)
+        self._execute[name] = self.executor(client)
+        self.programs[name], self.outcomes[name] = [], []
+        return client
+
+    def start(self, client: Client, command: Any) -> Client:
+        self.programs[client.name].append(command)
+        execute = self._execute[client.name]
+        return client.start(lambda: execute(command))
+
+    def result(self, client: Client) -> Any:
+        outcome = client.result()
+        self.outcomes[client.name].append(outcome)
+        return outcome
+
+    def run(self, client: Client, command: Any) -> Any:
+        self.start(client, command)
+        return self.result(client)
+
+    def rolled_back(self, client: Client) -> None:
+        """The client's operation was rolled back at a pause: it never happened."""
+        try:
+            outcome = client.result()
+        except Aborted:
+            self.programs[client.name].pop()
+            return
+        raise ScheduleError(f"client {client.name!r} was to roll back, but its operation returned {w.describe(outcome)}")
+
+    def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
+        """The outcomes and the final state of the model, for one serial order."""
+        state, outcomes = self.state, {name: [] for name in self.programs}
+        taken = dict.fromkeys(self.programs, 0)
+        for name in order:
+            state, outcome = self.step(state, self.programs[name][taken[name]])
+            outcomes[name].append(outcome)
+            taken[name] += 1
+        return outcomes, state
+
+    @property
+    def operations(self) -> int:
+        return sum(len(ops) for ops in self.programs.values())
+
+    def explanations(self) -> list[str]:
+        """The serial orders of the model that give exactly these outcomes and this snapshot."""
+        seen = (self.outcomes, self.adapter.snapshot())
+        return [" ".join(order) for order in serial_orders(self.programs) if self.serial(order) == seen]
+
+    def real_time(self, intervals: Mapping[str, tuple[int, int]]) -> CheckResult:
+        """The linearizability checker's verdict, each client's one operation placed at
+        the (invoked, returned) ticks the schedule fixes."""
+        operations = tuple(
+            Operation(i, name, self.programs[name][0], self.outcomes[name][0], *intervals[name])
+            for i, name in enumerate(intervals, 1)
+        )
+        end = max(t for pair in intervals.values() for t in pair) + 1
+        history = History(self.machine, self.state, operations, (Barrier(end, self.adapter.snapshot()),))
+        return check(history, SPECS[self.machine])
+
+    def judgement(self, forced: Forced) -> Judgement:
+        """Whether the history is explained: by the checker on the schedule's intervals,
+        if it fixed them, else by some serial order."""
+        if forced.intervals is not None:
+            result = self.real_time(forced.intervals)
+            return Judgement(result.linearizable, self.operations, result.summary())
+        orders = self.explanations()
+        if orders:
+            return Judgement(True, self.operations, f"the serial order {orders[0]!r} gives this history")
+        return Judgement(
+            False, self.operations, f"no serial order of the model gives this history: {describe_history(self.outcomes)}"
+        )
+
+    def assert_linearizable(self) -> None:
+        """Some serial order of the model gives exactly these outcomes and this snapshot."""
+        if not self.explanations():
+            raise AssertionError(f"no serial order of the model gives this history: {describe_history(self.outcomes)}")
+
+    @property
+    def machine(self) -> str:
+        return "lifecycle" if self.step is lc.step else "delivery"
+
+    def judge_in_real_time(self, intervals: Mapping[str, tuple[int, int]], conforms: bool) -> None:
+        """Judge by the linearizability checker on the schedule's intervals: for races
+        where some serial order explains the outcomes and only real time rules it out."""
+        result = self.real_time(intervals)
+        if result.linearizable != conforms:
+            raise AssertionError(result.summary())
+
+    def judge(self, implied: str, conforms: bool) -> None:
+        """`implied`: the serial order the schedule implies, as client names ("test stale newer").
+
+        A conforming implementation gives exactly that order's outcomes and
+        final state; a mutant gives a history no serial order gives."""
+        snapshot = self.adapter.snapshot()
+        histories = {order: self.serial(order) for order in serial_orders(self.programs)}
+        if not histories:
+            raise AssertionError("no serial order to compare with")
+        if conforms:
+            implied_order = tuple(implied.split())
+            if implied_order not in histories:
+                raise AssertionError(f"{implied!r} is not a serial order of {sorted(self.programs)}")
+            expected_outcomes, expected_state = histories[implied_order]
+            for name in self.programs:
+                if self.outcomes[name] != expected_outcomes[name]:
+                    raise AssertionError(
+                        f"client {name!r}: {w.describe(self.outcomes[name])}\n"
+                        f"  but in the serial order {implied!r} the model says {w.describe(expected_outcomes[name])}"
+                    )
+            if snapshot != expected_state:
+                raise AssertionError(
+                    f"after the serial order {implied!r}:\n" + self.difference(expected_state, snapshot)
+                )
+        else:
+            same = [" ".join(o) for o, history in histories.items() if history == (self.outcomes, snapshot)]
+            if same:
+                raise AssertionError(
+                    f"the mutant's history ({describe_history(self.outcomes)}) is that of the serial order"
+                    f" {same[0]!r}: the race does not catch it"
+                )
+
+
+# -- the delivery world ---------------------------------------------------------------------------
+
+C, W1, R1, M1 = w.COMMUNITIES["A"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
+T1 = w.TARGETS["T1"]
+D1, D2 = w.DELIVERIES["d1"], w.DELIVERIES["d2"]
+
+
+def new(delivery: Any, target: str, step: str = "s1") -> d.NewDelivery:
+    return d.NewDelivery(delivery, w.binding("A", "W1", "R1", step, target, "D1", "M1", "event:E1"))
+
+
+WORLD = (d.CreateCommunity(C), d.CreateWorkflow(C, W1), d.CreateRun(C, W1, R1), d.PublishEvent(C, M1))
+ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")])
+CLAIM = d.Claim(C, T1, LEASE)
+
+
+def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
+    def bind(client: Client) -> Callable[[Any], Any]:
+        store, clock = store_class(client.gate), PinnedClock(client.gate)
+
+        def execute(command: Any) -> Any:
+            if isinstance(command, d.AdvanceClock):
+                clock.advance(command.by)
+                return d.Ok()
+            try:
+                return store.execute(command)
+            except Refused as refused:
+                return refused.rejection
+
+        return execute
+
+    return bind
+
+
+@contextlib.contextmanager
+def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[PostgresDeliveryStore]], Race]]:
+    """A maker of delivery races on the (migrated or empty) database `dsn`, each one's
+    world set up; on exit the schedule's clients are unstuck, then the adapters closed."""
+    adapters: list[PostgresDeliveryAdapter] = []
+
+    def make(store_class: type[PostgresDeliveryStore]) -> Race:
+        adapter = PostgresDeliveryAdapter(dsn, store_class=store_class)
+        adapters.append(adapter)
+        adapter.reset(w.START)
+        race = Race(adapter, schedule, d.step, d.initial_state(w.START), describe_state_difference, delivery_executor(store_class))
+        race.setup(*WORLD)
+        return race
+
+    try:
+        yield make
+    finally:
+        schedule.close()  # unstick the clients before their database goes
+        for adapter in adapters:
+            adapter.close()
+
+
+# -- the schedules the kill matrix runs -----------------------------------------------------------
+
+COMMUNITY_CHANGES = {
+    "fence": d.SetCommunityState(C, d.CommunityState.FENCED),
+    "delete": d.DeleteCommunity(C),
+}
+
+
+def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
+    """The holder settled, and retries after an uncertain completion; its retry is parked
+    before the reconciliation read while the community is fenced or deleted. The
+    retry holds the community share-locked, so the change waits for it, and the
+    retry is told the recorded terminal."""
+    store = race.adapter.store_class
+    race.setup(ONE_ROW)
+    (claimed,) = race.setup(CLAIM)
+    race.setup(d.Finish(claimed.lease, d.Status.FAILED))
+    retry, operator = race.client("retry"), race.client("operator")
+    at_read = retry.gate.pause_before(store.SQL_FINISH_RECONCILE)
+    race.start(retry, d.Finish(claimed.lease, d.Status.FINISHED))
+    at_read.wait_parked()
+    race.start(operator, COMMUNITY_CHANGES[change])
+    waited = operator.wait_blocked_or_finished()
+    at_read.release()
+    race.result(retry)
+    race.result(operator)
+    return Forced(implied="retry operator", waited=waited)
+
+
+def a_second_sweep_then_a_claim(race: Race) -> Forced:
+    """d1 (older) is claimed and expired, d2 (younger) pending. Sweep one reaps d1 and
+    is parked before its COMMIT; sweep two starts and must wait (for its turn, or on
+    d1's row lock); sweep one commits; sweep two finds nothing and is parked before
+    its COMMIT; then a claim must take d1, the oldest pending row. Overlapping sweeps
+    leave d1 locked by the second one's failed re-check, and the claim skips to d2.
+
+    The serial order "claimer one two" explains a mutant's outcomes too; only real
+    time (the claim began after sweep one returned) rules it out, so the history is
+    judged by the checker, with the order of events this schedule fixes."""
+    store = race.adapter.store_class
+    race.setup(ONE_ROW)
+    race.setup(CLAIM, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
+    race.setup(d.AdvanceClock(LEASE * SECOND))
+    one, two, claimer = race.client("one"), race.client("two"), race.client("claimer")
+    one_done = one.gate.pause_before_commit(ran=store.SQL_REAP)
+    race.start(one, d.Reap())
+    one_done.wait_parked()
+    two_done = two.gate.pause_before_commit(ran=store.SQL_REAP)
+    race.start(two, d.Reap())
+    two.wait_blocked()
+    one_done.release()
+    race.result(one)
+    two_done.wait_parked()
+    race.run(claimer, CLAIM)
+    two_done.release()
+    race.result(two)
+    return Forced(intervals={"one": (1, 3), "two": (2, 6), "claimer": (4, 5)})
+
+
+@attrs.frozen
+class Interleaving:
+    """A forced schedule that catches one race mutant."""
+
+    name: str
+    run: Callable[[Race], Forced]
+
+
+# Race mutants that random scheduling does not catch reliably, each with the
+# schedule that does (keyed by the race mutant's name, impl/race_mutants.py).
+INTERLEAVINGS: dict[str, Interleaving] = {
+    "reconcile-outside-transaction": Interleaving(
+        "reconciliation races a community deletion", functools.partial(reconciliation_races_a_community_change, change="delete")
+    ),
+    "sweeps-overlap": Interleaving("a second sweep, then a claim", a_second_sweep_then_a_claim),
+}
+
+
+def run_interleaving(interleaving: Interleaving, dsn: str, store_class: type[PostgresDeliveryStore]) -> Judgement:
+    """Run `interleaving` against `store_class` on the database `dsn` and judge its history."""
+    with Schedule(dsn) as schedule, delivery_races(dsn, schedule) as make:
+        race = make(store_class)
+        return race.judgement(interleaving.run(race))

@@ -1,0 +1,202 @@
+"""The kill matrix (`leaseproof mutants`): it kills shipped mutants with the checks
+that apply to them, reports figures that hold up, and fails when a "mutant"
+that is really the correct implementation survives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from leaseproof.conformance import killmatrix as km
+from leaseproof.conformance.cli import main
+from leaseproof.conformance.schedules import INTERLEAVINGS
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS
+from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.provision import Server
+from leaseproof.impl.race_mutants import RACE_MUTANTS
+from leaseproof.impl.store import PostgresDeliveryStore
+
+# The correct store, dressed as a mutant: nothing can kill it.
+BUNDLED = Mutant("bundled-store", "nothing: this is the bundled store", PostgresDeliveryStore)
+BUNDLED_SEQUENTIAL = km.Subject("bundled-store", "delivery", km.SEQUENTIAL, BUNDLED.stands_for, BUNDLED)
+BUNDLED_RACE = km.Subject(
+    "bundled-store-raced", "delivery", km.RACE, BUNDLED.stands_for, BUNDLED, INTERLEAVINGS["sweeps-overlap"]
+)
+TINY = km.Budgets(search=5, stress=2, stress_seconds=60, steps=10)
+
+
+def _rows(matrix: km.KillMatrix) -> dict[tuple[str, str], km.Row]:
+    return {(row.mutant, row.check): row for row in matrix.rows}
+
+
+def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
+    names = [s.name for s in km.SUBJECTS]
+    assert len(names) == len(set(names)) == len(MUTANTS) + len(LIFECYCLE_MUTANTS) + len(RACE_MUTANTS)
+    kinds = {s.name: s.kind for s in km.SUBJECTS}
+    assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
+    forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
+    assert forced == set(INTERLEAVINGS) == {"reconcile-outside-transaction", "sweeps-overlap"}
+    for subject in km.SUBJECTS:
+        full, fast = subject.checks(fast=False), subject.checks(fast=True)
+        assert set(fast) <= set(full) and fast, subject.name
+        if subject.kind == km.SEQUENTIAL:
+            assert full == (km.SCENARIOS_AND_SEARCH, km.SEARCH_ALONE) and fast == (km.SCENARIOS_AND_SEARCH,)
+        elif subject.name in forced:
+            assert full == (km.STRESS, km.FORCED) and fast == (km.FORCED,)
+        else:
+            assert full == fast == (km.STRESS,)
+
+
+def test_selection_by_name_and_machine() -> None:
+    assert [s.name for s in km.select(["cutoff-ignored", "reconcile-unfenced"])] == ["reconcile-unfenced", "cutoff-ignored"]
+    assert {s.machine for s in km.select(machine="lifecycle")} == {"lifecycle"}
+    with pytest.raises(ValueError, match="no mutant named nope"):
+        km.select(["nope"])
+    with pytest.raises(ValueError, match="none of the mutants cutoff-ignored is of the delivery machine"):
+        km.select(["cutoff-ignored"], "delivery")
+
+
+def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server: Server) -> None:
+    subjects = km.select(["reconcile-unfenced", "cutoff-ignored", "reconcile-outside-transaction", "sweeps-overlap"])
+    heard: list[km.Row] = []
+    matrix = km.run_matrix(pg_server, subjects, fast=True, on_row=heard.append)
+    assert list(matrix.rows) == heard  # one progress call per finished check
+    rows = _rows(matrix)
+    assert set(rows) == {
+        ("reconcile-unfenced", km.SCENARIOS_AND_SEARCH),
+        ("cutoff-ignored", km.SCENARIOS_AND_SEARCH),
+        ("reconcile-outside-transaction", km.FORCED),
+        ("sweeps-overlap", km.FORCED),
+    }
+    # The review's finding 1 dies in the fixed scenario written for it, before any search.
+    fenced = rows[("reconcile-unfenced", km.SCENARIOS_AND_SEARCH)]
+    assert fenced.killed and fenced.how == "divergence"
+    assert fenced.scenario == "stale_holder_finishes_after_newer_holder"
+    assert fenced.examples == 0 and fenced.shrunk_length is None
+    assert fenced.finding.startswith("review finding 1") and fenced.kind == km.SEQUENTIAL
+    assert 0 < fenced.seconds <= fenced.check_seconds < 60
+    assert rows[("cutoff-ignored", km.SCENARIOS_AND_SEARCH)].scenario == "delayed_and_replayed_saves"
+    # The forced schedules: one each, judged on their concurrent operations.
+    reconcile = rows[("reconcile-outside-transaction", km.FORCED)]
+    sweeps = rows[("sweeps-overlap", km.FORCED)]
+    assert reconcile.killed and (reconcile.examples, reconcile.unit, reconcile.shrunk_length) == (1, "schedules", 2)
+    assert "no serial order of the model gives this history" in reconcile.detail
+    assert sweeps.killed and sweeps.shrunk_length == 3 and "not linearizable" in sweeps.detail
+    assert matrix.survivors == ()
+    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2)}
+    assert matrix.summary().startswith("2 of 2 sequential mutants killed, 2 of 2 race mutants killed (fast subset")
+
+
+def test_a_search_kill_is_counted_in_examples_and_shrunk_to_a_short_program(pg_server: Server) -> None:
+    """Search alone, as the full matrix runs it, on a budget small enough for the default run."""
+    budgets = km.Budgets(search=300, stress=1, stress_seconds=1)
+    matrix = km.run_matrix(pg_server, km.select(["lease-target-unbound"]), budgets=budgets)
+    assert _rows(matrix)[("lease-target-unbound", km.SCENARIOS_AND_SEARCH)].scenario is not None
+    row = _rows(matrix)[("lease-target-unbound", km.SEARCH_ALONE)]
+    assert row.killed and row.scenario is None
+    assert 1 <= row.examples <= 300
+    # Shrunk, as tests/test_conformance.py finds it: a claim, then an act with a forged target.
+    assert row.shrunk_length is not None and 2 <= row.shrunk_length <= 5, row.counterexample
+    assert "foreign-target" in row.counterexample
+    assert row.seconds <= row.check_seconds
+
+
+def test_the_correct_implementation_survives_every_check(pg_server: Server) -> None:
+    matrix = km.run_matrix(pg_server, [BUNDLED_SEQUENTIAL, BUNDLED_RACE], fast=False, budgets=TINY)
+    rows = _rows(matrix)
+    assert set(rows) == {
+        ("bundled-store", km.SCENARIOS_AND_SEARCH),
+        ("bundled-store", km.SEARCH_ALONE),
+        ("bundled-store-raced", km.STRESS),
+        ("bundled-store-raced", km.FORCED),
+    }
+    assert not any(row.killed for row in rows.values())
+    assert rows[("bundled-store", km.SEARCH_ALONE)].examples >= TINY.search
+    assert rows[("bundled-store-raced", km.STRESS)].examples == TINY.stress
+    assert "linearizable" in rows[("bundled-store-raced", km.FORCED)].detail
+    assert matrix.survivors == ("bundled-store", "bundled-store-raced")
+    assert "SURVIVED: bundled-store, bundled-store-raced" in matrix.summary()
+    assert all("| NO |" in line for line in km.table(matrix).splitlines()[2:6])
+
+
+def test_the_json_document(pg_server: Server) -> None:
+    matrix = km.run_matrix(pg_server, km.select(["sweeps-overlap"]) + (BUNDLED_RACE,), fast=True)
+    document = json.loads(json.dumps(matrix.to_json()))
+    assert set(document) == {"fast", "seed", "seconds", "counts", "survivors", "rows"}
+    assert document["fast"] is True and document["seed"] == km.SEED
+    assert document["counts"] == {"sequential": {"killed": 0, "total": 0}, "race": {"killed": 1, "total": 2}}
+    assert document["survivors"] == ["bundled-store-raced"]
+    killed, survived = document["rows"]
+    assert set(killed) == {f.name for f in attrs.fields(km.Row)}
+    assert killed["mutant"] == "sweeps-overlap" and killed["check"] == "forced interleaving" and killed["killed"] is True
+    assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 3)
+    assert survived["killed"] is False and survived["shrunk_length"] is None
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "reconcile-unfenced", "--mutant", "sweeps-overlap"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
+    lines = captured.out.splitlines()
+    assert lines[0] == "| mutant | machine | finding | check | killed | examples | seconds | shrunk length |"
+    assert lines[2].startswith("| reconcile-unfenced | delivery | review finding 1:")
+    assert "| lockstep: scenarios+search | yes | 0 (scenario stale_holder_finishes_after_newer_holder) |" in lines[2]
+    assert lines[3].startswith("| sweeps-overlap | delivery |") and "| forced interleaving | yes | 1 schedule |" in lines[3]
+    assert lines[3].endswith("| 3 operations |")
+    assert "1 of 1 sequential mutants killed, 1 of 1 race mutants killed (fast subset, seed 20261129" in captured.out
+    progress = [line for line in captured.err.splitlines() if line.startswith("  ") and " · " in line]
+    assert len(progress) == 2 and "reconcile-unfenced · lockstep: scenarios+search: killed yes" in progress[0]
+
+
+def test_a_surviving_mutant_makes_the_command_exit_1_naming_it(
+    pg_server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(km, "SUBJECTS", (*km.SUBJECTS, BUNDLED_RACE))
+    status = main(["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "bundled-store-raced", "reconcile-unfenced"])
+    captured = capsys.readouterr()
+    assert status == 1, captured.out + captured.err
+    assert "| bundled-store-raced | delivery | nothing: this is the bundled store | forced interleaving | NO |" in captured.out
+    assert "SURVIVED: bundled-store-raced" in captured.out
+    assert "survived every check that ran: bundled-store-raced" in captured.err
+
+
+def test_usage_and_provisioning_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as usage:
+        main(["mutants", "--mutant", "no-such-mutant"])
+    assert usage.value.code == 2 and "invalid choice: 'no-such-mutant'" in capsys.readouterr().err
+    assert main(["mutants", "--machine", "delivery", "--mutant", "cutoff-ignored"]) == 2
+    assert "none of the mutants cutoff-ignored is of the delivery machine" in capsys.readouterr().err
+    unreachable = "host=127.0.0.1 port=1 user=nobody dbname=postgres connect_timeout=2"
+    assert main(["mutants", "--fast", "--mutant", "reconcile-unfenced", "--dsn", unreachable]) == 2
+    assert "--dsn" in capsys.readouterr().err
+
+
+def test_mutants_json_from_a_real_process(pg_server: Server) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseproof.conformance.cli", "mutants", "--fast", "--json", "--seed", "7",
+         "--dsn", pg_server.dsn, "--machine", "lifecycle", "--mutant", "cutoff-ignored"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    document = json.loads(run.stdout)  # nothing but the document on stdout
+    assert document["seed"] == 7 and document["survivors"] == []
+    (row,) = document["rows"]
+    assert (row["mutant"], row["machine"], row["check"], row["killed"]) == (
+        "cutoff-ignored", "lifecycle", "lockstep: scenarios+search", True,
+    )  # fmt: skip
+    assert "cutoff-ignored · lockstep: scenarios+search: killed yes" in run.stderr
+
+
+@pytest.mark.evidence
+def test_the_fast_matrix_kills_every_shipped_mutant(pg_server: Server) -> None:
+    """What CI runs as `leaseproof mutants --fast`, as a test."""
+    matrix = km.run_matrix(pg_server, fast=True)
+    assert matrix.survivors == (), km.table(matrix)
+    print(km.table(matrix))
