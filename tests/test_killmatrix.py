@@ -92,17 +92,23 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
 
 
 def test_a_search_kill_is_counted_in_examples_and_shrunk_to_a_short_program(pg_server: Server) -> None:
-    """Search alone, as the full matrix runs it, on a budget small enough for the default run."""
+    """Both lockstep checks, as the full matrix runs them, on a search budget small
+    enough for the default run (this mutant dies in a handful of examples)."""
     budgets = km.Budgets(search=300, stress=1, stress_seconds=1)
-    matrix = km.run_matrix(pg_server, km.select(["lease-target-unbound"]), budgets=budgets)
-    assert _rows(matrix)[("lease-target-unbound", km.SCENARIOS_AND_SEARCH)].scenario is not None
-    row = _rows(matrix)[("lease-target-unbound", km.SEARCH_ALONE)]
-    assert row.killed and row.scenario is None
-    assert 1 <= row.examples <= 300
-    # Shrunk, as tests/test_conformance.py finds it: a claim, then an act with a forged target.
-    assert row.shrunk_length is not None and 2 <= row.shrunk_length <= 5, row.counterexample
-    assert "foreign-target" in row.counterexample
-    assert row.seconds <= row.check_seconds
+    matrix = km.run_matrix(pg_server, km.select(["cache-never-expires"]), budgets=budgets)
+    rows = _rows(matrix)
+    assert rows[("cache-never-expires", km.SCENARIOS_AND_SEARCH)].scenario == "authority_fences_and_ttl"
+    row = rows[("cache-never-expires", km.SEARCH_ALONE)]
+    assert row.killed and row.how == "divergence" and row.scenario is None
+    assert 1 <= row.examples <= 300 and row.budget == 300
+    # Shrunk to the bug itself: the clock passes the TTL, and a fire is served from the stale cache.
+    assert row.shrunk_length == 2, row.counterexample
+    assert row.counterexample.splitlines()[2:4] == [
+        "state.advance_clock(seconds=1)",
+        "state.fire(community='A', door='event', replica='r1', workflow='W1')",
+    ]
+    assert "state mismatch after Fire" in row.detail
+    assert 0 < row.seconds <= row.check_seconds
 
 
 def test_the_correct_implementation_survives_every_check(pg_server: Server) -> None:
