@@ -10,10 +10,10 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   fast check), and the randomized search alone, scenarios off (the evidence
   that the search does not lean on the scenarios). Stress is not run on them:
   its programs leave out reads and deletions by design (they are not
-  linearizable with in-flight claims), so several sequential bugs are out of
-  its reach, and the lockstep, which compares the full state after every
-  step, already kills each one in seconds with a replayable program of a few
-  steps;
+  linearizable with in-flight claims) and never fence a tenant, so several
+  sequential bugs are out of its reach (delivery-ids-reused needs a deletion,
+  reap-ignores-fence a fenced tenant), and the lockstep, which compares the
+  full state after every step, already kills each one in about a second;
 - race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
   for the two that random scheduling does not meet reliably, the forced
   interleaving that catches them (conformance/schedules.py).
