@@ -29,6 +29,7 @@ from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance import killmatrix
 from leaseproof.conformance import explore as exploration
 from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.progress import ProgressLine
 from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
 from leaseproof.conformance.linearizability import check as check_linearizable
 from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
@@ -269,13 +270,12 @@ def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _Progress:
-    """One line of progress on stderr: rewritten in place on a terminal, every 10% otherwise."""
+class _Progress(ProgressLine):
+    """Verify's progress on stderr: in place on a terminal, every 10% otherwise."""
 
     def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream = total, stream
-        self.live = stream.isatty()
-        self.next_report = 0
+        super().__init__(stream, every=max(1, min(total, 500) // 10), first=0, width=60)
+        self.total = total
 
     def __call__(self, coverage: Coverage) -> None:
         done = coverage.examples
@@ -283,18 +283,7 @@ class _Progress:
             line = f"  example {done}/{self.total}"
         else:
             line = f"  failed in example {coverage.first_failure}; shrinking, try {done - coverage.first_failure}"
-        line += f" · {coverage.steps:,} steps"
-        if self.live:
-            self.stream.write("\r" + line.ljust(60))
-            self.stream.flush()
-        elif done >= self.next_report:
-            self.stream.write(line + "\n")
-            self.next_report = done + max(1, min(self.total, 500) // 10)
-
-    def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * 60 + "\r")
-            self.stream.flush()
+        self.show(line + f" · {coverage.steps:,} steps", done)
 
 
 def _summary(verdict: Verdict, out: TextIO) -> None:
@@ -580,29 +569,15 @@ def check_trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_NONCONFORMING
 
 
-class _StressProgress:
-    """Live progress of a stress run on stderr: in place on a terminal, every 5 s otherwise."""
+class _StressProgress(ProgressLine):
+    """A stress run's progress on stderr: in place on a terminal, every 5 s otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream, self.live = stream, stream.isatty()
-        self.next_report = 5.0
+        super().__init__(stream, every=5.0)
 
     def __call__(self, p: StressProgress) -> None:
-        line = (
-            f"  {p.seconds:5.1f}s  programs {p.programs:,}  histories {p.histories:,}"
-            f"  operations {p.operations:,} ({p.rate:,.0f}/s)"
-        )
-        if self.live:
-            self.stream.write("\r" + line.ljust(78))
-            self.stream.flush()
-        elif p.seconds >= self.next_report:
-            self.stream.write(line + "\n")
-            self.next_report = p.seconds + 5.0
-
-    def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * 78 + "\r")
-            self.stream.flush()
+        line = f"  {p.seconds:5.1f}s  programs {p.programs:,}  histories {p.histories:,}"
+        self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
 
 
 def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -759,25 +734,21 @@ def explore_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_CONFORMS if holds else EXIT_NONCONFORMING
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
+    "verify": verify,
+    "replay": replay_traces,
+    "check-trace": check_trace,
+    "check-history": check_history_command,
+    "stress": stress_command,
+    "spec": spec_command,
+    "mutants": mutants_command,
+    "explore": explore_command,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "verify":
-        return verify(args, sys.stdout, sys.stderr)
-    if args.command == "replay":
-        return replay_traces(args, sys.stdout, sys.stderr)
-    if args.command == "check-trace":
-        return check_trace(args, sys.stdout, sys.stderr)
-    if args.command == "check-history":
-        return check_history_command(args, sys.stdout, sys.stderr)
-    if args.command == "stress":
-        return stress_command(args, sys.stdout, sys.stderr)
-    if args.command == "spec":
-        return spec_command(args, sys.stdout, sys.stderr)
-    if args.command == "mutants":
-        return mutants_command(args, sys.stdout, sys.stderr)
-    if args.command == "explore":
-        return explore_command(args, sys.stdout, sys.stderr)
-    raise AssertionError(f"unhandled command {args.command}")  # argparse only allows known commands
+    return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
 
 
 if __name__ == "__main__":

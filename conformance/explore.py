@@ -35,6 +35,7 @@ import attrs
 
 from leaseproof.conformance import trace
 from leaseproof.conformance import world as w
+from leaseproof.conformance.progress import ProgressLine
 from leaseproof.model import delivery as dm
 from leaseproof.model import invariants as delivery_invariants
 from leaseproof.model import lifecycle as lm
@@ -578,26 +579,15 @@ def bounds_for(machine: str, overrides: Mapping[str, int]) -> Any:
     return spec.bounds(**{name: value for name, value in overrides.items() if name in names})
 
 
-class ProgressLine:
-    """Live progress on stderr: in place on a terminal, every 5 s otherwise."""
+class ExploreProgress(ProgressLine):
+    """The search's progress on stderr: in place on a terminal, every 5 s otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream, self.live = stream, stream.isatty()
-        self.next_report = 5.0
+        super().__init__(stream, every=5.0)
 
     def __call__(self, p: Progress) -> None:
         line = f"  {p.seconds:5.1f}s  depth {p.depth}  states {p.states:,}  frontier {p.frontier:,}  ({p.rate:,.0f}/s)"
-        if self.live:
-            self.stream.write("\r" + line.ljust(78))
-            self.stream.flush()
-        elif p.seconds >= self.next_report:
-            self.stream.write(line + "\n")
-            self.next_report = p.seconds + 5.0
-
-    def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * 78 + "\r")
-            self.stream.flush()
+        self.show(line, p.seconds)
 
 
 def summary(result: Exploration, spec: ExplorationSpec, out: TextIO) -> None:
@@ -652,7 +642,7 @@ def run(
         spec = SPECS[machine]
         out.write(f"exploring the {machine} machine within {describe_bounds(bounds)}\n")
         out.flush()
-        progress = ProgressLine(err)
+        progress = ExploreProgress(err)
         try:
             result = explore(spec, bounds, on_progress=progress, every_step=every_step)
         finally:
