@@ -35,12 +35,8 @@ from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
 
 
-def _status_name_of(status: m.Status | None) -> str:
-    return "absent" if status is None else status.value
-
-
 def _status_name(d: m.Delivery | None) -> str:
-    return _status_name_of(None if d is None else d.status)
+    return m.status_name(None if d is None else d.status)
 
 
 def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySystem) -> str:
@@ -93,7 +89,7 @@ DELIVERY = MachineSpec(
     variant=m.variant,
     describe=w.describe,
     difference=lambda model, implementation: describe_state_difference(model, implementation),
-    transitions=tuple((_status_name_of(a), _status_name_of(b)) for a, b in m.TRANSITIONS),
+    transitions={(m.status_name(a), m.status_name(b)): by for (a, b), by in m.TRANSITION_RULES.items()},
     transitions_of=lambda before, after: _row_transitions(before, after),
 )
 
@@ -322,12 +318,13 @@ class DeliveryConformance(LockstepMachine):
             self.run(m.PublishEvent(cid, eid) if verb == "create" else m.DeleteEvent(cid, eid))
 
 
-def _row_transitions(before: m.DeliverySystem, after: m.DeliverySystem) -> list[tuple[str, str]]:
+def _row_transitions(before: m.DeliverySystem, after: m.DeliverySystem) -> list[tuple[Any, tuple[str, str]]]:
+    """Each row the step changed, by key, with its (from, to) statuses."""
     changed = []
     for key in before.deliveries.keys() | after.deliveries.keys():
         old, new = before.deliveries.get(key), after.deliveries.get(key)
         if old != new:
-            changed.append((_status_name(old), _status_name(new)))
+            changed.append((key, (_status_name(old), _status_name(new))))
     return changed
 
 

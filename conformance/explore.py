@@ -35,12 +35,14 @@ import attrs
 
 from leaseproof.conformance import trace
 from leaseproof.conformance import world as w
+from leaseproof.conformance.delivery_machine import DELIVERY
+from leaseproof.conformance.lifecycle_machine import LIFECYCLE
 from leaseproof.conformance.progress import ProgressLine
 from leaseproof.model import delivery as dm
 from leaseproof.model import invariants as delivery_invariants
 from leaseproof.model import lifecycle as lm
 from leaseproof.model import lifecycle_invariants
-from leaseproof.model.rules import Decision, Rule, changed_fields
+from leaseproof.model.rules import Decision, Rule, behaviours, changed_fields
 
 # -- the search --------------------------------------------------------------
 
@@ -206,7 +208,6 @@ def explore(
         Violation(kind, message, _path(parents, state) + (() if command is None else (command,)), count)
         for kind, (message, state, command, count) in found.items()
     ]
-    declared = [(op.__name__, r.guard, o) for op, rules in spec.rules.items() for r in rules for o in r.outcomes]
     return Exploration(
         machine=spec.machine,
         bounds=bounds,
@@ -216,7 +217,7 @@ def explore(
         unexpanded=unexpanded,
         seconds=time.perf_counter() - began,
         coverage=dict(coverage),
-        never_reached=tuple(triple for triple in declared if triple not in coverage),
+        never_reached=tuple(triple for triple in behaviours(spec.rules) if triple not in coverage),
         moves=dict(moved),
         never_moved=tuple(pair for pair in spec.transitions if pair not in moved),
         violations=tuple(sorted(violations, key=lambda v: len(v.path))),  # stable: found order within a length
@@ -396,20 +397,6 @@ def delivery_within(state: dm.DeliverySystem, bounds: DeliveryBounds) -> bool:
     )
 
 
-def _status(status: dm.Status | None) -> str:
-    return "absent" if status is None else status.value
-
-
-def _row_transitions(before: dm.DeliverySystem, after: dm.DeliverySystem) -> list[tuple[Any, tuple[str, str]]]:
-    old_rows, new_rows = before.deliveries, after.deliveries
-    moves = []
-    for key in old_rows.keys() | new_rows.keys():
-        old, new = old_rows.get(key), new_rows.get(key)
-        if old != new:
-            moves.append((key, (_status(old and old.status), _status(new and new.status))))
-    return moves
-
-
 DELIVERY_EXPLORATION = ExplorationSpec(
     machine="delivery",
     initial_state=dm.initial_state,
@@ -421,8 +408,8 @@ DELIVERY_EXPLORATION = ExplorationSpec(
     variant=dm.variant,
     rules=dm.RULES,
     bounds=DeliveryBounds,
-    transitions_of=_row_transitions,
-    transitions={(_status(a), _status(b)): rules for (a, b), rules in dm.TRANSITION_RULES.items()},
+    transitions_of=DELIVERY.transitions_of,
+    transitions=DELIVERY.transitions,
     subject="delivery",
 )
 
@@ -517,12 +504,6 @@ def lifecycle_within(state: lm.LifecycleSystem, bounds: LifecycleBounds) -> bool
     )
 
 
-def _coordinate_transitions(before: lm.LifecycleSystem, after: lm.LifecycleSystem) -> list[tuple[Any, tuple[str, str]]]:
-    old_heads, new_heads = before.heads, after.heads
-    changed = [c for c in old_heads.keys() | new_heads.keys() if old_heads.get(c) != new_heads.get(c)]
-    return [(c, (lm.coordinate_status(before, c), lm.coordinate_status(after, c))) for c in changed]
-
-
 _EVENT_NAMES = {
     f"{_event_id(c, wf, save[0]).hex()[:8]}…": save[0]
     for c in ("A", "B")
@@ -549,8 +530,8 @@ LIFECYCLE_EXPLORATION = ExplorationSpec(
     rules=lm.RULES,
     bounds=LifecycleBounds,
     describe=describe_lifecycle,
-    transitions_of=_coordinate_transitions,
-    transitions=lm.COORDINATE_TRANSITIONS,
+    transitions_of=LIFECYCLE.transitions_of,
+    transitions=LIFECYCLE.transitions,
     subject="coordinate",
 )
 
@@ -597,11 +578,9 @@ def summary(result: Exploration, spec: ExplorationSpec, out: TextIO) -> None:
         f"   transitions: {result.transitions:,}   depth: {result.depth}   time: {result.seconds:.1f}s\n"
     )
     out.write("rules reached (operation, guard, outcome: steps):\n")
-    for operation, rules in spec.rules.items():
-        for rule in rules:
-            for outcome in rule.outcomes:
-                count = result.coverage.get((operation.__name__, rule.guard, outcome), 0)
-                out.write(f"  {operation.__name__:<18} {rule.guard:<22} {outcome:<26} {count:>10,}\n")
+    for operation, guard, outcome in behaviours(spec.rules):
+        count = result.coverage.get((operation, guard, outcome), 0)
+        out.write(f"  {operation:<18} {guard:<22} {outcome:<26} {count:>10,}\n")
     if spec.transitions:
         taken = ", ".join(f"{a}→{b} ×{result.moves.get((a, b), 0):,}" for a, b in spec.transitions)
         out.write(f"transitions taken: {taken}\n")

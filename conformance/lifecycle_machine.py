@@ -54,16 +54,18 @@ LIFECYCLE = MachineSpec(
     variant=m.variant,
     describe=w.describe,
     difference=describe_difference,
-    transitions=tuple(m.COORDINATE_TRANSITIONS),
+    transitions=m.COORDINATE_TRANSITIONS,
     subject="coordinate",
     transitions_of=lambda before, after: coordinate_transitions(before, after),
 )
 
 
-def coordinate_transitions(before: m.LifecycleSystem, after: m.LifecycleSystem) -> list[tuple[str, str]]:
-    """The (from, to) life transitions of every coordinate whose head the step changed."""
+def coordinate_transitions(
+    before: m.LifecycleSystem, after: m.LifecycleSystem
+) -> list[tuple[m.Coordinate, tuple[str, str]]]:
+    """Each coordinate whose head the step changed, with its (from, to) life transition."""
     changed = {c for c in before.heads.keys() | after.heads.keys() if before.heads.get(c) != after.heads.get(c)}
-    return [(m.coordinate_status(before, c), m.coordinate_status(after, c)) for c in sorted(changed, key=str)]
+    return [(c, (m.coordinate_status(before, c), m.coordinate_status(after, c))) for c in sorted(changed, key=str)]
 
 
 def _mostly(common: list[Any], rare: list[Any], weight: int = 3) -> st.SearchStrategy[Any]:

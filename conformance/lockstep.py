@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 from hypothesis.stateful import RuleBasedStateMachine
 
-from leaseproof.model.rules import Decision, Rule
+from leaseproof.model.rules import Decision, Rule, behaviours
 
 
 class NonConformance(AssertionError):
@@ -50,9 +50,11 @@ class MachineSpec:
     variant: Callable[[Any], str]
     describe: Callable[[Any], str]
     difference: Callable[[Any, Any], str]  # (model state, implementation state)
-    # Named transitions of the machine's rows, if it has any, and how to read them off a step.
-    transitions: tuple[tuple[str, str], ...] = ()
-    transitions_of: Callable[[Any, Any], list[tuple[str, str]]] = lambda before, after: []
+    # Named transitions of the machine's rows (or coordinates), if it has any, each with
+    # the rules ("Operation/guard") that make it; and how to read them off a step: each
+    # (what moved, (from, to)).
+    transitions: Mapping[tuple[str, str], tuple[str, ...]] = attrs.field(factory=dict)
+    transitions_of: Callable[[Any, Any], list[tuple[Any, tuple[str, str]]]] = lambda before, after: []
     subject: str = "row"  # what moves along the transitions
 
     def step(self, state: Any, command: Any) -> tuple[Any, Any]:
@@ -63,7 +65,7 @@ class MachineSpec:
     def behaviours(self) -> list[tuple[str, str, str]]:
         """Every (operation, guard, outcome variant) the rules declare, in table order.
         `leaseproof explore` proves each one reachable."""
-        return [(op.__name__, r.guard, v) for op, rules in self.rules.items() for r in rules for v in r.outcomes]
+        return behaviours(self.rules)
 
 
 @attrs.define
@@ -94,7 +96,7 @@ class Coverage:
         operation, variant = type(command).__name__, self.spec.variant(outcome)
         self.outcomes[(operation, variant)] += 1
         self.behaviours[(operation, rule.guard, variant)] += 1
-        for pair in self.spec.transitions_of(before, after):
+        for _, pair in self.spec.transitions_of(before, after):
             self.transitions[pair] += 1
 
     def offers(self, operation: str) -> bool:

@@ -95,10 +95,6 @@ def render_invariants(registry: Invariants) -> str:
     return "\n".join(lines)
 
 
-def _status(status: delivery.Status | None) -> str:
-    return "absent" if status is None else status.value
-
-
 @attrs.frozen
 class Page:
     """One spec page and the blocks it carries, each rendered from the model."""
@@ -112,7 +108,8 @@ PAGES: tuple[Page, ...] = (
         "delivery.md",
         {
             "row-transitions": lambda: render_transitions(
-                {(_status(a), _status(b)): by for (a, b), by in delivery.TRANSITION_RULES.items()}, "absent"
+                {(delivery.status_name(a), delivery.status_name(b)): by for (a, b), by in delivery.TRANSITION_RULES.items()},
+                initial=delivery.status_name(None),
             ),
             "outcomes": lambda: render_outcomes(delivery.OUTCOME_VARIANTS),
             "rules": lambda: render_rules(delivery.RULES),

@@ -721,10 +721,10 @@ _HANDLERS: dict[type, Callable[[LifecycleSystem, Any], Decided]] = {
     ResumeRun: _resume,
     AdvanceClock: _advance_clock,
 }
-assert _HANDLERS.keys() == OUTCOME_VARIANTS.keys()
-assert all(set(OUTCOME_VARIANTS[op]) == {o for r in RULES[op] for o in r.outcomes} for op in RULES)
 
-decide: Callable[[LifecycleSystem, Command], Decision[LifecycleSystem]] = decider(RULES, _HANDLERS, variant, "lifecycle")
+decide: Callable[[LifecycleSystem, Command], Decision[LifecycleSystem]] = decider(
+    RULES, _HANDLERS, variant, OUTCOME_VARIANTS, "lifecycle"
+)
 
 
 def step(state: LifecycleSystem, command: Command) -> Step:

@@ -45,6 +45,11 @@ class RuleError(AssertionError):
     """The model answered outside its own rule table: a bug in the model."""
 
 
+def behaviours(rules: Mapping[type, tuple[Rule, ...]]) -> list[tuple[str, str, str]]:
+    """Every (operation, guard, outcome variant) the rules declare, in table order."""
+    return [(op.__name__, r.guard, v) for op, listed in rules.items() for r in listed for v in r.outcomes]
+
+
 def rule_table(rules: Mapping[type, tuple[Rule, ...]]) -> dict[type, dict[str, Rule]]:
     """The rules of each operation by guard, refusing a guard declared twice."""
     table: dict[type, dict[str, Rule]] = {}
@@ -60,13 +65,19 @@ def decider(
     rules: Mapping[type, tuple[Rule, ...]],
     handlers: Mapping[type, Callable[[State, Any], tuple[State, Any, str]]],
     variant: Callable[[Any], str],
+    variants: Mapping[type, tuple[str, ...]],
     machine: str,
 ) -> Callable[[State, Any], Decision[State]]:
     """`decide(state, command)` for one machine: run the command's handler and
-    check its answer against the rule it names."""
+    check its answer against the rule it names. The rules, the handlers and the
+    catalogue of outcome variants must cover the same operations, and each
+    operation's rules exactly its variants."""
     table = rule_table(rules)
-    if table.keys() != handlers.keys():
-        raise RuleError(f"{machine}: rules and handlers cover different operations")
+    if not table.keys() == handlers.keys() == variants.keys():
+        raise RuleError(f"{machine}: rules, handlers and outcome variants cover different operations")
+    for operation, listed in rules.items():
+        if {v for r in listed for v in r.outcomes} != set(variants[operation]):
+            raise RuleError(f"{machine}: the rules of {operation.__name__} do not answer exactly its outcome variants")
 
     def decide(state: State, command: Any) -> Decision[State]:
         handler = handlers.get(type(command))
