@@ -43,7 +43,6 @@ from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import MUTANTS, Mutant
 from leaseproof.impl.race_mutants import RACE_MUTANTS
 from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
-from leaseproof.impl.store import PostgresDeliveryStore
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
@@ -373,7 +372,7 @@ def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
 def _machines(args: argparse.Namespace) -> list[str]:
     """The machines to verify: --machine, else what the mutant or adapter implies, else both."""
     mutant = _mutant(args.mutant)
-    implied = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery" if mutant else None
+    implied = mutant.machine if mutant else None
     external = args.adapter is not None or args.adapter_cmd is not None
     if external:
         implied = "delivery"
@@ -408,11 +407,11 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
     mutant = _mutant(args.mutant)
     if mutant is not None:
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
+    if mutant is not None and mutant.machine == machine:
+        return mutant.adapter(servers.database())
     if machine == "lifecycle":
-        variant = mutant if isinstance(mutant, LifecycleMutant) else LifecycleMutant("", "")
-        return PostgresLifecycleAdapter(servers.database(), store_class=variant.store, engine_class=variant.engine, resumer_class=variant.resumer)
-    store = mutant.store if isinstance(mutant, Mutant) else PostgresDeliveryStore
-    return PostgresDeliveryAdapter(servers.database(), store)
+        return PostgresLifecycleAdapter(servers.database())
+    return PostgresDeliveryAdapter(servers.database())
 
 
 def _each_machine(
@@ -522,7 +521,7 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"the traces are of the {' and '.join(machines)} machines; replay one machine's at a time")
         machine = machines[0]
         mutant = _mutant(args.mutant)
-        if mutant is not None and isinstance(mutant, LifecycleMutant) != (machine == "lifecycle"):
+        if mutant is not None and mutant.machine != machine:
             raise UsageError(f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants")
         with contextlib.ExitStack() as stack:
             adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)

@@ -43,8 +43,6 @@ from leaseproof.conformance.lockstep import Coverage
 from leaseproof.conformance.schedules import INTERLEAVINGS, Interleaving, run_interleaving
 from leaseproof.conformance.stress import StressFault, stress
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants import MUTANTS, Mutant
@@ -99,10 +97,7 @@ class Subject:
 
     def adapter(self, dsn: str) -> Any:
         """The bundled implementation with this mutant's classes, on the database `dsn`."""
-        if isinstance(self.variant, LifecycleMutant):
-            v = self.variant
-            return PostgresLifecycleAdapter(dsn, store_class=v.store, engine_class=v.engine, resumer_class=v.resumer)
-        return PostgresDeliveryAdapter(dsn, self.variant.store)
+        return self.variant.adapter(dsn)
 
     def checks(self, fast: bool) -> tuple[str, ...]:
         """The checks that apply to it, in the order they run; `fast`: the fast subset's."""
@@ -113,13 +108,9 @@ class Subject:
         return (FORCED,) if fast else (STRESS, FORCED)
 
 
-def _machine(variant: Mutant | LifecycleMutant) -> str:
-    return "lifecycle" if isinstance(variant, LifecycleMutant) else "delivery"
-
-
 SUBJECTS: tuple[Subject, ...] = (
-    *(Subject(mu.name, _machine(mu), SEQUENTIAL, mu.stands_for, mu) for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
-    *(Subject(mu.name, _machine(mu), RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
+    *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
+    *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
 )
 
 

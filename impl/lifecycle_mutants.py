@@ -6,10 +6,11 @@ with a variant that differs in one named statement or method.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
 from leaseproof.impl.mutants import _swap
 from leaseproof.model import lifecycle as m
@@ -111,6 +112,11 @@ class LifecycleMutant:
     store: type[LifecycleStore] = LifecycleStore
     engine: type[ReplicaEngine] = ReplicaEngine
     resumer: type[RunResumer] = RunResumer
+    machine: ClassVar[str] = "lifecycle"
+
+    def adapter(self, dsn: str) -> PostgresLifecycleAdapter:
+        """The bundled lifecycle adapter running this mutant's classes, on the database `dsn`."""
+        return PostgresLifecycleAdapter(dsn, store_class=self.store, engine_class=self.engine, resumer_class=self.resumer)
 
 
 LIFECYCLE_MUTANTS: tuple[LifecycleMutant, ...] = (

@@ -8,10 +8,11 @@ that the conformance machine kills every one of them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.store import PostgresDeliveryStore
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
@@ -137,6 +138,11 @@ class Mutant:
     name: str
     stands_for: str
     store: type[PostgresDeliveryStore]
+    machine: ClassVar[str] = "delivery"
+
+    def adapter(self, dsn: str) -> PostgresDeliveryAdapter:
+        """The bundled delivery adapter running this mutant's store, on the database `dsn`."""
+        return PostgresDeliveryAdapter(dsn, self.store)
 
 
 MUTANTS: tuple[Mutant, ...] = (

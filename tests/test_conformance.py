@@ -37,13 +37,9 @@ def test_scenarios_reach_every_outcome_variant_transition_and_rule(adapter: Post
     assert coverage.missing_behaviours() == []
 
 
-def _mutant_adapter(dsn: str, mutant: Mutant) -> PostgresDeliveryAdapter:
-    return PostgresDeliveryAdapter(dsn, mutant.store)
-
-
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
 def test_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
-    adapter = _mutant_adapter(delivery_dsn, mutant)
+    adapter = mutant.adapter(delivery_dsn)
     try:
         # A disagreement, or the implementation raising (an aborted run).
         with pytest.raises((NonConformance, RunAborted)) as failure:
@@ -56,7 +52,7 @@ def test_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
 @pytest.mark.evidence
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
 def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
-    adapter = _mutant_adapter(delivery_dsn, mutant)
+    adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(adapter, max_examples=SEARCH_BUDGET, seed_value=SEED, shrink=False, scenarios=False)
     finally:
@@ -67,7 +63,7 @@ def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant
 
 def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) -> None:
     mutant = next(mu for mu in MUTANTS if mu.name == "lease-target-unbound")
-    adapter = _mutant_adapter(delivery_dsn, mutant)
+    adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(adapter, max_examples=SEARCH_BUDGET, seed_value=SEED, scenarios=False)
     finally:

@@ -30,13 +30,9 @@ def test_lifecycle_scenarios_reach_every_outcome_variant_and_rule(lifecycle_adap
     assert coverage.missing_behaviours() == []
 
 
-def _mutant_adapter(dsn: str, mutant: LifecycleMutant) -> PostgresLifecycleAdapter:
-    return PostgresLifecycleAdapter(dsn, store_class=mutant.store, engine_class=mutant.engine, resumer_class=mutant.resumer)
-
-
 @pytest.mark.parametrize("mutant", LIFECYCLE_MUTANTS, ids=lambda mu: mu.name)
 def test_lifecycle_scenarios_kill_each_mutant(delivery_dsn: str, mutant: LifecycleMutant) -> None:
-    adapter = _mutant_adapter(delivery_dsn, mutant)
+    adapter = mutant.adapter(delivery_dsn)
     try:
         with pytest.raises((NonConformance, RunAborted)) as failure:
             run_scenarios(lifecycle_machine_for(adapter), LIFECYCLE_SCENARIOS)
@@ -48,7 +44,7 @@ def test_lifecycle_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Lifecyc
 @pytest.mark.evidence
 @pytest.mark.parametrize("mutant", LIFECYCLE_MUTANTS, ids=lambda mu: mu.name)
 def test_lifecycle_search_alone_kills_each_mutant(delivery_dsn: str, mutant: LifecycleMutant) -> None:
-    adapter = _mutant_adapter(delivery_dsn, mutant)
+    adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(
             adapter, machine="lifecycle", max_examples=SEARCH_BUDGET, seed_value=SEED, shrink=False, scenarios=False

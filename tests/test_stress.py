@@ -19,7 +19,6 @@ from leaseproof.conformance.schedules import INTERLEAVINGS
 from leaseproof.conformance.stress import Runner, stress
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LifecycleMutant
 from leaseproof.impl.race_mutants import RACE_MUTANTS
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -36,14 +35,6 @@ def _one_run(adapter: Any, machine: str, seed: int) -> History:
     finally:
         runner.close()
         adapter.close()
-
-
-def _adapter(dsn: str, mutant: Any = None) -> Any:
-    if isinstance(mutant, LifecycleMutant):
-        return PostgresLifecycleAdapter(dsn, store_class=mutant.store, engine_class=mutant.engine, resumer_class=mutant.resumer)
-    if mutant is not None:
-        return PostgresDeliveryAdapter(dsn, mutant.store)
-    return None
 
 
 @pytest.fixture
@@ -94,14 +85,13 @@ def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> 
 
 
 # CI runs these kills with the fast kill matrix (`leaseproof mutants --fast`, .ci/run),
-# on a smaller program budget; this is the full-budget proof, as the full matrix runs it.
+# which stops each at its kill; this test is the same proof, in the evidence run.
 @pytest.mark.evidence
 @pytest.mark.parametrize(
     "mutant", [mu for mu in RACE_MUTANTS if mu.name not in CAUGHT_ONLY_BY_FORCED_INTERLEAVING], ids=lambda mu: mu.name
 )
 def test_every_race_mutant_is_caught_by_the_runner_and_the_checker(delivery_dsn: str, mutant: Any) -> None:
-    adapter = _adapter(delivery_dsn, mutant)
-    machine = "lifecycle" if isinstance(mutant, LifecycleMutant) else "delivery"
+    adapter, machine = mutant.adapter(delivery_dsn), mutant.machine
     try:
         report = stress(adapter, machine=machine, workers=WORKERS, duration=900, seed=SEED, repeats=3, max_programs=1000)
     finally:

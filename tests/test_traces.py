@@ -202,9 +202,7 @@ def lifecycle_trace_file(tmp_path: Path) -> Path:
 
 
 def _lifecycle_adapter(dsn: str, mutant: LifecycleMutant | None = None) -> PostgresLifecycleAdapter:
-    if mutant is None:
-        return PostgresLifecycleAdapter(dsn)
-    return PostgresLifecycleAdapter(dsn, store_class=mutant.store, engine_class=mutant.engine, resumer_class=mutant.resumer)
+    return PostgresLifecycleAdapter(dsn) if mutant is None else mutant.adapter(dsn)
 
 
 def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | None | Exception:
