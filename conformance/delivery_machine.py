@@ -179,19 +179,28 @@ class DeliveryConformance(LockstepMachine):
 
     @initialize()
     def setup(self) -> None:
+        """The world every program starts from: communities A and B, each with both
+        workflows, runs R1-R3, messages M1-M2, and (work to claim, even in a program
+        that never commits) R1/s1 committed for T1 and T2. One step of the lockstep:
+        every outcome compared, the whole state once, at the end."""
         self.begin()
-        for name in w.LIVE_COMMUNITIES:
-            cid = w.COMMUNITIES[name]
-            self.run(m.CreateCommunity(cid))
-            for workflow in sorted(w.WORKFLOWS):
-                self.run(m.CreateWorkflow(cid, w.WORKFLOWS[workflow]))
-            for run in w.INITIAL_RUNS:
-                self.run(m.CreateRun(cid, w.WORKFLOWS[w.RUN_WORKFLOW[run]], w.RUNS[run]))
-            for message in w.INITIAL_MESSAGES:
-                self.run(m.PublishEvent(cid, w.MESSAGES[message]))
-        # Every program starts with work to claim, even one that never commits.
-        for name in w.LIVE_COMMUNITIES:
-            self.commit(name, "R1", "s1", [(w.FRESH, "T1", "M1", "D1", "event:E1"), (w.FRESH, "T2", "M1", "D1", "event:E1")], False)
+        self.run_together(SETUP, "the set-up")
+
+    @staticmethod
+    def commit_command(
+        community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
+    ) -> m.CommitDeliveries:
+        workflow = w.RUN_WORKFLOW[run]
+        if wrong_workflow:
+            workflow = w.other(workflow, w.WORKFLOWS)
+        deliveries = [
+            m.NewDelivery(
+                w.delivery_id(delivery, run, step, target),
+                w.binding(community, workflow, run, step, target, definition, message, cause),
+            )
+            for delivery, target, message, definition, cause in recipients
+        ]
+        return m.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], deliveries)
 
     # -- deliveries -------------------------------------------------------------
 
@@ -205,17 +214,7 @@ class DeliveryConformance(LockstepMachine):
     def commit(
         self, community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
     ) -> None:
-        workflow = w.RUN_WORKFLOW[run]
-        if wrong_workflow:
-            workflow = w.other(workflow, w.WORKFLOWS)
-        deliveries = [
-            m.NewDelivery(
-                w.delivery_id(delivery, run, step, target),
-                w.binding(community, workflow, run, step, target, definition, message, cause),
-            )
-            for delivery, target, message, definition, cause in recipients
-        ]
-        self.run(m.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], deliveries))
+        self.run(self.commit_command(community, run, step, recipients, wrong_workflow))
 
     @rule(
         target=leases,
@@ -316,6 +315,22 @@ class DeliveryConformance(LockstepMachine):
         else:
             eid = w.MESSAGES[what]
             self.run(m.PublishEvent(cid, eid) if verb == "create" else m.DeleteEvent(cid, eid))
+
+
+def _setup() -> tuple[m.Command, ...]:
+    commands: list[m.Command] = []
+    for name in w.LIVE_COMMUNITIES:
+        cid = w.COMMUNITIES[name]
+        commands.append(m.CreateCommunity(cid))
+        commands += [m.CreateWorkflow(cid, w.WORKFLOWS[workflow]) for workflow in sorted(w.WORKFLOWS)]
+        commands += [m.CreateRun(cid, w.WORKFLOWS[w.RUN_WORKFLOW[run]], w.RUNS[run]) for run in w.INITIAL_RUNS]
+        commands += [m.PublishEvent(cid, w.MESSAGES[message]) for message in w.INITIAL_MESSAGES]
+    recipients = [(w.FRESH, "T1", "M1", "D1", "event:E1"), (w.FRESH, "T2", "M1", "D1", "event:E1")]
+    commands += [DeliveryConformance.commit_command(name, "R1", "s1", recipients, False) for name in w.LIVE_COMMUNITIES]
+    return tuple(commands)
+
+
+SETUP = _setup()
 
 
 def _row_transitions(before: m.DeliverySystem, after: m.DeliverySystem) -> list[tuple[Any, tuple[str, str]]]:

@@ -87,28 +87,14 @@ class LifecycleConformance(LockstepMachine):
 
     @initialize()
     def setup(self) -> None:
+        """Communities A and B, alice and bob with authority in #general of each and alice
+        in #ops of A, and a live definition "a" of (A, W1) by alice that both replicas
+        serve. One step of the lockstep: every outcome compared, the whole state once."""
         self.begin()
-        for name in w.LIVE_COMMUNITIES:
-            cid = w.COMMUNITIES[name]
-            self.run(d.CreateCommunity(cid))
-            for author in ("alice", "bob"):
-                self.run(m.SetAuthority(cid, w.CHANNELS["general"], w.AUTHORS[author], True))
-        self.run(m.SetAuthority(w.COMMUNITIES["A"], w.CHANNELS["ops"], w.AUTHORS["alice"], True))
-        # Every program starts with a live definition that both replicas serve.
-        self.save("A", "W1", "alice", "general", "a", "newer")
-        for replica in w.REPLICAS:
-            self.run(m.RefreshCache(replica))
+        self.run_together(SETUP, "the set-up")
 
     def _at(self, community: str, workflow: str, when: str) -> dt.datetime:
-        """An event time relative to the coordinate's head and cutoff."""
-        coordinate = (w.COMMUNITIES[community], w.WORKFLOWS[workflow])
-        head = self.model.heads.get(coordinate)
-        cutoff = self.model.cutoffs.get(coordinate)
-        base = head.created_at if head is not None else (cutoff or w.START)
-        if when in ("at-cutoff", "after-cutoff") and cutoff is not None:
-            base = cutoff
-        offset = {"newer": SECOND, "same": 0 * SECOND, "older": -SECOND, "at-cutoff": 0 * SECOND}
-        return base + offset.get(when, SECOND)
+        return event_time(self.model, community, workflow, when)
 
     @rule(
         community=communities,
@@ -119,18 +105,7 @@ class LifecycleConformance(LockstepMachine):
         when=_mostly(["newer"], list(WHENS[1:]), weight=4),
     )
     def save(self, community: str, workflow: str, author: str, channel: str, content: str, when: str) -> None:
-        at = self._at(community, workflow, when)
-        identity = f"{community}/{workflow}/{author}/{channel}/{content}/{at.isoformat()}"
-        event = m.DefinitionEvent(
-            event_id=hashlib.sha256(identity.encode()).digest(),
-            community_id=w.COMMUNITIES[community],
-            workflow_id=w.WORKFLOWS[workflow],
-            author=w.AUTHORS[author],
-            channel_id=w.CHANNELS[channel],
-            created_at=at,
-            definition=CONTENTS[content],
-        )
-        self.run(m.SaveDefinition(event))
+        self.run(save_command(community, workflow, author, channel, content, self._at(community, workflow, when)))
 
     @rule(community=communities, workflow=workflows, author=authors, when=_mostly(["newer"], ["same", "older"]))
     def delete(self, community: str, workflow: str, author: str, when: str) -> None:
@@ -191,6 +166,51 @@ class LifecycleConformance(LockstepMachine):
     @rule(seconds=_mostly([1], [5, 10], weight=2))
     def advance_clock(self, seconds: int) -> None:
         self.run(d.AdvanceClock(seconds * SECOND))
+
+
+def event_time(state: m.LifecycleSystem, community: str, workflow: str, when: str) -> dt.datetime:
+    """An event time relative to the coordinate's head and cutoff."""
+    coordinate = (w.COMMUNITIES[community], w.WORKFLOWS[workflow])
+    head = state.heads.get(coordinate)
+    cutoff = state.cutoffs.get(coordinate)
+    base = head.created_at if head is not None else (cutoff or w.START)
+    if when in ("at-cutoff", "after-cutoff") and cutoff is not None:
+        base = cutoff
+    offset = {"newer": SECOND, "same": 0 * SECOND, "older": -SECOND, "at-cutoff": 0 * SECOND}
+    return base + offset.get(when, SECOND)
+
+
+def save_command(
+    community: str, workflow: str, author: str, channel: str, content: str, at: dt.datetime
+) -> m.SaveDefinition:
+    """A signed save in world names; its event id is derived from everything it says."""
+    identity = f"{community}/{workflow}/{author}/{channel}/{content}/{at.isoformat()}"
+    return m.SaveDefinition(
+        m.DefinitionEvent(
+            event_id=hashlib.sha256(identity.encode()).digest(),
+            community_id=w.COMMUNITIES[community],
+            workflow_id=w.WORKFLOWS[workflow],
+            author=w.AUTHORS[author],
+            channel_id=w.CHANNELS[channel],
+            created_at=at,
+            definition=CONTENTS[content],
+        )
+    )
+
+
+def _setup() -> tuple[Any, ...]:
+    commands: list[Any] = []
+    for name in w.LIVE_COMMUNITIES:
+        cid = w.COMMUNITIES[name]
+        commands.append(d.CreateCommunity(cid))
+        commands += [m.SetAuthority(cid, w.CHANNELS["general"], w.AUTHORS[a], True) for a in ("alice", "bob")]
+    commands.append(m.SetAuthority(w.COMMUNITIES["A"], w.CHANNELS["ops"], w.AUTHORS["alice"], True))
+    commands.append(save_command("A", "W1", "alice", "general", "a", w.START + SECOND))
+    commands += [m.RefreshCache(replica) for replica in w.REPLICAS]
+    return tuple(commands)
+
+
+SETUP = _setup()
 
 
 def lifecycle_machine_for(

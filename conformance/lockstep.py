@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -134,8 +134,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.model = self.spec.initial_state(self.start)
-        self.program: list[str] = []  # this example's commands so far, for fault reports
-        self.commands: list[Any] = []
+        self.commands: list[Any] = []  # this example's commands so far
         self.coverage.last_commands = self.commands
 
     def begin(self) -> None:
@@ -149,11 +148,21 @@ class LockstepMachine(RuleBasedStateMachine):
         try:
             return call(*args)
         except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
-            raise RunAborted(fault, self.program) from fault
+            raise RunAborted(fault, [self.spec.describe(c) for c in self.commands]) from fault
 
     def run(self, command: Any) -> Any:
+        """One step: the model and the implementation apply `command`; the outcomes and the
+        whole states must agree."""
+        return self.run_together([command])[0]
+
+    def run_together(self, commands: Sequence[Any], label: str | None = None) -> list[Any]:
+        """Several commands as one step: each outcome is compared as it comes, the
+        whole state once, after the last (the set-up's way: it is the same every
+        program, and a state that went wrong in it is still wrong at its end)."""
         try:
-            return self._lockstep(command)
+            outcomes = [self._lockstep(command) for command in commands]
+            self._compare_states(lambda: label or self.spec.describe(commands[-1]))
+            return outcomes
         except BaseException:
             if self.coverage.first_failure is None:
                 self.coverage.first_failure = self.coverage.examples
@@ -167,7 +176,6 @@ class LockstepMachine(RuleBasedStateMachine):
         before = self.model
         decision = self.spec.decide(before, command)
         after, expected = decision.state, decision.outcome
-        self.program.append(describe(command))
         self.commands.append(command)
         actual = self._adapter(self.adapter.execute, command)
         self.coverage.record(before, after, command, expected, decision.rule)
@@ -181,10 +189,12 @@ class LockstepMachine(RuleBasedStateMachine):
         if violations:
             raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
         self.model = after
-        snapshot = self._adapter(self.adapter.snapshot)
-        if snapshot != after:
-            raise NonConformance(f"state mismatch after {describe(command)}\n" + self.spec.difference(after, snapshot))
         return actual
+
+    def _compare_states(self, after: Callable[[], str]) -> None:
+        snapshot = self._adapter(self.adapter.snapshot)
+        if snapshot != self.model:
+            raise NonConformance(f"state mismatch after {after()}\n" + self.spec.difference(self.model, snapshot))
 
 
 def bind(

@@ -58,10 +58,14 @@ def run_conformance(
     steps: int = 50,
     shrink: bool = True,
     scenarios: bool = True,
+    generate: bool = True,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> Verdict:
     """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
-    `scenarios` is false), then `max_examples` generated programs."""
+    `scenarios` is false), then (unless `generate` is false) `max_examples`
+    generated programs."""
+    if not (scenarios or generate):
+        raise ValueError("nothing to run: neither the scenarios nor generated programs")
     coverage = Coverage()
     spec = MACHINES[machine]
     bound = seed(seed_value)(spec.bind(adapter, coverage, on_example))
@@ -86,8 +90,9 @@ def run_conformance(
     try:
         if scenarios:
             run_scenarios(bound, spec.scenarios)
-        with with_reporter(lambda _: None):  # the program arrives on the exception instead
-            run_state_machine_as_test(bound, settings=config)
+        if generate:
+            with with_reporter(lambda _: None):  # the program arrives on the exception instead
+                run_state_machine_as_test(bound, settings=config)
     except RunAborted as aborted:
         return Verdict(
             conforms=False,

@@ -11,18 +11,15 @@ import datetime as dt
 import threading
 from typing import Any
 
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row
+from leaseproof.impl.adapter import Connect, reset_database
+from leaseproof.impl.lifecycle_store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect, read_consistently
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused
 from leaseproof.model.frozenmap import FrozenMap
 
-_RESET = """
-    TRUNCATE executed_actions, admitted_runs, definition_runtime, definition_heads, definition_cutoffs,
-             channel_authority, communities, lp_clock RESTART IDENTITY CASCADE
-"""
 
 
 class PostgresLifecycleSession:
@@ -36,9 +33,9 @@ class PostgresLifecycleSession:
     """
 
     def __init__(self, adapter: PostgresLifecycleAdapter) -> None:
-        self.conn = connect(adapter.dsn)
+        self.conn = adapter.connect(adapter.dsn)
         self.clock = PinnedClock(self.conn)
-        self.communities = PostgresDeliveryStore(self.conn)
+        self.communities = adapter.communities_class(self.conn)
         self.store = adapter.store_class(self.conn)
         self.resumer = adapter.resumer_class(self.conn)
         self.engines = adapter.engines
@@ -86,9 +83,13 @@ class PostgresLifecycleAdapter:
         store_class: type[LifecycleStore] = LifecycleStore,
         engine_class: type[ReplicaEngine] = ReplicaEngine,
         resumer_class: type[RunResumer] = RunResumer,
+        communities_class: type[PostgresDeliveryStore] = PostgresDeliveryStore,
+        connect: Connect = connect,
     ) -> None:
         self.name = f"postgres:{store_class.__name__}+{engine_class.__name__}+{resumer_class.__name__}"
         self.dsn, self.store_class, self.resumer_class = dsn, store_class, resumer_class
+        # Community creation and state changes: the delivery store's statements.
+        self.communities_class, self.connect = communities_class, connect
         with connect(dsn) as conn:
             migrate(conn)
         self.engines = {name: engine_class(connect(dsn), name) for name in replicas}
@@ -98,9 +99,7 @@ class PostgresLifecycleAdapter:
         self.clock = self.client.clock
 
     def reset(self, start: dt.datetime) -> None:
-        with self.conn.transaction():
-            self.conn.execute(_RESET)
-            self.clock.pin(start)
+        reset_database(self.conn, start)
         for engine in self.engines.values():
             engine.cache = m.Cache(loaded_at=start)
 
@@ -111,42 +110,37 @@ class PostgresLifecycleAdapter:
         """Another client of the same database and the same replicas."""
         return PostgresLifecycleSession(self)
 
+    SNAPSHOT_QUERIES = (
+        "SELECT lp_now()",
+        "SELECT id, state FROM communities",
+        "SELECT community_id, channel_id, member FROM channel_authority",
+        "SELECT community_id, workflow_id, event_id, author, channel_id, created_at, actions, enabled"
+        " FROM definition_heads",
+        f"SELECT {RECORD_COLUMNS} FROM definition_runtime",
+        "SELECT community_id, workflow_id, cutoff FROM definition_cutoffs",
+        f"SELECT id, door, admitted_at, {RECORD_COLUMNS} FROM admitted_runs",
+        "SELECT run_id, action FROM executed_actions ORDER BY run_id, seq",
+    )
+
     def snapshot(self) -> m.LifecycleSystem:
-        with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            q = self.conn.execute
-            now = q("SELECT lp_now() AS now").fetchone()["now"]  # type: ignore[index]
-            communities = {r["id"]: d.CommunityState(r["state"]) for r in q("SELECT id, state FROM communities")}
-            authority = frozenset(
-                (r["community_id"], r["channel_id"], bytes(r["member"])) for r in q("SELECT * FROM channel_authority")
-            )
-            heads = {
-                (r["community_id"], r["workflow_id"]): m.Head(
-                    bytes(r["event_id"]),
-                    bytes(r["author"]),
-                    r["channel_id"],
-                    r["created_at"],
-                    m.Definition(tuple(r["actions"]), r["enabled"]),
-                )
-                for r in q("SELECT * FROM definition_heads")
-            }
-            runtime = {(r["community_id"], r["workflow_id"]): record_from_row(r) for r in q("SELECT * FROM definition_runtime")}
-            cutoffs = {(r["community_id"], r["workflow_id"]): r["cutoff"] for r in q("SELECT * FROM definition_cutoffs")}
-            runs = {
-                r["id"]: m.Run(r["id"], r["door"], record_from_row(r), r["admitted_at"])
-                for r in q("SELECT * FROM admitted_runs")
-            }
-            executed: dict[int, tuple[str, ...]] = {}
-            for r in q("SELECT run_id, action FROM executed_actions ORDER BY run_id, seq"):
-                executed[r["run_id"]] = executed.get(r["run_id"], ()) + (r["action"],)
+        """Every persisted row, the DB clock and every replica's cache (one round trip)."""
+        clock, communities, authority, heads, runtime, cutoffs, runs, actions = read_consistently(
+            self.conn, self.SNAPSHOT_QUERIES
+        )
+        executed: dict[int, tuple[str, ...]] = {}
+        for run_id, action in actions:
+            executed[run_id] = executed.get(run_id, ()) + (action,)
         return m.LifecycleSystem(
-            now=now,
-            communities=FrozenMap(communities),
-            authority=authority,
-            heads=FrozenMap(heads),
-            runtime=FrozenMap(runtime),
-            cutoffs=FrozenMap(cutoffs),
-            runs=FrozenMap(runs),
+            now=clock[0][0],
+            communities=FrozenMap((cid, d.CommunityState(state)) for cid, state in communities),
+            authority=frozenset((cid, channel, bytes(member)) for cid, channel, member in authority),
+            heads=FrozenMap(
+                ((cid, wid), m.Head(bytes(event), bytes(author), channel, created, m.Definition(tuple(acts), enabled)))
+                for cid, wid, event, author, channel, created, acts, enabled in heads
+            ),
+            runtime=FrozenMap((r.coordinate, r) for r in map(_record, runtime)),
+            cutoffs=FrozenMap(((cid, wid), cutoff) for cid, wid, cutoff in cutoffs),
+            runs=FrozenMap((row[0], m.Run(row[0], row[1], _record(row[3:]), row[2])) for row in runs),
             caches=FrozenMap({name: engine.cache for name, engine in self.engines.items()}),
             executed=FrozenMap(executed),
         )
@@ -155,3 +149,10 @@ class PostgresLifecycleAdapter:
         for engine in self.engines.values():
             engine.conn.close()
         self.conn.close()
+
+
+_RECORD_NAMES = tuple(c.strip() for c in RECORD_COLUMNS.split(","))
+
+
+def _record(row: tuple[Any, ...]) -> m.Record:
+    return record_from_row(dict(zip(_RECORD_NAMES, row, strict=True)))

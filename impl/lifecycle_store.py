@@ -22,7 +22,7 @@ from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused
 from leaseproof.model.frozenmap import FrozenMap
 
-_RECORD_COLUMNS = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision"
+RECORD_COLUMNS = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision"
 
 
 def record_from_row(row: dict[str, Any]) -> m.Record:
@@ -100,7 +100,7 @@ class LifecycleStore(_Writes):
             actions = excluded.actions, enabled = excluded.enabled, hash = excluded.hash
     """
     SQL_UPSERT_RUNTIME = f"""
-        INSERT INTO definition_runtime ({_RECORD_COLUMNS})
+        INSERT INTO definition_runtime ({RECORD_COLUMNS})
         VALUES (%(community_id)s, %(workflow_id)s, %(owner)s, %(channel_id)s, %(hash)s, %(enabled)s,
                 %(incarnation)s, %(actions)s, %(revision)s)
         ON CONFLICT (community_id, workflow_id) DO UPDATE SET
@@ -182,7 +182,7 @@ class ReplicaEngine(_Writes):
     """One serving replica: its own connection and its own TTL cache."""
 
     SQL_NOW = "SELECT lp_now() AS now"
-    SQL_ENABLED = f"SELECT {_RECORD_COLUMNS} FROM definition_runtime WHERE enabled"
+    SQL_ENABLED = f"SELECT {RECORD_COLUMNS} FROM definition_runtime WHERE enabled"
     # The only admission path: the selected record must still be the
     # current, active, enabled row in every revision field; the share lock
     # makes definition writers and deleters wait for (or win over) it.
@@ -244,7 +244,7 @@ class RunResumer(_Writes):
 
     # Locked, so resumes of one run take turns: each appends its whole action
     # list, never interleaved with another's in the sink.
-    SQL_PINNED = f"SELECT {_RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s FOR NO KEY UPDATE"
+    SQL_PINNED = f"SELECT {RECORD_COLUMNS} FROM admitted_runs WHERE id = %(run_id)s FOR NO KEY UPDATE"
     # The admission guard again, for the pinned record.
     SQL_STILL_CURRENT = """
         SELECT 1 FROM definition_runtime d

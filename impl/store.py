@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
@@ -120,6 +120,10 @@ class FencedWriter:
 
 class PostgresDeliveryStore(FencedWriter):
     """The delivery machine on PostgreSQL. One connection; not thread-safe."""
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        super().__init__(conn)
+        self._decoded_rows: dict[tuple[Any, ...], m.Delivery] = {}
 
     # -- named statements ---------------------------------------------------
 
@@ -499,32 +503,63 @@ class PostgresDeliveryStore(FencedWriter):
 
     # -- whole-state read -------------------------------------------------------
 
+    SNAPSHOT_QUERIES = (
+        "SELECT lp_now()",
+        "SELECT id, state FROM communities",
+        "SELECT community_id, id FROM workflows",
+        "SELECT community_id, workflow_id, id FROM workflow_runs",
+        "SELECT community_id, id FROM events",
+        f"SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries",
+        "SELECT community_id, id FROM retired_delivery_ids",
+    )
+
     def snapshot(self) -> m.DeliverySystem:
-        """Every persisted row and the DB clock, as the model's state value."""
-        with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            q = self.conn.execute
-            now = q("SELECT lp_now() AS now").fetchone()["now"]  # type: ignore[index]
-            communities = {r["id"]: m.CommunityState(r["state"]) for r in q("SELECT id, state FROM communities")}
-            workflows = frozenset((r["community_id"], r["id"]) for r in q("SELECT community_id, id FROM workflows"))
-            runs = {
-                (r["community_id"], r["id"]): r["workflow_id"]
-                for r in q("SELECT community_id, workflow_id, id FROM workflow_runs")
-            }
-            events = frozenset((r["community_id"], bytes(r["id"])) for r in q("SELECT community_id, id FROM events"))
-            deliveries = [
-                delivery_from_row(r) for r in q(f"SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries")
-            ]
-            retired = frozenset((r["community_id"], r["id"]) for r in q("SELECT community_id, id FROM retired_delivery_ids"))
-        return m.DeliverySystem(
-            now=now,
-            communities=FrozenMap(communities),
-            workflows=workflows,
-            runs=FrozenMap(runs),
-            events=events,
-            deliveries=FrozenMap((d.key, d) for d in deliveries),
-            retired=retired,
+        """Every persisted row and the DB clock, as the model's state value (one round trip)."""
+        clock, communities, workflows, runs, events, deliveries, retired = read_consistently(
+            self.conn, self.SNAPSHOT_QUERIES
         )
+        return m.DeliverySystem(
+            now=clock[0][0],
+            communities=FrozenMap((cid, m.CommunityState(state)) for cid, state in communities),
+            workflows=frozenset(workflows),
+            runs=FrozenMap(((cid, rid), wid) for cid, wid, rid in runs),
+            events=frozenset((cid, bytes(eid)) for cid, eid in events),
+            deliveries=FrozenMap((d.key, d) for d in map(self._decoded, deliveries)),
+            retired=frozenset(retired),
+        )
+
+    def _decoded(self, row: tuple[Any, ...]) -> m.Delivery:
+        """The model value of one delivery row; a row seen before is not decoded (nor validated) again."""
+        delivery = self._decoded_rows.get(row)
+        if delivery is None:
+            if len(self._decoded_rows) > _DECODED_ROWS_KEPT:
+                self._decoded_rows.clear()
+            delivery = delivery_from_row(dict(zip(_DELIVERY_COLUMN_NAMES, row, strict=True)))
+            self._decoded_rows[row] = delivery
+        return delivery
+
+
+_DELIVERY_COLUMN_NAMES = tuple(c.strip() for c in _DELIVERY_COLUMNS.split(","))
+_DECODED_ROWS_KEPT = 100_000
+
+
+def read_consistently(conn: psycopg.Connection[Any], queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each query, all read from one snapshot, in one round trip.
+
+    The queries take no parameters, so they travel as one simple-protocol
+    message inside one read-only REPEATABLE READ transaction.
+    """
+    cursor = conn.cursor(row_factory=tuple_row)
+    cursor.execute("; ".join(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", *queries, "COMMIT")))
+    results: list[list[tuple[Any, ...]]] = []
+    while True:
+        if cursor.description is not None:  # BEGIN and COMMIT have none
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            break
+    if len(results) != len(queries):
+        raise RuntimeError(f"a consistent read returned {len(results)} results for {len(queries)} queries")
+    return results
 
 
 _METHOD_FOR: dict[type, str] = {

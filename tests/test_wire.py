@@ -615,7 +615,7 @@ USAGE_ERRORS = [
     (["--adapter", "no.such.module:f"], "--adapter 'no.such.module:f': cannot load it"),
     (["--adapter", "leaseproof.impl.adapter"], "expected MODULE:FACTORY"),
     (["--adapter", "leaseproof.impl.adapter:NoSuchFactory"], "cannot load it"),
-    (["--adapter", "leaseproof.impl.adapter:_RESET"], "_RESET is not callable"),
+    (["--adapter", "leaseproof.impl.adapter:RESET"], "RESET is not callable"),
     (["--mutant", MUTANTS[0].name, "--adapter-cmd", "anything"], "--mutant applies to the bundled implementation"),
     (["--mutant", MUTANTS[0].name, "--adapter", "leaseproof.impl.adapter:PostgresDeliveryAdapter"], "--mutant applies"),
     (["--adapter", "x:y", "--adapter-cmd", "z"], "not allowed with argument"),

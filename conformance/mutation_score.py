@@ -1,0 +1,336 @@
+"""The mutation score: how many mechanically generated bugs the checks find.
+
+The shipped mutants were written by people who knew the scenarios; the
+generated ones (`impl/mutation/`: one site of one named statement changed)
+were not, so they measure what an implementation written elsewhere can rely
+on. Each generated mutant runs through the checks that can see it:
+
+- a *sequential* mutant, through the lockstep search alone (`verify` with the
+  fixed scenarios switched off), on every seed, at `verify`'s default budget;
+  and, once, through the fixed scenarios alone (they take no seed);
+- a *race* mutant (a lock removed or weakened: nothing changes one operation
+  at a time), through `leaseproof stress` on every seed.
+
+A mutant that survives every check is either *equivalent* (no program can
+tell it from the bundled implementation: `impl/mutation/equivalent.py` says
+why, next to its name) or a weakness of the checks. The score is killed /
+non-equivalent, per check; an equivalence claim that a check disproves (the
+"equivalent" mutant was killed) is reported as loudly as a survivor.
+
+The work spreads over processes (`jobs`), each with its own database on the
+one server; a task is one (mutant, check, seed). Every check is seeded, so a
+run's lockstep figures are the same every time; where in a stress run a race
+shows varies, as it does for the kill matrix.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+from psycopg.conninfo import conninfo_to_dict
+
+from leaseproof.conformance.stress import StressFault, stress
+from leaseproof.conformance.verify import run_conformance
+from leaseproof.impl.migrate import migrate
+from leaseproof.impl.mutation.catalogue import GeneratedMutant, by_name, generated_mutants
+from leaseproof.impl.mutation.equivalent import EQUIVALENT
+from leaseproof.impl.provision import Server, scratch_database
+from leaseproof.impl.store import connect
+
+SEARCH_ALONE = "search alone"
+SCENARIOS = "scenarios"
+STRESS = "stress"
+CHECKS = (SEARCH_ALONE, SCENARIOS, STRESS)
+
+
+@attrs.frozen
+class Budget:
+    """How much each check may run before a mutant still alive survives it."""
+
+    examples: int = 300  # lockstep programs of the search alone (verify's default)
+    steps: int = 50  # most steps per program (verify's default)
+    stress_programs: int = 100
+    stress_seconds: float = 60.0
+
+
+@attrs.frozen
+class Task:
+    mutant: str
+    check: str
+    seed: int | None  # None: the fixed scenarios, which take none
+
+
+@attrs.frozen
+class Result:
+    """One check of one mutant on one seed."""
+
+    mutant: str
+    check: str
+    seed: int | None
+    killed: bool
+    examples: int  # until the kill (0: the set-up of the first program, or a fixed scenario), or all that ran
+    seconds: float
+    how: str = ""  # "divergence", "fault" (the implementation raised), or "" if it survived
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**attrs.asdict(self), "seconds": round(self.seconds, 2)}
+
+
+def tasks(mutants: Sequence[GeneratedMutant], seeds: Sequence[int]) -> list[Task]:
+    """Every check of every mutant: the search on each seed and the scenarios once
+    (sequential mutants), stress on each seed (race mutants)."""
+    found: list[Task] = []
+    for mutant in mutants:
+        if mutant.kind == "race":
+            found += [Task(mutant.name, STRESS, seed) for seed in seeds]
+        else:
+            found += [Task(mutant.name, SEARCH_ALONE, seed) for seed in seeds]
+            found.append(Task(mutant.name, SCENARIOS, None))
+    return found
+
+
+def run_task(task: Task, dsn: str, budget: Budget) -> Result:
+    """Run one check of one mutant on the (migrated) database `dsn`."""
+    mutant = by_name(task.mutant)
+    started = time.monotonic()
+    adapter = mutant.adapter(dsn)
+    try:
+        if task.check == STRESS:
+            return _stress(task, adapter, mutant.machine, budget, started)
+        verdict = run_conformance(
+            adapter,
+            machine=mutant.machine,
+            max_examples=1 if task.check == SCENARIOS else budget.examples,
+            seed_value=task.seed or 0,
+            steps=budget.steps,
+            shrink=False,
+            scenarios=task.check == SCENARIOS,
+            generate=task.check != SCENARIOS,
+        )
+    finally:
+        adapter.close()
+    seconds = time.monotonic() - started
+    coverage = verdict.coverage
+    if verdict.conforms:
+        ran = coverage.scenarios if task.check == SCENARIOS else coverage.examples
+        return Result(task.mutant, task.check, task.seed, False, ran, seconds)
+    what = (verdict.fault or verdict.failure).splitlines()
+    return Result(
+        task.mutant,
+        task.check,
+        task.seed,
+        True,
+        coverage.first_failure or 0,
+        seconds,
+        "fault" if verdict.fault else "divergence",
+        what[0] if what else "",
+    )
+
+
+def _stress(task: Task, adapter: Any, machine: str, budget: Budget, started: float) -> Result:
+    assert task.seed is not None
+    try:
+        report = stress(
+            adapter,
+            machine=machine,
+            workers=8,
+            duration=budget.stress_seconds,
+            seed=task.seed,
+            max_programs=budget.stress_programs,
+        )
+    except StressFault as fault:
+        return Result(task.mutant, STRESS, task.seed, True, 0, time.monotonic() - started, "fault", str(fault))
+    seconds = time.monotonic() - started
+    programs = report.progress.programs
+    if report.finding is None:
+        detail = f"{report.progress.unknown} histories unknown" if report.progress.unknown else ""
+        return Result(task.mutant, STRESS, task.seed, False, programs, seconds, detail=detail)
+    finding = report.finding
+    return Result(
+        task.mutant, STRESS, task.seed, True, programs, seconds, "divergence",
+        f"{finding.kind}: {finding.failed} of {finding.repeats} repetitions failed",
+    )  # fmt: skip
+
+
+# -- the score -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Score:
+    mutants: tuple[GeneratedMutant, ...]
+    seeds: tuple[int, ...]
+    budget: Budget
+    results: tuple[Result, ...]
+    seconds: float
+
+    def of(self, mutant: str, check: str | None = None) -> list[Result]:
+        return [r for r in self.results if r.mutant == mutant and check in (None, r.check)]
+
+    def killed(self, mutant: str) -> bool:
+        return any(r.killed for r in self.of(mutant))
+
+    def equivalent(self, mutant: GeneratedMutant) -> bool:
+        return mutant.name in EQUIVALENT
+
+    @property
+    def survivors(self) -> list[GeneratedMutant]:
+        """Non-equivalent mutants that every check missed: weaknesses of the checks."""
+        return [m for m in self.mutants if not self.killed(m.name) and not self.equivalent(m)]
+
+    @property
+    def disproved(self) -> list[GeneratedMutant]:
+        """Mutants claimed equivalent that a check killed: the claim is wrong."""
+        return [m for m in self.mutants if self.equivalent(m) and self.killed(m.name)]
+
+    def by_check(self) -> list[tuple[str, str, int, int, str]]:
+        """(check, seed, killed, non-equivalent, examples until the kill: median / max) per check and seed."""
+        rows = []
+        for check in CHECKS:
+            seeds: Sequence[int | None] = (None,) if check == SCENARIOS else self.seeds
+            for seed in seeds:
+                results = [
+                    r for r in self.results
+                    if r.check == check and r.seed == seed and r.mutant not in EQUIVALENT
+                ]  # fmt: skip
+                if not results:
+                    continue
+                kills = [r.examples for r in results if r.killed]
+                spread = f"{statistics.median(kills):g} / {max(kills)}" if kills else "-"
+                rows.append((check, "-" if seed is None else str(seed), len(kills), len(results), spread))
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seeds": list(self.seeds),
+            "budget": attrs.asdict(self.budget),
+            "seconds": round(self.seconds, 1),
+            "mutants": len(self.mutants),
+            "equivalent": sorted(m.name for m in self.mutants if self.equivalent(m)),
+            "by_check": [
+                {"check": c, "seed": s, "killed": k, "non_equivalent": n, "examples_median_max": e}
+                for c, s, k, n, e in self.by_check()
+            ],
+            "survivors": [m.name for m in self.survivors],
+            "disproved_equivalences": [m.name for m in self.disproved],
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def report(score: Score) -> str:
+    """The score as text: per check, then the survivors and the equivalent mutants with their reasons."""
+    kinds = {kind: sum(m.kind == kind for m in score.mutants) for kind in ("sequential", "race")}
+    equivalent = [m for m in score.mutants if score.equivalent(m)]
+    lines = [
+        f"generated mutants: {len(score.mutants)} ({kinds['sequential']} sequential, {kinds['race']} race), "
+        f"{len(equivalent)} equivalent; seeds {', '.join(map(str, score.seeds))}; "
+        f"search budget {score.budget.examples} programs of up to {score.budget.steps} steps; "
+        f"stress budget {score.budget.stress_programs} programs or {score.budget.stress_seconds:g}s; "
+        f"{score.seconds:.0f}s",
+        "",
+        f"{'check':<14} {'seed':>20} {'killed':>8} {'of':>5} {'score':>8}   examples until the kill (median / max)",
+    ]
+    for check, seed, killed, total, spread in score.by_check():
+        lines.append(f"{check:<14} {seed:>20} {killed:>8} {total:>5} {killed / total:>8.1%}   {spread}")
+    killed_any = sum(score.killed(m.name) for m in score.mutants if not score.equivalent(m))
+    non_equivalent = len(score.mutants) - len(equivalent)
+    if non_equivalent:
+        lines.append(f"{'any check':<14} {'':>20} {killed_any:>8} {non_equivalent:>5} {killed_any / non_equivalent:>8.1%}")
+    lines.append("")
+    for mutant in score.survivors:
+        missed = ", ".join(f"{r.check}{'' if r.seed is None else f' seed {r.seed}'}" for r in score.of(mutant.name))
+        lines.append(f"SURVIVED {mutant.name}: {mutant.stands_for} (missed by {missed})")
+    for mutant in score.disproved:
+        killers = [r for r in score.of(mutant.name) if r.killed]
+        lines.append(
+            f"NOT EQUIVALENT {mutant.name}: listed as equivalent, but {killers[0].check} killed it "
+            f"({killers[0].detail}); remove it from impl/mutation/equivalent.py"
+        )
+    if equivalent:
+        lines.append(f"equivalent ({len(equivalent)}), each with why no program can tell it apart:")
+        lines += [f"  {m.name}: {EQUIVALENT[m.name]}" for m in equivalent]
+    return "\n".join(lines) + "\n"
+
+
+# -- running it ----------------------------------------------------------------------
+
+_worker_dsn: str | None = None
+
+
+def _start_worker(databases: Any) -> None:
+    """A worker's first act: take a database of its own for every task it will run."""
+    global _worker_dsn
+    _worker_dsn = databases.get()
+
+
+def _run_in_worker(task: Task, budget: Budget) -> Result:
+    assert _worker_dsn is not None
+    return run_task(task, _worker_dsn, budget)
+
+
+@contextlib.contextmanager
+def _databases(server: Server, count: int) -> Iterator[list[str]]:
+    """`count` migrated databases, dropped at the end."""
+    with contextlib.ExitStack() as stack:
+        template_dsn = stack.enter_context(scratch_database(server, prefix="lp_mutation_template"))
+        with connect(template_dsn) as conn:
+            migrate(conn)
+        template = str(conninfo_to_dict(template_dsn)["dbname"])
+        yield [stack.enter_context(scratch_database(server, template=template)) for _ in range(count)]
+
+
+def default_jobs() -> int:
+    """One worker per core the process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_score(
+    server: Server,
+    mutants: Sequence[GeneratedMutant] | None = None,
+    *,
+    seeds: Sequence[int],
+    budget: Budget = Budget(),
+    jobs: int = 1,
+    on_result: Callable[[Result, int, int], None] | None = None,
+) -> Score:
+    """Every check of every mutant (all generated ones if None) on `jobs` processes;
+    `on_result(result, done, total)` hears of each as it finishes."""
+    chosen = tuple(mutants if mutants is not None else generated_mutants())
+    work = tasks(chosen, seeds)
+    started = time.monotonic()
+    results: list[Result] = []
+    with _databases(server, jobs) as dsns:
+        if jobs == 1:
+            for task in work:
+                results.append(run_task(task, dsns[0], budget))
+                if on_result is not None:
+                    on_result(results[-1], len(results), len(work))
+        else:
+            context = multiprocessing.get_context("spawn")
+            queue = context.Queue()
+            for dsn in dsns:
+                queue.put(dsn)
+            with concurrent.futures.ProcessPoolExecutor(
+                jobs, mp_context=context, initializer=_start_worker, initargs=(queue,)
+            ) as pool:
+                futures = [pool.submit(_run_in_worker, task, budget) for task in work]
+                try:
+                    for future in concurrent.futures.as_completed(futures):
+                        results.append(future.result())
+                        if on_result is not None:
+                            on_result(results[-1], len(results), len(work))
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+    order = {(t.mutant, t.check, t.seed): i for i, t in enumerate(work)}
+    results.sort(key=lambda r: order[(r.mutant, r.check, r.seed)])
+    return Score(chosen, tuple(seeds), budget, tuple(results), time.monotonic() - started)

@@ -1,0 +1,442 @@
+"""The SQL mutation operators, on small statements and on the bundled stores' own.
+
+No database here: `test_generated_mutants_parse.py` checks that PostgreSQL
+accepts every generated mutant.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.mutation.catalogue import (
+    MACHINES,
+    RACE_OPERATORS,
+    by_name,
+    generated_mutants,
+    statements,
+)
+from leaseproof.impl.mutation.sql import (
+    OPERATORS,
+    Kind,
+    Mutation,
+    collapse_whitespace,
+    mutations,
+    schema_enums,
+    tokenize,
+)
+from leaseproof.impl.store import PostgresDeliveryStore
+
+
+def of(operator: str, sql: str) -> list[Mutation]:
+    return [m for m in mutations(sql) if m.operator == operator]
+
+
+def befores(operator: str, sql: str) -> list[str]:
+    return [m.before for m in of(operator, sql)]
+
+
+def afters(operator: str, sql: str) -> list[str]:
+    return [m.after for m in of(operator, sql)]
+
+
+def real_statements() -> list[tuple[str, str]]:
+    return [
+        (f"{s.owner.__name__}.{s.attribute}" + ("" if element is None else f"[{element}]"), text)
+        for machine in MACHINES
+        for s in statements(machine)
+        for element, text in s.texts()
+    ]
+
+
+# -- tokenizer -------------------------------------------------------------------------
+
+
+def test_tokens_cover_the_text_and_know_literals_from_code() -> None:
+    sql = (
+        "SELECT 'it''s -- no comment', E'a\\'b', \"Odd \"\"name\"\"\", %(p)s, %% , x::int, 1.5e3, 42 -- c = 1\n"
+        "/* lp_now() /* nested */ */ $$ body = 1 $$, $1 FROM t WHERE a <= b AND f(x => 1) <> 2"
+    )
+    tokens = tokenize(sql)
+    assert "".join(t.text for t in tokens) == sql
+    kinds = {t.text: t.kind for t in tokens}
+    assert kinds["'it''s -- no comment'"] is Kind.STRING
+    assert kinds["E'a\\'b'"] is Kind.STRING
+    assert kinds['"Odd ""name"""'] is Kind.QUOTED
+    assert kinds["%(p)s"] is Kind.PLACEHOLDER and kinds["$1"] is Kind.PLACEHOLDER
+    assert kinds["%%"] is Kind.OPERATOR
+    assert kinds["::"] is Kind.CAST
+    assert kinds["1.5e3"] is Kind.NUMBER and kinds["42"] is Kind.NUMBER
+    assert kinds["-- c = 1"] is Kind.COMMENT and kinds["/* lp_now() /* nested */ */"] is Kind.COMMENT
+    assert kinds["$$ body = 1 $$"] is Kind.STRING
+    assert kinds["<="] is Kind.OPERATOR and kinds["=>"] is Kind.OPERATOR and kinds["<>"] is Kind.OPERATOR
+
+
+def test_nothing_inside_literals_comments_or_placeholders_is_mutated() -> None:
+    sql = "SELECT 'lp_now() + 1 = 2', \"col1\" -- lp_now() = 3\nFROM t WHERE x = %(p1)s"
+    found = mutations(sql)
+    assert [(m.operator, m.before) for m in found] == [
+        ("drop-conjunct", "x = %(p1)s"),
+        ("flip-comparison", "x = %(p1)s"),
+    ]
+
+
+# -- each operator on small statements ---------------------------------------------------------
+
+
+def test_drop_conjunct_at_any_depth_but_not_between() -> None:
+    sql = "SELECT 1 FROM t WHERE a = 1 AND b BETWEEN 1 AND 2 AND (c OR d AND e)"
+    assert befores("drop-conjunct", sql) == [
+        "a = 1 AND",
+        "AND b BETWEEN 1 AND 2",
+        "AND (c OR d AND e)",
+        "d AND",
+        "AND e",
+    ]
+    assert of("drop-conjunct", sql)[1].sql == "SELECT 1 FROM t WHERE a = 1 AND (c OR d AND e)"
+    assert of("drop-conjunct", sql)[3].sql == "SELECT 1 FROM t WHERE a = 1 AND b BETWEEN 1 AND 2 AND (c OR e)"
+
+
+def test_drop_conjunct_of_a_single_predicate_makes_it_true() -> None:
+    assert [m.sql for m in of("drop-conjunct", "DELETE FROM t WHERE id = %(id)s")] == ["DELETE FROM t WHERE true"]
+    assert [m.sql for m in of("drop-conjunct", "SELECT 1 FROM t WHERE (a = 1)")] == ["SELECT 1 FROM t WHERE (true)"]
+
+
+def test_join_on_and_having_are_conditions_on_conflict_is_not() -> None:
+    join = "SELECT 1 FROM a JOIN b ON b.id = a.id AND b.x = 1 WHERE a.y = 2"
+    assert befores("drop-conjunct", join) == ["b.id = a.id AND", "AND b.x = 1", "a.y = 2"]
+    having = "SELECT k FROM t GROUP BY k HAVING count(*) > 1 AND k <> 0 ORDER BY k"
+    assert befores("drop-conjunct", having) == ["count(*) > 1 AND", "AND k <> 0"]
+    upsert = "INSERT INTO t (a, b) VALUES (1, 2) ON CONFLICT (a) DO UPDATE SET b = excluded.b"
+    constraint = "INSERT INTO t (a) VALUES (1) ON CONFLICT ON CONSTRAINT t_a DO NOTHING"
+    for sql in (upsert, constraint):
+        assert of("drop-conjunct", sql) == of("flip-comparison", sql) == []
+
+
+def test_drop_disjunct() -> None:
+    sql = "SELECT 1 FROM t WHERE a OR (b AND c) OR d"
+    assert befores("drop-disjunct", sql) == ["a OR", "OR (b AND c)", "OR d"]
+    assert of("drop-disjunct", sql)[1].sql == "SELECT 1 FROM t WHERE a OR d"
+    assert of("drop-disjunct", "SELECT 1 FROM t WHERE a AND b") == []
+
+
+def test_flip_comparison_flips_every_comparison_both_ways() -> None:
+    sql = (
+        "SELECT 1 FROM t WHERE a < 1 AND b <= 1 AND c > 1 AND d >= 1 AND e = 1 AND f <> 1 AND g != 1"
+        " AND h IS NULL AND i IS NOT NULL AND j IS DISTINCT FROM k AND l IS NOT DISTINCT FROM m"
+    )
+    assert afters("flip-comparison", sql) == [
+        "a <= 1",
+        "b < 1",
+        "c >= 1",
+        "d > 1",
+        "e <> 1",
+        "f = 1",
+        "g = 1",
+        "h IS NOT NULL",
+        "i IS NULL",
+        "j IS NOT DISTINCT FROM k",
+        "l IS DISTINCT FROM m",
+    ]
+
+
+def test_flip_comparison_leaves_assignments_and_named_arguments() -> None:
+    sql = "UPDATE t SET a = make_interval(secs => %(s)s), b = 2 WHERE c = 3 AND d = f(x => 1)"
+    assert befores("flip-comparison", sql) == ["c = 3", "d = f(x => 1)"]
+    assert of("flip-comparison", sql)[1].sql == sql.replace("d = f", "d <> f")
+    upsert = "INSERT INTO t (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = excluded.a WHERE t.a < 5"
+    assert afters("flip-comparison", upsert) == ["t.a <= 5"]
+
+
+def test_flip_comparison_in_case_when_and_subqueries() -> None:
+    sql = "SELECT CASE WHEN a = 1 THEN 2 ELSE 3 END, (SELECT max(x) FROM u WHERE u.y > t.y) FROM t"
+    assert befores("flip-comparison", sql) == ["a = 1", "u.y > t.y"]
+    # A CASE WHEN condition is not one whose conjuncts drop-conjunct removes.
+    assert befores("drop-conjunct", sql) == ["u.y > t.y"]
+
+
+def test_flip_arithmetic_binary_only() -> None:
+    sql = "SELECT a + 1, -b, 2 - c, '1 + 2', lp_now() + interval '1 day' FROM t WHERE x = -1"
+    assert [(m.before, m.after) for m in of("flip-arithmetic", sql)] == [
+        ("a + 1", "a - 1"),
+        ("2 - c", "2 + c"),
+        ("lp_now() + interval '1 day'", "lp_now() - interval '1 day'"),
+    ]
+
+
+def test_off_by_one() -> None:
+    sql = "SELECT 0, 7, 'x1', col2, %(p1)s FROM t ORDER BY 1 LIMIT 1"
+    assert [(m.before, m.after) for m in of("off-by-one", sql)] == [
+        ("0", "1"),
+        ("7", "8"),
+        ("7", "6"),
+        ("1", "2"),
+        ("1", "0"),
+    ]
+    # ORDER BY 1 names a column: 0 is no column, so positions are never mutated.
+    assert of("off-by-one", sql)[-1].sql.endswith("ORDER BY 1 LIMIT 0")
+
+
+def test_shift_clock() -> None:
+    assert [m.sql for m in of("shift-clock", "SELECT lp_now() AS now")] == [
+        "SELECT (lp_now() + interval '1 microsecond') AS now",
+        "SELECT (lp_now() - interval '1 microsecond') AS now",
+    ]
+
+
+def test_order_keys() -> None:
+    sql = "SELECT a FROM t ORDER BY a, b DESC, c ASC NULLS LAST LIMIT 3"
+    assert [m.sql for m in of("drop-order-key", sql)] == [
+        "SELECT a FROM t ORDER BY b DESC, c ASC NULLS LAST LIMIT 3",
+        "SELECT a FROM t ORDER BY a, c ASC NULLS LAST LIMIT 3",
+        "SELECT a FROM t ORDER BY a, b DESC LIMIT 3",
+    ]
+    assert afters("reverse-order-key", sql) == ["a DESC", "b ASC", "c DESC NULLS LAST"]
+    assert [m.sql for m in of("drop-order-key", "SELECT a FROM t ORDER BY a LIMIT 1")] == ["SELECT a FROM t LIMIT 1"]
+
+
+def test_lock_operators() -> None:
+    sql = "SELECT 1 FROM a JOIN b ON b.id = a.id FOR UPDATE OF a, b SKIP LOCKED"
+    assert [m.sql for m in of("drop-lock", sql)] == ["SELECT 1 FROM a JOIN b ON b.id = a.id"]
+    assert [m.sql for m in of("drop-skip-locked", sql)] == ["SELECT 1 FROM a JOIN b ON b.id = a.id FOR UPDATE OF a, b"]
+    for clause in ("FOR NO KEY UPDATE NOWAIT", "FOR SHARE", "FOR KEY SHARE"):
+        assert befores("drop-lock", f"SELECT x FROM t WHERE y {clause}") == [clause]
+    assert of("drop-lock", "CREATE TRIGGER x AFTER DELETE ON t FOR EACH ROW EXECUTE FUNCTION f()") == []
+    lock = "SELECT pg_advisory_xact_lock(hashtextextended('k', 0))"
+    assert [m.sql for m in of("try-advisory-lock", lock)] == ["SELECT pg_try_advisory_xact_lock(hashtextextended('k', 0))"]
+
+
+def test_drop_assignment_keeps_the_old_value() -> None:
+    sql = "UPDATE t AS x SET a = 1, b = x.b, c = (SELECT 1) FROM u WHERE u.id = x.id"
+    assert afters("drop-assignment", sql) == ["a = x.a", "c = x.c"]
+    assert afters("drop-assignment", "UPDATE ONLY s.t SET a = a + 1") == ["a = t.a"]
+    upsert = "INSERT INTO heads (k, v) VALUES (1, 2) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+    assert afters("drop-assignment", upsert) == ["v = heads.v"]
+    aliased = "INSERT INTO heads AS h (k, v) VALUES (1, 2) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+    assert afters("drop-assignment", aliased) == ["v = h.v"]
+    # Not the SET of a session setting.
+    assert of("drop-assignment", "SET TIME ZONE 'UTC'") == []
+
+
+def test_replace_literal_cycles_the_schema_enums() -> None:
+    assert dict(schema_enums()) == {
+        "delivery_status": ("pending", "claimed", "finished", "failed"),
+        "community_state": ("active", "quiescing", "fenced", "deleted"),
+        "delivery_cause_kind": ("event", "schedule", "webhook"),
+    }
+    sql = "SELECT 'pending', 'failed', 'deleted'::community_state, 'webhook', 'other', 'active'::delivery_status"
+    assert [(m.before, m.after) for m in of("replace-literal", sql)] == [
+        ("'pending'", "'claimed'"),
+        ("'failed'", "'pending'"),
+        ("'deleted'", "'active'"),
+        ("'webhook'", "'event'"),
+    ]
+
+
+def test_drop_in_element() -> None:
+    sql = "SELECT 1 FROM t WHERE s IN ('a', 'b', 'c')"
+    assert [m.sql for m in of("drop-in-element", sql)] == [
+        "SELECT 1 FROM t WHERE s IN ('b', 'c')",
+        "SELECT 1 FROM t WHERE s IN ('a', 'c')",
+        "SELECT 1 FROM t WHERE s IN ('a', 'b')",
+    ]
+    for other in ("s IN ('a')", "s IN (SELECT x FROM u)", "s IN (%(a)s, %(b)s)"):
+        assert of("drop-in-element", f"SELECT 1 FROM t WHERE {other}") == []
+
+
+def test_drop_distinct() -> None:
+    assert [m.sql for m in of("drop-distinct", "SELECT DISTINCT a, count(DISTINCT b) FROM t")] == [
+        "SELECT a, count(DISTINCT b) FROM t",
+        "SELECT DISTINCT a, count(b) FROM t",
+    ]
+    # DISTINCT ON goes with its list: a bare `ON (a)` would not parse.
+    assert [m.sql for m in of("drop-distinct", "SELECT DISTINCT ON (a) a, b FROM t")] == ["SELECT a, b FROM t"]
+    assert of("drop-distinct", "SELECT 1 FROM t WHERE a IS DISTINCT FROM b OR a IS NOT DISTINCT FROM c") == []
+
+
+def test_left_join_only_where_the_lock_allows_it() -> None:
+    assert afters("left-join", "SELECT 1 FROM a JOIN b ON b.id = a.id INNER JOIN c ON c.id = a.id") == [
+        "LEFT JOIN",
+        "LEFT JOIN",
+    ]
+    assert of("left-join", "SELECT 1 FROM a LEFT JOIN b ON b.id = a.id CROSS JOIN c") == []
+    # PostgreSQL's planner refuses to lock the nullable side of an outer join
+    # ("FOR SHARE cannot be applied to the nullable side of an outer join"):
+    # such a mutant could never run, so none is generated.
+    assert of("left-join", "SELECT 1 FROM a JOIN b x ON x.id = a.id FOR SHARE") == []
+    assert of("left-join", "SELECT 1 FROM a JOIN b x ON x.id = a.id FOR SHARE OF x") == []
+    assert afters("left-join", "SELECT 1 FROM a JOIN b x ON x.id = a.id FOR SHARE OF a") == ["LEFT JOIN"]
+    # A lock inside a subquery is that subquery's, not the outer join's.
+    assert afters("left-join", "SELECT 1 FROM a JOIN (SELECT id FROM b FOR SHARE) x ON x.id = a.id") == ["LEFT JOIN"]
+
+
+def test_drop_on_conflict_only_do_nothing() -> None:
+    assert [m.sql for m in of("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT DO NOTHING RETURNING a")] == [
+        "INSERT INTO t (a) VALUES (1) RETURNING a"
+    ]
+    assert befores("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT ON CONSTRAINT k DO NOTHING") == [
+        "ON CONFLICT ON CONSTRAINT k DO NOTHING"
+    ]
+    assert of("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = 2") == []
+
+
+def test_drop_not() -> None:
+    sql = (
+        "SELECT 1 FROM t WHERE NOT a AND b NOT IN (1, 2) AND NOT EXISTS (SELECT 1 FROM u)"
+        " AND c IS NOT NULL AND d IS NOT DISTINCT FROM e"
+    )
+    assert [(m.before, m.after) for m in of("drop-not", sql)] == [
+        ("NOT a", "a"),
+        ("b NOT IN (1, 2)", "b IN (1, 2)"),
+        ("NOT EXISTS (SELECT 1 FROM u)", "EXISTS (SELECT 1 FROM u)"),
+    ]
+    assert of("drop-not", "CREATE TABLE t (a int NOT NULL)") == []
+
+
+# -- on the bundled stores' statements -------------------------------------------------------
+
+
+def test_renew_conjuncts() -> None:
+    found = of("drop-conjunct", PostgresDeliveryStore.SQL_RENEW)
+    assert [m.before for m in found] == [
+        "community_id = %(community_id)s AND",
+        "AND id = %(delivery_id)s",
+        "AND target_pubkey = %(target_pubkey)s",
+        "AND lease_generation = %(lease_generation)s",
+        "AND status = 'claimed'",
+        "AND lease_until >= lp_now()",
+    ]
+    assert [m.site for m in found] == [1, 2, 3, 4, 5, 6]
+    # The hand-written mutant RenewIgnoresExpiry is one of them, byte for byte.
+    assert found[5].sql == PostgresDeliveryStore.SQL_RENEW.replace("\n        AND lease_until >= lp_now()", "")
+    assert by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/6").stands_for == (
+        'SQL_RENEW: drops the conjunct "lease_until >= lp_now()"'
+    )
+
+
+def test_claim_named_arguments_and_assignments_never_flip() -> None:
+    claim = PostgresDeliveryStore.SQL_CLAIM
+    flips = of("flip-comparison", claim)
+    assert len(flips) == 16
+    for m in flips:
+        assert m.sql.count("secs => %(lease_seconds)s") == 1
+        assert "lease_generation = d.lease_generation + 1" in m.sql and "claimed_at = lp_now()" in m.sql
+        assert "SET status = 'claimed'" in m.sql
+    assert of("flip-comparison", LifecycleStore.SQL_UPSERT_HEAD) == []
+    assert of("flip-comparison", LifecycleStore.SQL_UPSERT_RUNTIME) == []
+    assert afters("flip-arithmetic", claim) == [
+        "d.lease_generation - 1",
+        "lp_now() - make_interval(secs => %(lease_seconds)s)",
+    ]
+    assert afters("drop-assignment", claim) == [
+        "status = d.status",
+        "lease_generation = d.lease_generation",
+        "lease_until = d.lease_until",
+        "claimed_at = d.claimed_at",
+    ]
+    assert befores("drop-disjunct", claim)[:3] == ["%(delivery_id)s::uuid IS NULL OR", "OR id = %(delivery_id)s::uuid", "NOT %(match)s OR"]
+    assert afters("reverse-order-key", claim) == ["created_at DESC", "id DESC"]
+    assert [m.before for m in of("drop-lock", claim)] == ["FOR UPDATE SKIP LOCKED"]
+
+
+def test_reap_and_the_locked_joins() -> None:
+    reap = PostgresDeliveryStore.SQL_REAP
+    assert befores("drop-lock", reap) == ["FOR SHARE OF c"]
+    assert len(of("left-join", reap)) == 1  # the lock names c, the join's left side
+    assert befores("drop-distinct", reap) == ["DISTINCT"]
+    # Admission and resume lock every relation of their join: no LEFT JOIN mutant.
+    assert of("left-join", ReplicaEngine.SQL_ADMIT) == of("left-join", RunResumer.SQL_STILL_CURRENT) == []
+    assert [(m.before, m.after) for m in of("replace-literal", PostgresDeliveryStore.SQL_FINISH_RECONCILE)] == [
+        ("'finished'", "'failed'"),
+        ("'failed'", "'pending'"),
+    ]
+
+
+def test_every_mutation_changes_its_site_only() -> None:
+    for name, sql in real_statements():
+        found = mutations(sql)
+        assert found == mutations(sql), name
+        ranks = [OPERATORS.index(m.operator) for m in found]
+        assert ranks == sorted(ranks), name
+        for operator in {m.operator for m in found}:
+            sites = [m.site for m in found if m.operator == operator]
+            assert sites == list(range(1, len(sites) + 1)), name
+            assert len({m.sql for m in found if m.operator == operator}) == len(sites), name
+        assert all(m.sql != sql for m in found), name
+        for m in found:
+            assert one_site_replaced(sql, m), (name, m)
+
+
+def unspaced(text: str) -> str:
+    return "".join(text.split())
+
+
+def one_site_replaced(sql: str, m: Mutation) -> bool:
+    """Whether `m.sql` is `sql` with one occurrence of `m.before` made `m.after`, and
+    every byte outside a stretch no longer than that site unchanged."""
+    text = collapse_whitespace(sql)
+    occurrences = [i for i in range(len(text)) if text.startswith(m.before, i)]
+    candidates = {unspaced(text[:i] + m.after + text[i + len(m.before) :]) for i in occurrences}
+    prefix = len(os.path.commonprefix([sql, m.sql]))
+    suffix = len(os.path.commonprefix([sql[prefix:][::-1], m.sql[prefix:][::-1]]))
+    changed = sql[prefix : len(sql) - suffix]
+    return unspaced(m.sql) in candidates and len(unspaced(changed)) <= len(unspaced(m.before))
+
+
+# -- the catalogue ---------------------------------------------------------------------
+
+
+def test_statements_each_machine_runs() -> None:
+    delivery = {f"{s.owner.__name__}.{s.attribute}" for s in statements("delivery")}
+    lifecycle = {f"{s.owner.__name__}.{s.attribute}" for s in statements("lifecycle")}
+    assert "FencedWriter.SQL_COMMUNITY_STATE" in delivery and "FencedWriter.SQL_COMMUNITY_STATE" in lifecycle
+    assert "_Writes.SQL_EXECUTE" in lifecycle and "PostgresDeliveryStore.SQL_PURGE_COMMUNITY" in delivery
+    assert not any("LEASE_HELD" in name for name in delivery)  # a fragment, interpolated at class creation
+    borrowed = {name for name in lifecycle if name.startswith("PostgresDeliveryStore.")}
+    assert borrowed == {
+        "PostgresDeliveryStore.SQL_CREATE_COMMUNITY",
+        "PostgresDeliveryStore.SQL_COMMUNITY_FOR_UPDATE",
+        "PostgresDeliveryStore.SQL_SET_COMMUNITY_STATE",
+    }
+    # The hand-written mutants' own statements are no statement of the bundled machines.
+    assert not any(name.endswith(("SQL_CURRENT", "SQL_TOMBSTONE", "SQL_CLAIM_CANDIDATE")) for name in delivery | lifecycle)
+
+
+def test_catalogue_names_kinds_and_tuples() -> None:
+    mutants = generated_mutants()
+    names = [m.name for m in mutants]
+    assert len(names) == len(set(names))
+    assert mutants == generated_mutants("delivery") + generated_mutants("lifecycle")
+    for m in mutants:
+        assert m.kind == ("race" if m.mutation.operator in RACE_OPERATORS else "sequential")
+        assert m.name.endswith(f"/{m.mutation.operator}/{m.mutation.site}")
+        assert "\n" not in m.stands_for and m.stands_for.startswith(m.attribute)
+    purge = [m for m in mutants if m.attribute == "SQL_PURGE_COMMUNITY" and m.mutation.operator == "drop-statement"]
+    assert [m.element for m in purge] == [0, 1, 2, 3, 4]
+    value = purge[1].mutated_value(PostgresDeliveryStore.SQL_PURGE_COMMUNITY)
+    assert isinstance(value, tuple) and len(value) == 5 and value[1] == "SELECT 1"
+    assert value[0] == PostgresDeliveryStore.SQL_PURGE_COMMUNITY[0]
+    assert by_name("LifecycleStore.SQL_DELETE[0]/drop-statement/1").element == 0
+    with pytest.raises(ValueError, match="unknown machine"):
+        generated_mutants("billing")
+
+
+def test_unknown_name_lists_near_names() -> None:
+    with pytest.raises(ValueError, match=r"did you mean .*PostgresDeliveryStore\.SQL_RENEW/drop-conjunct/6"):
+        by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/66")
+    with pytest.raises(ValueError, match="no generated mutant"):
+        by_name("nothing like it")
+
+
+def test_catalogue_order_does_not_depend_on_hashing() -> None:
+    script = "from leaseproof.impl.mutation.catalogue import generated_mutants; print([m.name for m in generated_mutants()])"
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert runs == {str([m.name for m in generated_mutants()]) + "\n"}
