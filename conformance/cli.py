@@ -21,12 +21,13 @@ from typing import Any, TextIO
 
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.lockstep import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
 from leaseproof.conformance.trace import SPECS as LOCKSTEP_SPECS
 from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
-from leaseproof.conformance import killmatrix
+from leaseproof.conformance import killmatrix, mutation_score
 from leaseproof.conformance import explore as exploration
 from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.progress import ProgressLine
@@ -94,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
     verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
     verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
+    verify.add_argument(
+        "--no-scenarios",
+        action="store_true",
+        help="skip the fixed scenarios: the generated programs alone (how the search's power is measured)",
+    )
+    verify.add_argument(
+        "--shrink-attempts",
+        type=_positive,
+        default=SHRINK_ATTEMPTS,
+        metavar="N",
+        help=f"programs the shrinking of a failure may try (default: {SHRINK_ATTEMPTS:,}); "
+        "the same seed and budget print the same counterexample",
+    )
+    verify.add_argument(
+        "--shrink-seconds",
+        type=_positive_float,
+        default=SHRINK_SECONDS,
+        metavar="S",
+        help=f"and at most this long (default: {SHRINK_SECONDS:g}); the report says when this bound ended it",
+    )
     verify.add_argument(
         "--trace-out",
         type=Path,
@@ -202,19 +223,41 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     mutants.add_argument("--machine", choices=sorted(MACHINES), help="only this machine's mutants (default: both)")
+    mutants.add_argument(
+        "--generated",
+        action="store_true",
+        help="the mutation score instead: every mechanically generated mutant (one site of one named statement "
+        "changed) through the search alone on each --seed, the scenarios, and stress for the lock mutants",
+    )
     mutants.add_argument("--fast", action="store_true", help="only the checks that take seconds (the CI subset)")
     mutants.add_argument("--json", action="store_true", help="print the matrix as a JSON document instead of a table")
     mutants.add_argument(
-        "--seed", type=_seed, default=killmatrix.SEED, help=f"seed of every check (default: {killmatrix.SEED})"
+        "--seed",
+        type=_seed,
+        nargs="+",
+        metavar="N",
+        help=f"seed(s) of every seeded check (default: {killmatrix.SEED}; with --generated: "
+        f"{' '.join(map(str, mutation_score.SEEDS))})",
     )
     mutants.add_argument(
         "--mutant",
         nargs="+",
         action="extend",
         default=[],
-        choices=[s.name for s in killmatrix.SUBJECTS],
         metavar="NAME",
-        help="only these mutants (default: every shipped one, sequential and race)",
+        help="only these mutants (default: every shipped one, sequential and race; with --generated, every "
+        "generated one)",
+    )
+    mutants.add_argument(
+        "--jobs",
+        type=_positive,
+        help="with --generated: worker processes, each on its own database (default: one per core)",
+    )
+    mutants.add_argument(
+        "--max-examples",
+        type=_positive,
+        help=f"with --generated: programs of the search alone (default: {mutation_score.Budget().examples}, "
+        "verify's default)",
     )
     mutants.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
 
@@ -459,6 +502,8 @@ def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 seed_value=seed_value,
                 steps=args.steps,
                 shrink=not args.no_shrink,
+                scenarios=not args.no_scenarios,
+                shrink_bound=ShrinkBound(args.shrink_attempts, args.shrink_seconds),
                 on_example=progress,
             )
         finally:
@@ -482,6 +527,8 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
         out.write("verdict: CONFORMS — every outcome and every persisted field matched the model\n")
         return EXIT_CONFORMS
     out.write("verdict: DOES NOT CONFORM\n")
+    if verdict.shrink_stopped:
+        out.write(f"shrinking stopped early, {verdict.shrink_stopped}: the program below may not be minimal\n")
     out.write(f"minimal counterexample (replay with --seed {verdict.seed}):\n")
     out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
     out.write(f"what went wrong:\n{verdict.failure}\n")
@@ -697,6 +744,12 @@ def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def mutants_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.generated:
+        return _generated_mutants(args, out, err)
+    if args.jobs is not None or args.max_examples is not None:
+        err.write("leaseproof: --jobs and --max-examples apply to --generated\n")
+        return EXIT_USAGE
+    seeds = tuple(args.seed or (killmatrix.SEED,))
     try:
         subjects = killmatrix.select(args.mutant, args.machine)
     except ValueError as exc:
@@ -710,14 +763,60 @@ def mutants_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")) as server:
             what = "the fast subset" if args.fast else "every check"
-            err.write(f"server: {server.description}\nkill matrix: {len(subjects)} mutants, {what}, seed {args.seed}\n")
-            matrix = killmatrix.run_matrix(server, subjects, fast=args.fast, seed=args.seed, on_row=on_row)
+            err.write(
+                f"server: {server.description}\nkill matrix: {len(subjects)} mutants, {what}, "
+                f"seed{'s' if len(seeds) > 1 else ''} {' '.join(map(str, seeds))}\n"
+            )
+            matrix = killmatrix.run_matrix(server, subjects, fast=args.fast, seeds=seeds, on_row=on_row)
     except ProvisioningError as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     out.write(json.dumps(matrix.to_json(), indent=2) + "\n" if args.json else killmatrix.table(matrix))
     if matrix.survivors:
         err.write(f"leaseproof: survived every check that ran: {', '.join(matrix.survivors)}\n")
+        return EXIT_NONCONFORMING
+    return EXIT_CONFORMS
+
+
+def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        plan = mutation_score.plan(
+            names=args.mutant,
+            machine=args.machine,
+            fast=args.fast,
+            seeds=args.seed,
+            examples=args.max_examples,
+        )
+    except ValueError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    jobs = args.jobs or mutation_score.default_jobs()
+    progress = ProgressLine(err, every=max(1, len(plan.tasks) // 20), first=0, width=100)
+
+    def on_result(result: mutation_score.Result, done: int, total: int) -> None:
+        seed = "" if result.seed is None else f" seed {result.seed}"
+        verdict = "killed" if result.killed else "SURVIVED"
+        progress.show(f"  {done}/{total} {result.mutant} · {result.check}{seed}: {verdict}", done)
+
+    try:
+        with postgres_server(args.dsn, log=lambda line: err.write(f"  {line}\n")) as server:
+            err.write(
+                f"server: {server.description}\nmutation score: {len(plan.mutants)} generated mutants"
+                f"{' (the fast subset)' if args.fast else ''}, {len(plan.tasks)} checks on {jobs} workers, "
+                f"seeds {' '.join(map(str, plan.seeds))}\n"
+            )
+            score = mutation_score.run_score(
+                server, plan.mutants, seeds=plan.seeds, budget=plan.budget, jobs=jobs, on_result=on_result, work=plan.tasks
+            )
+    except ProvisioningError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    finally:
+        progress.close()
+    out.write(json.dumps(score.to_json(), indent=2) + "\n" if args.json else mutation_score.report(score))
+    if score.survivors or score.disproved:
+        names = [m.name for m in (*score.survivors, *score.disproved)]
+        err.write(f"leaseproof: {len(names)} generated mutant(s) survived unexplained or disproved an equivalence\n")
         return EXIT_NONCONFORMING
     return EXIT_CONFORMS
 

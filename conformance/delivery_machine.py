@@ -18,10 +18,12 @@ from typing import Any
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, initialize, multiple, rule
+from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
 from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
+from leaseproof.conformance.swarm import Option, Swarm, values, weighted
+from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for callers of this module
     Coverage,
     LockstepMachine,
@@ -79,6 +81,61 @@ def _named(value: Any) -> str:
     return w.name_of(value)
 
 
+def explain_step(
+    command: m.Command, before: m.DeliverySystem, after: m.DeliverySystem, implementation: m.DeliverySystem
+) -> str:
+    """The clock at the step, and every row it touched (named by the command, changed
+    by the model, or different in the implementation): before, in the model after,
+    and in the implementation after. Rows are listed in claim order, (created_at,
+    id), with their real ids, which decide between rows created at one instant."""
+    keys = set(_named_keys(command, before))
+    for state in (after, implementation):
+        keys |= {k for k in before.deliveries.keys() | state.deliveries.keys() if before.deliveries.get(k) != state.deliveries.get(k)}
+    keys |= {k for k in after.deliveries.keys() | implementation.deliveries.keys() if after.deliveries.get(k) != implementation.deliveries.get(k)}
+    lines = [f"clock at the step: {w.describe(before.now)} ({before.now.isoformat()})"]
+    if not keys:
+        return lines[0]
+
+    def order(key: m.CommunityKey) -> tuple[Any, ...]:
+        row = before.deliveries.get(key) or after.deliveries.get(key) or implementation.deliveries.get(key)
+        return (row.created_at, key[1]) if row is not None else (dt.datetime.max.replace(tzinfo=dt.timezone.utc), key[1])
+
+    lines.append("rows the step touched, oldest first by (created_at, id):")
+    for key in sorted(keys, key=order):
+        lines.append(f"  delivery {w.name_of(key[1])} of community {w.name_of(key[0])} (id {key[1]})")
+        for label, state in (("before", before), ("model after", after), ("implementation", implementation)):
+            lines.append(f"    {label + ':':<16}{_row_summary(state.deliveries.get(key))}")
+    return "\n".join(lines)
+
+
+def _named_keys(command: m.Command, state: m.DeliverySystem) -> list[m.CommunityKey]:
+    """The rows a command names, or, for a claim of the oldest pending row, its candidates."""
+    if isinstance(command, m.Renew | m.Finish):
+        return [(command.lease.community_id, command.lease.delivery_id)]
+    if isinstance(command, m.GetDelivery):
+        return [(command.community_id, command.delivery_id)]
+    if isinstance(command, m.Claim):
+        if command.delivery_id is not None:
+            return [(command.community_id, command.delivery_id)]
+        return [
+            key for key, d in state.deliveries.items()
+            if key[0] == command.community_id and d.binding.target_pubkey == command.target_pubkey
+            and d.status is m.Status.PENDING
+        ]  # fmt: skip
+    return []
+
+
+def _row_summary(row: m.Delivery | None) -> str:
+    if row is None:
+        return "absent"
+    text = f"{row.status.value}, generation {row.lease_generation}, target {w.name_of(row.binding.target_pubkey)}"
+    if row.lease_until is not None:
+        text += f", lease until {w.describe(row.lease_until)} (claimed {w.describe(row.claimed_at)})"
+    if row.finished_at is not None:
+        text += f", finished {w.describe(row.finished_at)}"
+    return text + f", created {w.describe(row.created_at)}"
+
+
 DELIVERY = MachineSpec(
     name="delivery",
     decide=m.decide,
@@ -89,52 +146,120 @@ DELIVERY = MachineSpec(
     variant=m.variant,
     describe=w.describe,
     difference=lambda model, implementation: describe_state_difference(model, implementation),
+    explain=explain_step,
     transitions={(m.status_name(a), m.status_name(b)): by for (a, b), by in m.TRANSITION_RULES.items()},
     transitions_of=lambda before, after: _row_transitions(before, after),
 )
 
 
 # -- strategies, in world names ----------------------------------------------
+#
+# Every program draws a swarm first (`conformance/swarm.py`): the rules and the
+# families of values it leaves out. The families are the features below; a
+# value without one is always on.
 
-def _mostly(common: list[Any], rare: list[Any], weight: int = 3) -> st.SearchStrategy[Any]:
-    """Common values `weight` times as likely as rare ones; shrinks to the first."""
-    return st.sampled_from(common * weight + rare)
+FEATURES = (
+    # rules: claim and reap are always on (every lease bug needs a claim; and
+    # see `reap`); a program without clock moves creates every row at one
+    # instant, where the id decides the claim order
+    "commit", "renew", "finish", "advance_clock", "tenant",
+    # values
+    "community-B", "community-Z", "absent-run", "odd-steps", "named-ids", "unpublished-message",
+    "wrong-workflow", "other-agents", "expected-bindings", "binding-forgeries", "lease-forgeries",
+    "short-leases", "longest-lease", "deadline-moves", "short-moves", "long-moves",
+    "fences", "lineage", "reads", "tenant-lifecycle",
+)  # fmt: skip
+SWARM = swarm_of(FEATURES, key="delivery swarm")
 
 
-communities = _mostly(["A", "B"], ["Z"], weight=5)
-live_communities = st.sampled_from(list(w.LIVE_COMMUNITIES))
+def _among(*options: Option) -> st.SearchStrategy[Any]:
+    return values(SWARM, options)
+
+
+communities = _among(("A", None), ("A", None), ("B", "community-B"), ("B", "community-B"), ("Z", "community-Z"))
 targets = st.sampled_from(sorted(w.TARGETS))
-runs = _mostly(list(w.INITIAL_RUNS), ["R4"])
-steps = _mostly(["s1", "s2"], ["long", "padded"])
-delivery_names = st.sampled_from(sorted(w.DELIVERIES))
-lease_seconds = st.sampled_from([30, 5, 1])
+runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
+# Beside plain ids, step ids that probe the value rules: 64 characters (the
+# most), ASCII whitespace around (kept as given; only the emptiness check
+# trims), a no-break space (not whitespace the rule trims), and 64 characters
+# of 2 and of 4 bytes in UTF-8 (the limit counts characters, not bytes or
+# UTF-16 units).
+steps = _among(*weighted(["s1", "s2"], ["long", "padded", "tabbed", "nbsp", "wide", "astral"], 6, "odd-steps"))
+lease_seconds = _among((30, None), (30, None), (5, "short-leases"), (1, "short-leases"), (m.MAX_LEASE_SECONDS, "longest-lease"))
 # "deadline" moves the clock exactly onto the earliest live lease deadline
 # (still renewable, not yet reapable); "past-deadline" one microsecond on.
-advances = st.sampled_from(["deadline", "past-deadline", "1s", "5s", "30s", "60s"])
+advances = _among(
+    ("deadline", "deadline-moves"), ("past-deadline", "deadline-moves"),
+    ("1s", "short-moves"), ("5s", "short-moves"), ("30s", "long-moves"), ("60s", "long-moves"),
+)  # fmt: skip
 ADVANCE_SECONDS = {"1s": 1, "5s": 5, "30s": 30, "60s": 60}
+# A recipient's id: derived from its identity (as producers do), a named one
+# (the same in both communities), or one that collides with the state: an id
+# retired in the community, a live row's of another identity, or an id retired
+# or live only in another community (which does not collide: tenants are apart).
+COLLISIONS = ("retired", "taken", "retired-elsewhere", "live-elsewhere")
 target_specs = st.tuples(
-    _mostly([w.FRESH], sorted(w.DELIVERIES), weight=6),
+    _among(*weighted([w.FRESH], [*sorted(w.DELIVERIES), *COLLISIONS], 6, "named-ids")),
     targets,
-    _mostly(list(w.INITIAL_MESSAGES), ["M3"], weight=4),
+    _among(*weighted(list(w.INITIAL_MESSAGES), ["M3"], 4, "unpublished-message")),
     st.sampled_from(sorted(w.DEFINITIONS)),
     st.sampled_from(sorted(w.CAUSES)),
 )
 # How a claim's expected binding relates to the row it names: the real
-# binding, or the real one with a single field forged.
-BINDING_FORGERIES = ("exact", "community", "target", "workflow", "run", "step", "definition", "message", "cause")
+# binding, or the real one with a single field forged ("cause": another cause
+# of the same kind, so only its identity column differs; "cause-kind": a cause
+# of another kind).
+BINDING_FORGERIES = (
+    "exact", "community", "target", "workflow", "run", "step", "definition", "message", "cause", "cause-kind",
+)  # fmt: skip
+expected_bindings = _among(
+    *[(None, None)] * 12,
+    *[("exact", "expected-bindings")] * 4,
+    *[(how, "binding-forgeries") for how in BINDING_FORGERIES[1:]],
+)
 # How a lease presented to renew/finish relates to the one claim returned.
 LEASE_FORGERIES = ("held", "foreign-target", "older-generation", "newer-generation", "foreign-community")
-lease_forgeries = _mostly(["held"], list(LEASE_FORGERIES[1:]), weight=4)
+lease_forgeries = _among(*weighted(["held"], list(LEASE_FORGERIES[1:]), 4, "lease-forgeries"))
+# A claim names no delivery (the oldest pending), or one by id: a named id
+# (maybe in both communities, maybe another target's), or a producer-derived
+# one that the set-up commits in A and B.
+claimed_ids = _among(
+    *weighted([None], sorted(w.DELIVERIES) + ["R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids")
+)
+agents = _among(*weighted(["recipient"], sorted(w.TARGETS), 3, "other-agents"))
 LINEAGE = ("R1", "R2", "R3", "R4", "W1", "W2", "M1", "M2", "M3")
 # Lineage changes and reads are common; tenant state changes rarer, and
 # creating or deleting a tenant rarer still.
-tenant_actions = st.sampled_from(
-    [f"{verb} {what}" for what in LINEAGE for verb in ("delete", "create")]
-    + [f"get {name}" for name in ("R1/s1/T1", "R1/s1/T2", "R2/s1/T1", "d1")] * 2
-    + ["activate"] * 4
-    + ["quiesce", "fence"] * 2
-    + ["create", "delete"]
+tenant_actions = _among(
+    *[(f"{verb} {what}", "lineage") for what in LINEAGE for verb in ("delete", "create")],
+    *[(f"get {name}", "reads") for name in ("R1/s1/T1", "R1/s1/T2", "R2/s1/T1", "d1")] * 2,
+    *[("activate", "fences")] * 4,
+    *[("quiesce", "fences"), ("fence", "fences")] * 2,
+    ("create", "tenant-lifecycle"),
+    ("delete", "tenant-lifecycle"),
 )
+
+
+def _colliding_id(
+    name: str, community: str, run: str, step: str, target: str, state: m.DeliverySystem | None
+) -> Any:
+    """The id a commit's recipient names: a world name, or a collision with `state`."""
+    if name in COLLISIONS and state is not None:
+        cid, identity = w.COMMUNITIES[community], (w.RUNS[run], w.STEPS[step], w.TARGETS[target])
+        here = {key[1] for key in (*state.retired, *state.deliveries) if key[0] == cid}
+        if name == "retired":
+            ids = [key[1] for key in state.retired if key[0] == cid]
+        elif name == "taken":
+            ids = [
+                d.id for key, d in state.deliveries.items()
+                if key[0] == cid and (d.binding.run_id, d.binding.step_id, d.binding.target_pubkey) != identity
+            ]  # fmt: skip
+        else:
+            elsewhere = state.retired if name == "retired-elsewhere" else state.deliveries.keys()
+            ids = [key[1] for key in elsewhere if key[0] != cid and key[1] not in here]
+        if ids:
+            return min(ids)
+    return w.delivery_id(w.FRESH if name in COLLISIONS else name, run, step, target)
 
 
 def _forge_binding(binding: Binding, how: str) -> Binding:
@@ -146,10 +271,16 @@ def _forge_binding(binding: Binding, how: str) -> Binding:
         "step": ("step_id", w.STEPS),
         "definition": ("definition_event_id", w.DEFINITIONS),
         "message": ("message_event_id", w.MESSAGES),
-        "cause": ("cause", w.CAUSES),
     }
     if how == "exact":
         return binding
+    if how in ("cause", "cause-kind"):
+        same_kind = how == "cause"
+        cause = next(
+            c for _, c in sorted(w.CAUSES.items())
+            if c != binding.cause and (c.kind == binding.cause.kind) == same_kind
+        )  # fmt: skip
+        return attrs.evolve(binding, cause=cause)
     field, table = replacements[how]
     current = getattr(binding, field)
     replacement = next(v for _, v in sorted(table.items()) if v != current)
@@ -177,25 +308,35 @@ class DeliveryConformance(LockstepMachine):
     start = w.START
     leases = Bundle("leases")
 
-    @initialize()
-    def setup(self) -> None:
+    @initialize(swarm=SWARM)
+    def setup(self, swarm: Swarm = Swarm()) -> None:
         """The world every program starts from: communities A and B, each with both
         workflows, runs R1-R3, messages M1-M2, and (work to claim, even in a program
         that never commits) R1/s1 committed for T1 and T2. One step of the lockstep:
-        every outcome compared, the whole state once, at the end."""
+        every outcome compared, the whole state once, at the end. `swarm`: the
+        features this program leaves out."""
+        self.swarm = swarm
         self.begin()
         self.run_together(SETUP, "the set-up")
 
     @staticmethod
     def commit_command(
-        community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
+        community: str,
+        run: str,
+        step: str,
+        recipients: list[tuple[str, ...]],
+        wrong_workflow: bool,
+        state: m.DeliverySystem | None = None,
     ) -> m.CommitDeliveries:
+        """The commit in world names; a recipient's id may be named by its relation
+        to `state`: "retired" (an id retired in the community) or "taken" (the id of
+        a live row of the community with another identity)."""
         workflow = w.RUN_WORKFLOW[run]
         if wrong_workflow:
             workflow = w.other(workflow, w.WORKFLOWS)
         deliveries = [
             m.NewDelivery(
-                w.delivery_id(delivery, run, step, target),
+                _colliding_id(delivery, community, run, step, target, state),
                 w.binding(community, workflow, run, step, target, definition, message, cause),
             )
             for delivery, target, message, definition, cause in recipients
@@ -209,19 +350,20 @@ class DeliveryConformance(LockstepMachine):
         run=runs,
         step=steps,
         recipients=st.lists(target_specs, min_size=1, max_size=3),
-        wrong_workflow=_mostly([False], [True], weight=7),
+        wrong_workflow=_among(*weighted([False], [True], 7, "wrong-workflow")),
     )
+    @precondition(lambda self: self.swarm.on("commit"))
     def commit(
         self, community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
     ) -> None:
-        self.run(self.commit_command(community, run, step, recipients, wrong_workflow))
+        self.run(self.commit_command(community, run, step, recipients, wrong_workflow, self.model))
 
     @rule(
         target=leases,
         community=communities,
-        agent=_mostly(["recipient"], sorted(w.TARGETS)),
-        delivery=_mostly([None], sorted(w.DELIVERIES), weight=4),
-        expected=st.one_of(st.none(), _mostly(["exact"], list(BINDING_FORGERIES[1:]), weight=4)),
+        agent=agents,
+        delivery=claimed_ids,
+        expected=expected_bindings,
         seconds=lease_seconds,
     )
     def claim(
@@ -237,10 +379,13 @@ class DeliveryConformance(LockstepMachine):
         presenting that row's binding, exact or with one field forged."""
         cid = w.COMMUNITIES[community]
         if delivery is not None:
-            row = self.model.deliveries.get((cid, w.DELIVERIES[delivery]))
+            row = self.model.deliveries.get((cid, w.delivery_named(delivery)))
         else:
+            # Plainly, the row a claim would take; with an expected binding, the
+            # newest pending row, so the binding must pick it out from older ones.
             pending = [d for d in self.model.deliveries.values() if d.key[0] == cid and d.status is m.Status.PENDING]
-            row = min(pending, key=lambda d: (d.created_at, d.id), default=None)
+            pick = max if expected is not None else min
+            row = pick(pending, key=lambda d: (d.created_at, d.id), default=None)
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
         binding = None
         if expected is not None:
@@ -251,17 +396,19 @@ class DeliveryConformance(LockstepMachine):
                 community_id=cid,
                 target_pubkey=target,
                 lease_seconds=seconds,
-                delivery_id=None if delivery is None else w.DELIVERIES[delivery],
+                delivery_id=None if delivery is None else w.delivery_named(delivery),
                 expected=binding,
             )
         )
         return outcome.lease if isinstance(outcome, m.Claimed) else multiple()
 
     @rule(lease=leases, forgery=lease_forgeries, seconds=lease_seconds)
+    @precondition(lambda self: self.swarm.on("renew"))
     def renew(self, lease: m.Lease, forgery: str, seconds: int) -> None:
         self.run(m.Renew(_forge_lease(lease, forgery), seconds))
 
     @rule(lease=leases, forgery=lease_forgeries, outcome=st.sampled_from(["finished", "failed"]))
+    @precondition(lambda self: self.swarm.on("finish"))
     def finish(self, lease: m.Lease, forgery: str, outcome: str) -> None:
         self.run(m.Finish(_forge_lease(lease, forgery), m.Status(outcome)))
 
@@ -279,6 +426,7 @@ class DeliveryConformance(LockstepMachine):
             self.run(m.Reap())
 
     @rule(to=advances)
+    @precondition(lambda self: self.swarm.on("advance_clock"))
     def advance_clock(self, to: str) -> None:
         by = dt.timedelta(seconds=ADVANCE_SECONDS.get(to, 1))
         deadlines = [d.lease_until for d in self._claimed_rows() if d.lease_until >= self.model.now]  # type: ignore[operator]
@@ -292,6 +440,7 @@ class DeliveryConformance(LockstepMachine):
     # -- tenants, lineage and reads -------------------------------------------
 
     @rule(community=communities, action=tenant_actions)
+    @precondition(lambda self: self.swarm.on("tenant"))
     def tenant(self, community: str, action: str) -> None:
         """Everything around the deliveries, in one rule so it stays in the
         background: tenant state ("fence", "activate", "delete", ...),

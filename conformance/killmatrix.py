@@ -32,6 +32,7 @@ within a few dozen programs.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -134,6 +135,7 @@ class Row:
     kind: str
     finding: str
     check: str
+    seed: int | None  # None: a check that takes no seed (a forced schedule)
     killed: bool
     # Until the kill, or all that ran if it survived: lockstep examples (0 when a
     # fixed scenario killed it), stress programs, or forced schedules.
@@ -160,7 +162,7 @@ class KillMatrix:
     rows: tuple[Row, ...]
     subjects: tuple[Subject, ...]
     fast: bool
-    seed: int
+    seeds: tuple[int, ...]
     seconds: float
 
     def killed(self, subject: Subject) -> bool:
@@ -180,7 +182,11 @@ class KillMatrix:
 
     def summary(self) -> str:
         parts = [f"{k} of {n} {kind} mutants killed" for kind, (k, n) in self.counts().items() if n]
-        text = ", ".join(parts) + f" ({'fast subset' if self.fast else 'full matrix'}, seed {self.seed}, {self.seconds:.0f}s)"
+        seeds = f"seed{'s' if len(self.seeds) > 1 else ''} {', '.join(map(str, self.seeds))}"
+        text = ", ".join(parts) + f" ({'fast subset' if self.fast else 'full matrix'}, {seeds}, {self.seconds:.0f}s)"
+        search = [row for row in self.rows if row.check == SEARCH_ALONE]
+        if search:
+            text += "\n" + search_alone_summary(search)
         if self.survivors:
             text += f"\nSURVIVED: {', '.join(self.survivors)}"
         return text
@@ -188,7 +194,7 @@ class KillMatrix:
     def to_json(self) -> dict[str, Any]:
         return {
             "fast": self.fast,
-            "seed": self.seed,
+            "seeds": list(self.seeds),
             "seconds": round(self.seconds, 1),
             "counts": {kind: {"killed": k, "total": n} for kind, (k, n) in self.counts().items()},
             "survivors": list(self.survivors),
@@ -240,7 +246,7 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
     finally:
         adapter.close()
     total = time.monotonic() - clock.started
-    base = _row(subject, check, budget=budgets.search, unit="examples", check_seconds=total)
+    base = _row(subject, check, budget=budgets.search, unit="examples", check_seconds=total, seed=seed)
     coverage = verdict.coverage
     if verdict.conforms:
         return attrs.evolve(base, killed=False, examples=coverage.examples, seconds=total, detail="conforms")
@@ -264,7 +270,7 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
 
 def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
     started = time.monotonic()
-    base = _row(subject, STRESS, budget=budgets.stress, unit="programs", check_seconds=0.0)
+    base = _row(subject, STRESS, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
     adapter = subject.adapter(dsn)
     try:
         report = stress(
@@ -304,7 +310,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
 def _forced(subject: Subject, dsn: str) -> Row:
     assert subject.interleaving is not None
     started = time.monotonic()
-    base = _row(subject, FORCED, budget=1, unit="schedules", check_seconds=0.0)
+    base = _row(subject, FORCED, budget=1, unit="schedules", check_seconds=0.0, seed=None)
     if isinstance(subject.variant, LifecycleMutant):
         raise ValueError(f"{subject.name}: the forced interleavings drive the delivery store")
     try:
@@ -328,11 +334,27 @@ def _forced(subject: Subject, dsn: str) -> Row:
     )
 
 
-def _row(subject: Subject, check: str, *, budget: int, unit: str, check_seconds: float) -> Row:
+def _row(subject: Subject, check: str, *, budget: int, unit: str, check_seconds: float, seed: int | None) -> Row:
     return Row(
-        subject.name, subject.machine, subject.kind, subject.stands_for, check,
+        subject.name, subject.machine, subject.kind, subject.stands_for, check, seed,
         killed=False, examples=0, unit=unit, seconds=0.0, check_seconds=check_seconds, budget=budget,
     )  # fmt: skip
+
+
+def search_alone_summary(rows: Sequence[Row]) -> str:
+    """The search-alone evidence over its seeds: how soon every mutant died, how short
+    its counterexample, how long its shrinking took."""
+    killed = [row for row in rows if row.killed]
+    if not killed:
+        return f"search alone: no mutant killed in {len(rows)} runs"
+    examples = sorted(row.examples for row in killed)
+    shrunk = [row.shrunk_length for row in killed if row.shrunk_length is not None]
+    shrinking = [row.check_seconds - row.seconds for row in killed]
+    return (
+        f"search alone: {len(killed)} of {len(rows)} runs killed their mutant; examples until the kill: "
+        f"median {statistics.median(examples):g}, most {examples[-1]:,}; shrunk to at most "
+        f"{max(shrunk, default=0)} steps; shrinking took at most {max(shrinking):.1f}s"
+    )
 
 
 @contextlib.contextmanager
@@ -349,34 +371,36 @@ def run_matrix(
     subjects: Sequence[Subject] = SUBJECTS,
     *,
     fast: bool = False,
-    seed: int = SEED,
+    seeds: Sequence[int] = (SEED,),
     budgets: Budgets | None = None,
     on_row: Callable[[Row], None] | None = None,
 ) -> KillMatrix:
-    """Run each subject's checks (the fast subset's if `fast`), each on a fresh
-    database of `server`; `on_row` hears of each row as it is finished."""
+    """Run each subject's checks (the fast subset's if `fast`), the seeded ones on
+    every seed, each on a fresh database of `server`; `on_row` hears of each row
+    as it is finished."""
     budgets = budgets or (FAST if fast else FULL)
     started = time.monotonic()
     rows: list[Row] = []
     with _template(server) as template:
         for subject in subjects:
             for check in subject.checks(fast):
-                with scratch_database(server, template=template) as dsn:
-                    if check == STRESS:
-                        row = _stress(subject, dsn, seed, budgets)
-                    elif check == FORCED:
-                        row = _forced(subject, dsn)
-                    else:
-                        row = _lockstep(subject, dsn, check, seed, budgets)
-                rows.append(row)
-                if on_row is not None:
-                    on_row(row)
-    return KillMatrix(tuple(rows), tuple(subjects), fast, seed, time.monotonic() - started)
+                for seed in seeds if check != FORCED else seeds[:1]:
+                    with scratch_database(server, template=template) as dsn:
+                        if check == STRESS:
+                            row = _stress(subject, dsn, seed, budgets)
+                        elif check == FORCED:
+                            row = _forced(subject, dsn)
+                        else:
+                            row = _lockstep(subject, dsn, check, seed, budgets)
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
+    return KillMatrix(tuple(rows), tuple(subjects), fast, tuple(seeds), time.monotonic() - started)
 
 
 # -- the table ------------------------------------------------------------------------------------
 
-COLUMNS = ("mutant", "machine", "finding", "check", "killed", "examples", "seconds", "shrunk length")
+COLUMNS = ("mutant", "machine", "finding", "check", "seed", "killed", "examples", "seconds", "shrunk length")
 
 
 def cells(row: Row) -> tuple[str, ...]:
@@ -396,7 +420,8 @@ def cells(row: Row) -> tuple[str, ...]:
     else:
         noun = "step" if row.check.startswith("lockstep") else "operation"
         length = f"{row.shrunk_length} {noun}{'' if row.shrunk_length == 1 else 's'}"
-    return (row.mutant, row.machine, row.finding, row.check, killed, examples, f"{row.seconds:.1f}", length)
+    seed = "-" if row.seed is None else str(row.seed)
+    return (row.mutant, row.machine, row.finding, row.check, seed, killed, examples, f"{row.seconds:.1f}", length)
 
 
 def table(matrix: KillMatrix) -> str:
@@ -408,5 +433,6 @@ def table(matrix: KillMatrix) -> str:
 
 def progress_line(row: Row) -> str:
     """One line on a finished check, for stderr."""
-    killed, examples, seconds, length = cells(row)[4:]
-    return f"  {row.mutant} · {row.check}: killed {killed} · {examples} · {seconds}s · shrunk {length}"
+    seed, killed, examples, seconds, length = cells(row)[4:]
+    where = "" if row.seed is None else f" seed {seed}"
+    return f"  {row.mutant} · {row.check}{where}: killed {killed} · {examples} · {seconds}s · shrunk {length}"

@@ -17,10 +17,12 @@ from typing import Any
 
 import attrs
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from leaseproof.conformance import world as w
 from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind
+from leaseproof.conformance.swarm import Option, Swarm, values, weighted
+from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.lifecycle_invariants import state_violations, step_violations
@@ -44,6 +46,63 @@ def describe_difference(model: m.LifecycleSystem, implementation: m.LifecycleSys
     return "\n".join(lines) or "(no difference)"
 
 
+def explain_step(command: Any, before: m.LifecycleSystem, after: m.LifecycleSystem, implementation: m.LifecycleSystem) -> str:
+    """The clock at the step, and the coordinate it touched: its head, runtime row,
+    cutoff, every replica's cached record and its runs, before, in the model
+    after, and in the implementation after."""
+    lines = [f"clock at the step: {w.describe(before.now)} ({before.now.isoformat()})"]
+    coordinate = _coordinate_of(command, before)
+    if coordinate is None:
+        return lines[0]
+    lines.append(f"the coordinate it touched, ({w.name_of(coordinate[0])}, {w.name_of(coordinate[1])}):")
+    shown: dict[tuple[str, ...], str] = {}
+    for label, state in (("before", before), ("model after", after), ("implementation", implementation)):
+        summary = tuple(_coordinate_summary(state, coordinate))
+        if summary in shown:
+            lines.append(f"  {label}: as {shown[summary]}")
+            continue
+        shown[summary] = label
+        lines.append(f"  {label}:")
+        lines += [f"    {line}" for line in summary]
+    return "\n".join(lines)
+
+
+def _coordinate_of(command: Any, state: m.LifecycleSystem) -> tuple[Any, Any] | None:
+    if isinstance(command, m.SaveDefinition):
+        return (command.event.community_id, command.event.workflow_id)
+    if isinstance(command, m.DeleteDefinition | m.AlternateDelete | m.Fire):
+        return (command.community_id, command.workflow_id)
+    if isinstance(command, m.ResumeRun) and command.run_id in state.runs:
+        return state.runs[command.run_id].record.coordinate
+    return None
+
+
+def _coordinate_summary(state: m.LifecycleSystem, coordinate: tuple[Any, Any]) -> list[str]:
+    head, runtime = state.heads.get(coordinate), state.runtime.get(coordinate)
+    lines = [
+        "head: " + ("none" if head is None else f"saved {w.describe(head.created_at)}, {w.describe(head.definition)}"),
+        "runtime: " + ("none" if runtime is None else _record_summary(runtime)),
+        f"cutoff: {w.describe(state.cutoffs[coordinate]) if coordinate in state.cutoffs else 'none'}",
+    ]
+    for replica, cache in sorted(state.caches.items()):
+        record = cache.records.get(coordinate)
+        cached = "not cached" if record is None else _record_summary(record)
+        lines.append(f"replica {replica} (loaded {w.describe(cache.loaded_at)}): {cached}")
+    for run in state.runs.values():
+        if run.record.coordinate == coordinate:
+            done = state.executed.get(run.run_id, ())
+            lines.append(f"run {run.run_id} via {run.door}: {_record_summary(run.record)}; executed {list(done)}")
+    return lines
+
+
+def _record_summary(record: m.Record) -> str:
+    return (
+        f"actions {list(record.actions)}, {'enabled' if record.enabled else 'disabled'}, hash {record.hash.hex()[:8]}, "
+        f"owner {w.name_of(record.owner)} in {w.name_of(record.channel_id)}, incarnation {w.describe(record.incarnation)}, "
+        f"revision {record.revision.hex()[:8]}"
+    )
+
+
 LIFECYCLE = MachineSpec(
     name="lifecycle",
     decide=m.decide,
@@ -54,6 +113,7 @@ LIFECYCLE = MachineSpec(
     variant=m.variant,
     describe=w.describe,
     difference=describe_difference,
+    explain=explain_step,
     transitions=m.COORDINATE_TRANSITIONS,
     subject="coordinate",
     transitions_of=lambda before, after: coordinate_transitions(before, after),
@@ -68,15 +128,45 @@ def coordinate_transitions(
     return [(c, (m.coordinate_status(before, c), m.coordinate_status(after, c))) for c in sorted(changed, key=str)]
 
 
-def _mostly(common: list[Any], rare: list[Any], weight: int = 3) -> st.SearchStrategy[Any]:
-    return st.sampled_from(common * weight + rare)
+# Every program draws a swarm first (`conformance/swarm.py`): the rules and the
+# families of values it leaves out.
+FEATURES = (
+    # rules (advance_clock is always on, so no program is left without a rule)
+    "save", "delete", "recreate", "alternate_delete", "tenant", "refresh", "fire", "resume",
+    # values
+    "community-B", "community-Z", "workflow-W2", "author-bob", "channel-ops", "other-contents", "replays",
+    "unknown-replica", "long-moves", "authority", "fences",
+)  # fmt: skip
+SWARM = swarm_of(FEATURES, key="lifecycle swarm")
 
 
-communities = _mostly(["A", "B"], ["Z"], weight=5)
-workflows = _mostly(["W1"], ["W2"])
-authors = _mostly(["alice"], ["bob"])
-channels = _mostly(["general"], ["ops"])
-replicas = _mostly(list(w.REPLICAS), ["r9"], weight=6)
+def _among(*options: Option) -> st.SearchStrategy[Any]:
+    return values(SWARM, options)
+
+
+communities = _among(("A", None), ("A", None), ("B", "community-B"), ("B", "community-B"), ("Z", "community-Z"))
+workflows = _among(*weighted(["W1"], ["W2"], 3, "workflow-W2"))
+authors = _among(*weighted(["alice"], ["bob"], 3, "author-bob"))
+channels = _among(*weighted(["general"], ["ops"], 3, "channel-ops"))
+replicas = _among(*weighted(list(w.REPLICAS), ["r9"], 6, "unknown-replica"))
+contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"))
+# Newer saves are common; replays, delayed saves and saves at the cutoff rarer.
+save_times = _among(*weighted(["newer"], list(WHENS[1:]), 4, "replays"))
+delete_times = _among(*weighted(["newer"], ["same", "older"], 3, "replays"))
+tenant_actions = _among(
+    *[(a, "authority") for a in ("grant alice ops", "grant bob ops", "revoke alice general", "revoke bob general")],
+    ("grant alice general", "authority"),
+    *[("activate", "fences")] * 2,
+    ("quiesce", "fences"),
+    ("fence", "fences"),
+    ("create", "fences"),
+)
+# Mostly short moves, so caches stay warm (and stale) long enough to matter.
+clock_moves = _among(*weighted([1], [5, 10], 2, "long-moves"))
+
+
+def _on(feature: str) -> Callable[[Any], bool]:
+    return lambda machine: bool(machine.swarm.on(feature))
 
 
 class LifecycleConformance(LockstepMachine):
@@ -85,11 +175,13 @@ class LifecycleConformance(LockstepMachine):
     spec = LIFECYCLE
     start = w.START
 
-    @initialize()
-    def setup(self) -> None:
+    @initialize(swarm=SWARM)
+    def setup(self, swarm: Swarm = Swarm()) -> None:
         """Communities A and B, alice and bob with authority in #general of each and alice
         in #ops of A, and a live definition "a" of (A, W1) by alice that both replicas
-        serve. One step of the lockstep: every outcome compared, the whole state once."""
+        serve. One step of the lockstep: every outcome compared, the whole state once.
+        `swarm`: the features this program leaves out."""
+        self.swarm = swarm
         self.begin()
         self.run_together(SETUP, "the set-up")
 
@@ -101,18 +193,21 @@ class LifecycleConformance(LockstepMachine):
         workflow=workflows,
         author=authors,
         channel=channels,
-        content=_mostly(["a"], ["a-on", "a-off", "b"], weight=2),
-        when=_mostly(["newer"], list(WHENS[1:]), weight=4),
+        content=contents,
+        when=save_times,
     )
+    @precondition(_on("save"))
     def save(self, community: str, workflow: str, author: str, channel: str, content: str, when: str) -> None:
         self.run(save_command(community, workflow, author, channel, content, self._at(community, workflow, when)))
 
-    @rule(community=communities, workflow=workflows, author=authors, when=_mostly(["newer"], ["same", "older"]))
+    @rule(community=communities, workflow=workflows, author=authors, when=delete_times)
+    @precondition(_on("delete"))
     def delete(self, community: str, workflow: str, author: str, when: str) -> None:
         at = self._at(community, workflow, when)
         self.run(m.DeleteDefinition(w.COMMUNITIES[community], w.WORKFLOWS[workflow], w.AUTHORS[author], at))
 
     @rule(community=communities, workflow=workflows, identical=st.booleans())
+    @precondition(_on("recreate"))
     def recreate(self, community: str, workflow: str, identical: bool) -> None:
         """The seed's delete→recreate, in one breath: the owner deletes, then saves the
         same content again (identical) or other content, just after the cutoff."""
@@ -126,17 +221,12 @@ class LifecycleConformance(LockstepMachine):
         self.save(community, workflow, author, channel, content, "after-cutoff")
 
     @rule(community=communities, workflow=workflows, path=st.sampled_from(m.ALTERNATE_DELETIONS))
+    @precondition(_on("alternate_delete"))
     def alternate_delete(self, community: str, workflow: str, path: str) -> None:
         self.run(m.AlternateDelete(w.COMMUNITIES[community], w.WORKFLOWS[workflow], path))
 
-    @rule(
-        community=communities,
-        action=st.sampled_from(
-            ["grant alice ops", "grant bob ops", "revoke alice general", "revoke bob general", "grant alice general"]
-            + ["activate"] * 2
-            + ["quiesce", "fence", "create"]
-        ),
-    )
+    @rule(community=communities, action=tenant_actions)
+    @precondition(_on("tenant"))
     def tenant(self, community: str, action: str) -> None:
         """Channel authority ("revoke alice general") and tenant state ("fence")."""
         cid = w.COMMUNITIES[community]
@@ -151,29 +241,33 @@ class LifecycleConformance(LockstepMachine):
             self.run(d.SetCommunityState(cid, d.CommunityState(state)))
 
     @rule(replica=replicas)
+    @precondition(_on("refresh"))
     def refresh(self, replica: str) -> None:
         self.run(m.RefreshCache(replica))
 
     @rule(replica=replicas, door=st.sampled_from(m.DOORS), community=communities, workflow=workflows)
+    @precondition(_on("fire"))
     def fire(self, replica: str, door: str, community: str, workflow: str) -> None:
         self.run(m.Fire(replica, door, w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
 
     @rule(run_id=st.integers(1, 4))
+    @precondition(_on("resume"))
     def resume(self, run_id: int) -> None:
         self.run(m.ResumeRun(run_id))
 
-    # Mostly short moves, so caches stay warm (and stale) long enough to matter.
-    @rule(seconds=_mostly([1], [5, 10], weight=2))
+    @rule(seconds=clock_moves)
     def advance_clock(self, seconds: int) -> None:
         self.run(d.AdvanceClock(seconds * SECOND))
 
 
 def event_time(state: m.LifecycleSystem, community: str, workflow: str, when: str) -> dt.datetime:
-    """An event time relative to the coordinate's head and cutoff."""
+    """An event time relative to the coordinate's head and cutoff; a coordinate with
+    neither is first saved around the current time, so coordinates created at
+    different moments have different incarnations."""
     coordinate = (w.COMMUNITIES[community], w.WORKFLOWS[workflow])
     head = state.heads.get(coordinate)
     cutoff = state.cutoffs.get(coordinate)
-    base = head.created_at if head is not None else (cutoff or w.START)
+    base = head.created_at if head is not None else (cutoff or state.now)
     if when in ("at-cutoff", "after-cutoff") and cutoff is not None:
         base = cutoff
     offset = {"newer": SECOND, "same": 0 * SECOND, "older": -SECOND, "at-cutoff": 0 * SECOND}

@@ -11,13 +11,18 @@ implementation's full state equals the model's.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import RuleBasedStateMachine
 
+from leaseproof.conformance.swarm import Swarm, without_hypothesis_rule_swarm
 from leaseproof.model.rules import Decision, Rule, behaviours
 
 
@@ -50,6 +55,10 @@ class MachineSpec:
     variant: Callable[[Any], str]
     describe: Callable[[Any], str]
     difference: Callable[[Any, Any], str]  # (model state, implementation state)
+    # What a reader needs to see a failed step: (command, state before it, the model's state
+    # after it, the implementation's state after it) -> the clock, and the rows the step
+    # touched before and after on both sides.
+    explain: Callable[[Any, Any, Any, Any], str] = lambda command, before, after, implementation: ""
     # Named transitions of the machine's rows (or coordinates), if it has any, each with
     # the rules ("Operation/guard") that make it; and how to read them off a step: each
     # (what moved, (from, to)).
@@ -122,6 +131,68 @@ class Coverage:
         return [pair for pair in self.spec.transitions if pair not in self.transitions]
 
 
+SHRINK_ATTEMPTS, SHRINK_SECONDS = 1000, 60.0
+
+
+@attrs.define
+class ShrinkBound:
+    """How long the shrinking of a failure may go on: `attempts` programs, and at
+    most `seconds`. The attempts make the bound deterministic: the same seed and
+    budget end at the same program on any machine. The seconds are a backstop;
+    when they, not the attempts, end the shrinking, the program printed may
+    differ between runs, and `stopped` says so.
+
+    Hypothesis bounds its shrinking by wall-clock time only (five minutes, its
+    `MAX_SHRINKING_SECONDS`), which no two machines spend alike. `clock()` is
+    the clock its engine reads instead while a run is shrinking: it counts
+    shrink attempts, so its limit is a number of attempts."""
+
+    attempts: int = SHRINK_ATTEMPTS
+    seconds: float = SHRINK_SECONDS
+    stopped: str = ""  # why the shrinking ended early, if it did
+    started: float | None = None  # when the first failure was seen (time.monotonic)
+
+    @contextlib.contextmanager
+    def clock(self, coverage: Coverage) -> Iterator[None]:
+        """Hypothesis's shrinking engine reads `_ShrinkClock` while this is entered."""
+        saved = (engine.time, engine.MAX_SHRINKING_SECONDS)
+        engine.time, engine.MAX_SHRINKING_SECONDS = _ShrinkClock(self, coverage), self.attempts  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            engine.time, engine.MAX_SHRINKING_SECONDS = saved  # type: ignore[assignment]
+
+
+class _ShrinkClock:
+    """The `time` module as Hypothesis's engine sees it during a bounded run:
+    `perf_counter()` is the number of shrink attempts made, or infinity once
+    the bound's seconds have passed; everything else is the real module's."""
+
+    def __init__(self, bound: ShrinkBound, coverage: Coverage) -> None:
+        self.bound, self.coverage = bound, coverage
+        self.base: float | None = None  # the count when the engine set its deadline
+
+    def perf_counter(self) -> float:
+        coverage, bound = self.coverage, self.bound
+        if coverage.first_failure is None:
+            return 0.0
+        attempts = float(coverage.examples - coverage.first_failure)
+        if self.base is None:
+            self.base = attempts
+        if bound.started is not None and time.monotonic() - bound.started > bound.seconds:
+            bound.stopped = bound.stopped or (
+                f"at its time bound of {bound.seconds:g}s (--shrink-seconds), after {attempts:,.0f} attempts;"
+                " the time, not the budget, ended it, so a rerun may print another program"
+            )
+            return math.inf
+        if attempts > self.base + bound.attempts and not bound.stopped:
+            bound.stopped = f"after {bound.attempts:,} attempts, its budget (--shrink-attempts)"
+        return attempts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 class LockstepMachine(RuleBasedStateMachine):
     """Model and implementation in lockstep; a machine subclasses it with rules."""
 
@@ -129,10 +200,13 @@ class LockstepMachine(RuleBasedStateMachine):
     adapter: Any
     coverage: Coverage
     on_example: Callable[[Coverage], None] | None = None
+    shrink_bound: ShrinkBound | None = None
     start: dt.datetime
 
     def __init__(self) -> None:
         super().__init__()
+        without_hypothesis_rule_swarm(self)  # the machines' own swarm switches their rules
+        self.swarm = Swarm()  # the set-up draws the program's own
         self.model = self.spec.initial_state(self.start)
         self.commands: list[Any] = []  # this example's commands so far
         self.coverage.last_commands = self.commands
@@ -166,6 +240,8 @@ class LockstepMachine(RuleBasedStateMachine):
         except BaseException:
             if self.coverage.first_failure is None:
                 self.coverage.first_failure = self.coverage.examples
+                if self.shrink_bound is not None:
+                    self.shrink_bound.started = time.monotonic()
             raise
 
     def _lockstep(self, command: Any) -> Any:
@@ -179,11 +255,12 @@ class LockstepMachine(RuleBasedStateMachine):
         self.commands.append(command)
         actual = self._adapter(self.adapter.execute, command)
         self.coverage.record(before, after, command, expected, decision.rule)
+        self._last = (command, before, after)
         if actual != expected:
             raise NonConformance(
                 f"outcome mismatch for {describe(command)}\n"
                 f"  model:          {describe(expected)}\n"
-                f"  implementation: {describe(actual)}"
+                f"  implementation: {describe(actual)}" + self._explained(None)
             )
         violations = self.spec.violations(before, after, expected)
         if violations:
@@ -194,7 +271,21 @@ class LockstepMachine(RuleBasedStateMachine):
     def _compare_states(self, after: Callable[[], str]) -> None:
         snapshot = self._adapter(self.adapter.snapshot)
         if snapshot != self.model:
-            raise NonConformance(f"state mismatch after {after()}\n" + self.spec.difference(self.model, snapshot))
+            raise NonConformance(
+                f"state mismatch after {after()}\n" + self.spec.difference(self.model, snapshot) + self._explained(snapshot)
+            )
+
+    def _explained(self, implementation: Any) -> str:
+        """The failed step's context, as `spec.explain` writes it: reads the
+        implementation's state if the caller has none (an outcome mismatch)."""
+        command, before, after = self._last
+        if implementation is None:
+            try:
+                implementation = self.adapter.snapshot()
+            except Exception as exc:  # noqa: BLE001 - the report goes on without it
+                return f"\n(the implementation's state could not be read: {type(exc).__name__}: {exc})"
+        text = self.spec.explain(command, before, after, implementation)
+        return "\n" + text if text else ""
 
 
 def bind(

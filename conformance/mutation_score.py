@@ -45,6 +45,7 @@ from leaseproof.impl.mutation.equivalent import EQUIVALENT
 from leaseproof.impl.provision import Server, scratch_database
 from leaseproof.impl.store import connect
 
+SEEDS = (1, 2, 3, 4, 5)  # the full score's seeds
 SEARCH_ALONE = "search alone"
 SCENARIOS = "scenarios"
 STRESS = "stress"
@@ -66,6 +67,7 @@ class Task:
     mutant: str
     check: str
     seed: int | None  # None: the fixed scenarios, which take none
+    examples: int | None = None  # the search's programs, if not the budget's
 
 
 @attrs.frozen
@@ -109,7 +111,7 @@ def run_task(task: Task, dsn: str, budget: Budget) -> Result:
         verdict = run_conformance(
             adapter,
             machine=mutant.machine,
-            max_examples=1 if task.check == SCENARIOS else budget.examples,
+            max_examples=1 if task.check == SCENARIOS else task.examples or budget.examples,
             seed_value=task.seed or 0,
             steps=budget.steps,
             shrink=False,
@@ -292,6 +294,55 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+@attrs.frozen
+class Plan:
+    """What a score run runs: its mutants, seeds, budget, and each (mutant, check, seed)."""
+
+    mutants: tuple[GeneratedMutant, ...]
+    seeds: tuple[int, ...]
+    budget: Budget
+    tasks: tuple[Task, ...]
+
+
+# The fast subset (CI): one seed; every mutant listed as equivalent, on a small
+# budget, so a claim that stops holding is caught; and every FAST_STRIDE-th of
+# the others (sequential ones: stress takes too long for it), on a budget of
+# FAST_EXAMPLES programs.
+FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, 100, 30
+
+
+def plan(
+    names: Sequence[str] = (),
+    machine: str | None = None,
+    *,
+    fast: bool = False,
+    seeds: Sequence[int] | None = None,
+    examples: int | None = None,
+) -> Plan:
+    """The run the arguments name: the mutants named (all if none) of `machine`
+    (both if None), all their checks on every seed, or the fast subset."""
+    chosen = tuple(by_name(name) for name in names) if names else generated_mutants(machine)
+    if machine is not None:
+        chosen = tuple(m for m in chosen if m.machine == machine)
+    if not chosen:
+        raise ValueError(f"none of the mutants {', '.join(names)} is of the {machine} machine")
+    budget = Budget() if examples is None else Budget(examples=examples)
+    if not fast:
+        run_seeds = tuple(seeds or SEEDS)
+        return Plan(chosen, run_seeds, budget, tuple(tasks(chosen, run_seeds)))
+    run_seeds = tuple(seeds or SEEDS[:1])
+    others = [m for m in chosen if m.name not in EQUIVALENT and m.kind == "sequential"]
+    sampled = {m.name for m in others[::FAST_STRIDE]}
+    subset = tuple(m for m in chosen if m.name in EQUIVALENT or m.name in sampled)
+    work: list[Task] = []
+    for task in tasks(subset, run_seeds):
+        if task.check == SEARCH_ALONE:
+            small = FAST_EQUIVALENT_EXAMPLES if task.mutant in EQUIVALENT else FAST_EXAMPLES
+            task = attrs.evolve(task, examples=min(small, budget.examples))
+        work.append(task)
+    return Plan(subset, run_seeds, budget, tuple(work))
+
+
 def run_score(
     server: Server,
     mutants: Sequence[GeneratedMutant] | None = None,
@@ -300,11 +351,13 @@ def run_score(
     budget: Budget = Budget(),
     jobs: int = 1,
     on_result: Callable[[Result, int, int], None] | None = None,
+    work: Sequence[Task] | None = None,
 ) -> Score:
-    """Every check of every mutant (all generated ones if None) on `jobs` processes;
-    `on_result(result, done, total)` hears of each as it finishes."""
+    """Every check of every mutant (all generated ones if None), or the `work`
+    given, on `jobs` processes; `on_result(result, done, total)` hears of each
+    as it finishes."""
     chosen = tuple(mutants if mutants is not None else generated_mutants())
-    work = tasks(chosen, seeds)
+    work = list(work) if work is not None else tasks(chosen, seeds)
     started = time.monotonic()
     results: list[Result] = []
     with _databases(server, jobs) as dsns:
@@ -331,6 +384,6 @@ def run_score(
                     for future in futures:
                         future.cancel()
                     raise
-    order = {(t.mutant, t.check, t.seed): i for i, t in enumerate(work)}
+    order = {(t.mutant, t.check, t.seed): i for i, t in enumerate(work)}  # results in the order of the plan
     results.sort(key=lambda r: order[(r.mutant, r.check, r.seed)])
     return Score(chosen, tuple(seeds), budget, tuple(results), time.monotonic() - started)

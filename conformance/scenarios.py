@@ -56,7 +56,7 @@ def expired_holder_before_the_reaper(s: DeliveryConformance) -> None:
 def foreign_expected_binding(s: DeliveryConformance) -> None:
     """Finding 3: an expected binding from another community or for another
     target is a miss, even when every other field matches a row."""
-    for forgery in ("community", "target", "workflow", "run", "step", "definition", "message", "cause"):
+    for forgery in ("community", "target", "workflow", "run", "step", "definition", "message", "cause", "cause-kind"):
         s.claim("A", "recipient", None, forgery, 30)
     s.claim("A", "recipient", None, "exact", 30)
 

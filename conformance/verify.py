@@ -15,7 +15,7 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.delivery_machine import machine_for
 from leaseproof.conformance.lifecycle_machine import lifecycle_machine_for
 from leaseproof.conformance.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep import Coverage, RunAborted
+from leaseproof.conformance.lockstep import Coverage, RunAborted, ShrinkBound
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.trace import Trace, record
 
@@ -47,6 +47,7 @@ class Verdict:
     fault: str = ""  # the adapter broke: no verdict on conformance, and why
     fault_program: tuple[str, ...] = ()  # where it happened, and the commands run in that program
     trace: Trace | None = None  # the counterexample as a language-neutral trace
+    shrink_stopped: str = ""  # why the shrinking of the counterexample ended early, if it did
 
 
 def run_conformance(
@@ -59,6 +60,7 @@ def run_conformance(
     shrink: bool = True,
     scenarios: bool = True,
     generate: bool = True,
+    shrink_bound: ShrinkBound | None = None,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> Verdict:
     """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
@@ -69,6 +71,7 @@ def run_conformance(
     coverage = Coverage()
     spec = MACHINES[machine]
     bound = seed(seed_value)(spec.bind(adapter, coverage, on_example))
+    bound.shrink_bound = shrink_bound = shrink_bound if shrink_bound is not None else ShrinkBound()
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
     config = settings(
         max_examples=max_examples,
@@ -91,7 +94,8 @@ def run_conformance(
         if scenarios:
             run_scenarios(bound, spec.scenarios)
         if generate:
-            with with_reporter(lambda _: None):  # the program arrives on the exception instead
+            # The program arrives on the exception, not through the reporter.
+            with with_reporter(lambda _: None), shrink_bound.clock(coverage):
                 run_state_machine_as_test(bound, settings=config)
     except RunAborted as aborted:
         return Verdict(
@@ -112,6 +116,7 @@ def run_conformance(
             counterexample="\n".join(failing_program(exc)),
             failure=f"{type(exc).__name__}: {exc}",
             trace=_trace(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
+            shrink_stopped=shrink_bound.stopped,
         )
     return Verdict(True, coverage, time.monotonic() - started, seed_value)
 

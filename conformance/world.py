@@ -45,7 +45,16 @@ INITIAL_RUNS = ("R1", "R2", "R3")
 MESSAGES = {name: _key(f"message {name}") for name in ("M1", "M2", "M3")}
 INITIAL_MESSAGES = ("M1", "M2")
 DEFINITIONS = {name: _key(f"definition {name}") for name in ("D1", "D2")}
-STEPS = {"s1": "s1", "s2": "s2", "long": "x" * 64, "padded": "  s1  "}
+STEPS = {
+    "s1": "s1",
+    "s2": "s2",
+    "long": "x" * 64,
+    "padded": "  s1  ",
+    "tabbed": "\ts1\n",
+    "nbsp": "\u00a0",  # a no-break space: not whitespace that the step id's trimming removes
+    "wide": "é" * 64,  # 64 characters, 128 bytes in UTF-8
+    "astral": "\U0001f642" * 64,  # 64 characters, 256 bytes, 128 UTF-16 units
+}
 # Producers normally derive a fresh id per (run, step, target): the same
 # id in both communities. Named ids are reused on purpose, to collide.
 DELIVERIES = {name: _uuid(f"delivery {name}") for name in ("d1", "d2")}
@@ -76,7 +85,9 @@ CAUSES: dict[str, Cause] = {
     "event:E1": EventCause(_key("cause E1")),
     "event:E2": EventCause(_key("cause E2")),
     "schedule:S1": ScheduleCause(START.replace(hour=6)),
+    "schedule:S2": ScheduleCause(START.replace(hour=6, second=1)),
     "webhook:H1": WebhookCause(_uuid("invocation H1")),
+    "webhook:H2": WebhookCause(_uuid("invocation H2")),
 }
 
 

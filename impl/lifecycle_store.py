@@ -92,12 +92,12 @@ class LifecycleStore(_Writes):
     SQL_CUTOFF = "SELECT cutoff FROM definition_cutoffs WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s"
     SQL_UPSERT_HEAD = """
         INSERT INTO definition_heads
-            (community_id, workflow_id, event_id, author, channel_id, created_at, actions, enabled, hash)
+            (community_id, workflow_id, event_id, author, channel_id, created_at, actions, enabled)
         VALUES (%(community_id)s, %(workflow_id)s, %(event_id)s, %(owner)s, %(channel_id)s, %(created_at)s,
-                %(actions)s, %(signed_enabled)s, %(hash)s)
+                %(actions)s, %(signed_enabled)s)
         ON CONFLICT (community_id, workflow_id) DO UPDATE SET
             event_id = excluded.event_id, created_at = excluded.created_at,
-            actions = excluded.actions, enabled = excluded.enabled, hash = excluded.hash
+            actions = excluded.actions, enabled = excluded.enabled
     """
     SQL_UPSERT_RUNTIME = f"""
         INSERT INTO definition_runtime ({RECORD_COLUMNS})

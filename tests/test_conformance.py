@@ -69,7 +69,7 @@ def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) 
     finally:
         adapter.close()
     program = verdict.counterexample.splitlines()
-    assert program[:2] == ["state = DeliveryConformance()", "state.setup()"]
+    assert program[0] == "state = DeliveryConformance()" and program[1].startswith("state.setup(swarm=")
     assert program[-1] == "state.teardown()"
     assert len(program) <= 8, verdict.counterexample  # shrunk: claim, then act with a forged target
     assert "foreign-target" in verdict.counterexample

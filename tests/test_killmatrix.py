@@ -132,8 +132,8 @@ def test_the_correct_implementation_survives_every_check(pg_server: Server) -> N
 def test_the_json_document(pg_server: Server) -> None:
     matrix = km.run_matrix(pg_server, km.select(["sweeps-overlap"]) + (BUNDLED_RACE,), fast=True)
     document = json.loads(json.dumps(matrix.to_json()))
-    assert set(document) == {"fast", "seed", "seconds", "counts", "survivors", "rows"}
-    assert document["fast"] is True and document["seed"] == km.SEED
+    assert set(document) == {"fast", "seeds", "seconds", "counts", "survivors", "rows"}
+    assert document["fast"] is True and document["seeds"] == [km.SEED]
     assert document["counts"] == {"sequential": {"killed": 0, "total": 0}, "race": {"killed": 1, "total": 2}}
     assert document["survivors"] == ["bundled-store-raced"]
     killed, survived = document["rows"]
@@ -192,7 +192,7 @@ def test_mutants_json_from_a_real_process(pg_server: Server) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     document = json.loads(run.stdout)  # nothing but the document on stdout
-    assert document["seed"] == 7 and document["survivors"] == []
+    assert document["seeds"] == [7] and document["survivors"] == []
     (row,) = document["rows"]
     assert (row["mutant"], row["machine"], row["check"], row["killed"]) == (
         "cutoff-ignored", "lifecycle", "lockstep: scenarios+search", True,

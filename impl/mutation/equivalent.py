@@ -1,12 +1,103 @@
 """Generated mutants that no program can tell from the bundled implementation.
 
 Each entry names a mutant (`impl/mutation/catalogue.py`) and says why it is
-equivalent: which constraint, trigger, earlier statement or later check makes
+equivalent: which constraint, cascade, earlier statement or later check makes
 the changed site unable to change any outcome or persisted field. The
-mutation score leaves them out of its denominator, and reports an entry
-here that a check kills as a false claim.
+mutation score leaves them out of its denominator and reports an entry here
+that a check kills as a false claim. The facts the reasons rest on are
+tested in `tests/test_equivalent_mutants.py`.
+
+Lock-only differences (a statement that locks more rows than it needs, or a
+differently seeded advisory-lock key) are equivalent here: they can make a
+transaction wait, never change what it does.
 """
 
 from __future__ import annotations
 
-EQUIVALENT: dict[str, str] = {}
+_SEED = (
+    "the advisory-lock key's hash seed: every caller of this statement takes the same (other) key, "
+    "so the statement still excludes exactly its own callers"
+)
+_EXISTS_LIST = "EXISTS (SELECT 1 …) ignores its select list"
+_ONLY_NONE = "the store only asks whether a row came back, never reads the selected constant"
+_LEASE_IFF_CLAIMED = (
+    "`lease_until` is set exactly while a row is claimed (CHECK delivery_lease_iff_claimed), and "
+    "`lease_until` compared with NULL is not true, so the remaining comparison already requires 'claimed'"
+)
+_REAP_RECHECKS = (
+    "only widens the `expired`/`writable` CTEs, which choose the communities to lock; the UPDATE "
+    "re-checks every row (its community active, claimed, lease_until < now), so the same rows are reaped"
+)
+_MEMBERSHIP = (
+    "the query then returns every such id of the community; the store tests each wanted id for membership "
+    "in what came back, which a superset answers the same"
+)
+_REVISION = (
+    "`d.revision = %(revision)s` stays, and a revision (the head's event id, a hash of community, workflow, "
+    "author, channel, content and time) names one save: the row it names has the pinned record's every field"
+)
+
+EQUIVALENT: dict[str, str] = {
+    # -- delivery --------------------------------------------------------------------
+    "PostgresDeliveryStore.SQL_LOCK_IDENTITY/off-by-one/1": _SEED,
+    "PostgresDeliveryStore.SQL_ONE_SWEEP_AT_A_TIME/off-by-one/1": _SEED,
+    "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/1": _EXISTS_LIST,
+    "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/2": _EXISTS_LIST,
+    "PostgresDeliveryStore.SQL_IDENTITY_TAKEN/off-by-one/1": _ONLY_NONE,
+    "PostgresDeliveryStore.SQL_IDENTITY_TAKEN/off-by-one/2": _ONLY_NONE,
+    "PostgresDeliveryStore.SQL_WORKFLOW_EXISTS/off-by-one/1": _ONLY_NONE,
+    "PostgresDeliveryStore.SQL_WORKFLOW_EXISTS/off-by-one/2": _ONLY_NONE,
+    "PostgresDeliveryStore.SQL_KNOWN_EVENTS/drop-conjunct/2": _MEMBERSHIP,
+    "PostgresDeliveryStore.SQL_RETIRED_IDS/drop-conjunct/2": _MEMBERSHIP,
+    "PostgresDeliveryStore.SQL_CLAIM/drop-conjunct/11": (
+        "the cause kind follows from which identity column is set (CHECK delivery_cause_exactly_one), and "
+        "the three IS NOT DISTINCT FROM comparisons that stay match that column pattern exactly"
+    ),
+    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/5": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/6": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/1": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/2": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/3": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/flip-comparison/2": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/shift-clock/1": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/drop-distinct/1": (
+        _REAP_RECHECKS + "; a row joined to several copies of its community is updated once"
+    ),
+    "PostgresDeliveryStore.SQL_REAP/left-join/1": _REAP_RECHECKS,
+    "PostgresDeliveryStore.SQL_REAP/off-by-one/3": "count(*) counts the returned rows, whatever each returns",
+    "PostgresDeliveryStore.SQL_REAP/off-by-one/4": "count(*) counts the returned rows, whatever each returns",
+    "PostgresDeliveryStore.SQL_PURGE_COMMUNITY[0]/drop-statement/1": (
+        "the next statements delete the community's runs and events, and deliveries go with them "
+        "(ON DELETE CASCADE from workflow_runs and from events); the community is already marked deleted, "
+        "so the write fence admits the cascade and no id is retired"
+    ),
+    "PostgresDeliveryStore.SQL_PURGE_COMMUNITY[1]/drop-statement/1": (
+        "the next statement deletes the community's workflows, and their runs go with them "
+        "(ON DELETE CASCADE from workflows)"
+    ),
+    # -- lifecycle -------------------------------------------------------------------
+    "LifecycleStore.SQL_LOCK_COORDINATE/off-by-one/1": _SEED,
+    "LifecycleStore.SQL_HAS_AUTHORITY/off-by-one/1": _ONLY_NONE,
+    "LifecycleStore.SQL_HAS_AUTHORITY/off-by-one/2": _ONLY_NONE,
+    "RunResumer.SQL_STILL_CURRENT/off-by-one/1": _ONLY_NONE,
+    "RunResumer.SQL_STILL_CURRENT/off-by-one/2": _ONLY_NONE,
+    "LifecycleStore.SQL_DELETE[0]/drop-statement/1": (
+        "the next statement deletes the head, and the runtime row goes with it "
+        "(ON DELETE CASCADE from definition_heads)"
+    ),
+    "ReplicaEngine.SQL_ADMIT/drop-conjunct/6": (
+        "`enabled` is part of the hashed content and a replica caches enabled records only, so a row whose "
+        "hash matches the cached record's is enabled"
+    ),
+    "ReplicaEngine.SQL_ADMIT/drop-conjunct/8": (
+        "a save by another author or in another channel is refused while a head lives (NotAuthor), and a "
+        "recreation is a new incarnation (its time is after the cutoff, itself at or after the old head), so "
+        "(coordinate, incarnation), which stay matched, fix the owner"
+    ),
+    "ReplicaEngine.SQL_ADMIT/drop-conjunct/9": (
+        "a save by another author or in another channel is refused while a head lives (NotAuthor), and a "
+        "recreation is a new incarnation, so (coordinate, incarnation), which stay matched, fix the channel"
+    ),
+    **{f"RunResumer.SQL_STILL_CURRENT/drop-conjunct/{site}": _REVISION for site in range(4, 12)},
+}

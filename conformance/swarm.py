@@ -1,0 +1,90 @@
+"""Swarm testing: every generated program turns some of the generator's features off.
+
+A program that may do everything does a little of each, and some bugs need
+a lot of one thing without the others: many claims and clock moves with no
+fence to refuse them, deletions and re-commits with nothing else in between.
+Swarm testing (Groce et al., ISSTA 2012) draws, per program, a set of
+features to leave out (rules, and families of argument values), so that
+across programs every combination of emphasis occurs.
+
+The configuration is drawn once, by the machine's set-up (a `st.shared`
+value the rules' argument strategies read), so it sits at the very start of
+the program's choices, where the shrinker can widen it without deleting any
+step; it shrinks towards everything enabled. Hypothesis's own rule-level
+swarm draws its flags lazily, inside whichever step first asks about a rule,
+and deleting that step redraws them: measured here, it left padding steps in
+shrunk programs, so the lockstep machines use this one instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+
+
+@attrs.frozen
+class Swarm:
+    """The features one program leaves out."""
+
+    off: frozenset[str] = frozenset()
+
+    def on(self, feature: str | None) -> bool:
+        return feature is None or feature not in self.off
+
+    def __repr__(self) -> str:
+        return f"Swarm(off={sorted(self.off)!r})" if self.off else "Swarm()"
+
+
+def swarm(features: Sequence[str], key: str) -> st.SearchStrategy[Swarm]:
+    """A program's swarm over `features`, shared by every draw under `key`: a
+    share p (0 to 90 %, shrinking to 0) is drawn, then each feature is left out
+    with probability p."""
+
+    def leave_out(tenths: int) -> st.SearchStrategy[Swarm]:
+        coins = [st.integers(0, 9).map(lambda x: x >= 10 - tenths) for _ in features]
+        return st.tuples(*coins).map(lambda off: Swarm(frozenset(f for f, o in zip(features, off, strict=True) if o)))
+
+    return st.shared(st.integers(0, 9).flatmap(leave_out), key=key)
+
+
+Option = tuple[Any, str | None]  # a value, and the feature that brings it (None: always on)
+
+
+def values(shared: st.SearchStrategy[Swarm], options: Sequence[Option]) -> st.SearchStrategy[Any]:
+    """One of `options` (repeat an option to weight it) whose feature the program's
+    swarm leaves on; all of them if it leaves none on. Shrinks to the first."""
+    listed = tuple(options)
+
+    @functools.lru_cache(maxsize=256)
+    def among(program: Swarm) -> st.SearchStrategy[Any]:
+        allowed = [value for value, feature in listed if program.on(feature)]
+        return st.sampled_from(allowed or [value for value, _ in listed])
+
+    return shared.flatmap(among)
+
+
+def weighted(common: Sequence[Any], rare: Sequence[Any], weight: int, feature: str | None) -> list[Option]:
+    """`common` values (always on) `weight` times as likely as `rare` ones, which `feature` brings."""
+    return [(v, None) for v in common] * weight + [(v, feature) for v in rare]
+
+
+class EveryRule:
+    """Hypothesis's rule-level feature flags, with every rule enabled: see the module docstring."""
+
+    def is_enabled(self, name: object) -> bool:
+        return True
+
+
+def without_hypothesis_rule_swarm(machine: Any) -> bool:
+    """Turn off Hypothesis's own rule-level swarm on one state machine (its rules are
+    switched by this module's swarm instead). True if the installed Hypothesis has
+    the hook; `tests/test_search.py` asserts it does."""
+    rules = getattr(machine, "_rules_strategy", None)
+    if rules is None or not hasattr(rules, "enabled_rules_strategy"):
+        return False
+    rules.enabled_rules_strategy = st.just(EveryRule())
+    return True

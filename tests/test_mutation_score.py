@@ -1,0 +1,162 @@
+"""The mutation score (`leaseproof mutants --generated`): its plan, its verdicts,
+and the facts its equivalence claims rest on, on a real server."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import psycopg
+import pytest
+
+from leaseproof.conformance import mutation_score as ms
+from leaseproof.conformance.cli import main
+from leaseproof.impl.mutation.catalogue import by_name, generated_mutants
+from leaseproof.impl.mutation.equivalent import EQUIVALENT
+from leaseproof.impl.provision import Server
+
+KILLED = "PostgresDeliveryStore.SQL_CLAIM/reverse-order-key/1"  # newest pending row first: dies at once
+EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5"
+
+
+def test_every_equivalence_claim_names_a_generated_mutant_and_gives_a_reason() -> None:
+    names = {m.name for m in generated_mutants()}
+    assert set(EQUIVALENT) <= names
+    assert all(len(reason) > 40 for reason in EQUIVALENT.values())
+
+
+def test_the_full_plan_runs_every_check_of_every_mutant_on_every_seed() -> None:
+    plan = ms.plan()
+    assert plan.seeds == ms.SEEDS and len(plan.mutants) == len(generated_mutants())
+    checks = {(t.mutant, t.check, t.seed) for t in plan.tasks}
+    for mutant in plan.mutants:
+        if mutant.kind == "race":
+            assert {(mutant.name, ms.STRESS, seed) for seed in ms.SEEDS} <= checks
+        else:
+            assert {(mutant.name, ms.SEARCH_ALONE, seed) for seed in ms.SEEDS} <= checks
+            assert (mutant.name, ms.SCENARIOS, None) in checks
+
+
+def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() -> None:
+    plan = ms.plan(fast=True)
+    chosen = {m.name for m in plan.mutants}
+    assert set(EQUIVALENT) <= chosen
+    others = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "sequential"]
+    assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]}
+    assert plan.seeds == ms.SEEDS[:1]
+    search = [t for t in plan.tasks if t.check == ms.SEARCH_ALONE]
+    assert {t.examples for t in search if t.mutant in EQUIVALENT} == {ms.FAST_EQUIVALENT_EXAMPLES}
+    assert {t.examples for t in search if t.mutant not in EQUIVALENT} == {ms.FAST_EXAMPLES}
+
+
+def test_a_plan_of_unknown_names_or_of_the_wrong_machine_is_refused() -> None:
+    with pytest.raises(ValueError, match="no generated mutant named"):
+        ms.plan(["PostgresDeliveryStore.SQL_RENEW/nope/1"])
+    with pytest.raises(ValueError, match="lifecycle machine"):
+        ms.plan([KILLED], machine="lifecycle")
+
+
+def test_a_score_kills_what_it_can_and_leaves_equivalent_mutants_out_of_its_denominator(pg_server: Server) -> None:
+    mutants = [by_name(KILLED), by_name(EQUIVALENT_ONE)]
+    score = ms.run_score(pg_server, mutants, seeds=[1], budget=ms.Budget(examples=20), jobs=1)
+    assert score.killed(KILLED) and not score.killed(EQUIVALENT_ONE)
+    assert score.survivors == [] and score.disproved == []
+    rows = {(check, seed): (killed, total) for check, seed, killed, total, _ in score.by_check()}
+    assert rows == {(ms.SEARCH_ALONE, "1"): (1, 1), (ms.SCENARIOS, "-"): (1, 1)}
+    text = ms.report(score)
+    assert "SURVIVED" not in text and f"  {EQUIVALENT_ONE}: " in text
+
+
+def test_a_killed_equivalence_claim_is_reported_and_fails_the_run(
+    pg_server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(EQUIVALENT, KILLED, "a claim that does not hold")
+    monkeypatch.setenv("LEASEPROOF_DSN", pg_server.dsn)
+    status = main(["mutants", "--generated", "--mutant", KILLED, "--seed", "1", "--jobs", "1", "--max-examples", "5"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert f"NOT EQUIVALENT {KILLED}" in captured.out
+
+
+def test_workers_on_their_own_databases_give_the_same_verdicts(pg_server: Server) -> None:
+    mutants = [by_name(KILLED), by_name(EQUIVALENT_ONE)]
+    budget = ms.Budget(examples=10)
+    alone = ms.run_score(pg_server, mutants, seeds=[1, 2], budget=budget, jobs=1)
+    spread = ms.run_score(pg_server, mutants, seeds=[1, 2], budget=budget, jobs=2)
+    verdicts = [(r.mutant, r.check, r.seed, r.killed, r.examples) for r in alone.results]
+    assert verdicts == [(r.mutant, r.check, r.seed, r.killed, r.examples) for r in spread.results]
+
+
+def test_the_json_document_lists_the_score_by_check(pg_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEASEPROOF_DSN", pg_server.dsn)
+    out, err = io.StringIO(), io.StringIO()
+    from leaseproof.conformance import cli
+
+    args = cli.build_parser().parse_args(
+        ["mutants", "--generated", "--json", "--mutant", KILLED, "--seed", "3", "--jobs", "1", "--max-examples", "5"]
+    )
+    assert cli.mutants_command(args, out, err) == 0
+    document = json.loads(out.getvalue())
+    assert document["seeds"] == [3] and document["survivors"] == [] and document["mutants"] == 1
+    assert {row["check"] for row in document["by_check"]} == {ms.SEARCH_ALONE, ms.SCENARIOS}
+
+
+# -- the facts the equivalence claims rest on -------------------------------------------------
+
+
+def _refused(dsn: str, sql: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.IntegrityError) as refused:
+            conn.execute(sql)
+    return str(refused.value)
+
+
+_COMMUNITY = "00000000-0000-4000-8000-000000000001"
+_SETUP = f"""
+    INSERT INTO communities (id) VALUES ('{_COMMUNITY}');
+    INSERT INTO workflows VALUES ('{_COMMUNITY}', '00000000-0000-4000-8000-000000000002');
+    INSERT INTO workflow_runs VALUES ('{_COMMUNITY}', '00000000-0000-4000-8000-000000000002', '00000000-0000-4000-8000-000000000003');
+    INSERT INTO events VALUES ('{_COMMUNITY}', '\\x{"11" * 32}');
+"""
+
+
+def _delivery(status: str, lease: str, cause: str = "'event', '\\x" + "22" * 32 + "', NULL, NULL") -> str:
+    return f"""
+        INSERT INTO workflow_agent_deliveries (community_id, id, workflow_id, run_id, step_id, target_pubkey,
+            definition_event_id, message_event_id, cause_kind, cause_event_id, cause_scheduled_for,
+            cause_invocation_id, status, lease_generation, lease_until, claimed_at, created_at)
+        VALUES ('{_COMMUNITY}', gen_random_uuid(), '00000000-0000-4000-8000-000000000002',
+            '00000000-0000-4000-8000-000000000003', 's1', '\\x{"33" * 32}', '\\x{"44" * 32}', '\\x{"11" * 32}',
+            {cause}, '{status}', 1, {lease}, {lease}, now())
+    """
+
+
+def test_a_lease_deadline_exists_exactly_while_a_row_is_claimed(delivery_dsn: str) -> None:
+    """The fact behind the `status = 'claimed'` drops in renew, finish and reap."""
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
+        conn.execute(_SETUP)
+        conn.execute(_delivery("claimed", "now()"))
+    assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("pending", "now()"))
+    assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("claimed", "NULL"))
+
+
+def test_the_cause_kind_follows_from_its_one_identity_column(delivery_dsn: str) -> None:
+    """The fact behind dropping `cause_kind = …` from the claim's match."""
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
+        conn.execute(_SETUP)
+    wrong_kind = "'schedule', '\\x" + "22" * 32 + "', NULL, NULL"
+    assert "delivery_cause_exactly_one" in _refused(delivery_dsn, _delivery("pending", "NULL", wrong_kind))
+
+
+def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: str) -> None:
+    """The cascades behind skipping a purge's or a deletion's first statement."""
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
+        conn.execute(_SETUP)
+        conn.execute(_delivery("pending", "NULL"))
+        conn.execute(f"UPDATE communities SET state = 'deleted' WHERE id = '{_COMMUNITY}'")
+        conn.execute(f"DELETE FROM workflow_runs WHERE community_id = '{_COMMUNITY}'")
+        assert conn.execute("SELECT count(*) FROM workflow_agent_deliveries").fetchone() == (0,)
+        references = conn.execute(
+            "SELECT confdeltype FROM pg_constraint WHERE conrelid = 'definition_runtime'::regclass AND contype = 'f'"
+        ).fetchall()
+    assert references == [("c",)]  # the runtime row's one foreign key, to its head, cascades

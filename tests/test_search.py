@@ -1,0 +1,168 @@
+"""The search itself: swarm testing, collision-biased values, bounded and
+deterministic shrinking, and failure reports a reader can act on."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
+from leaseproof.conformance import delivery_machine as dm
+from leaseproof.conformance import lifecycle_machine as lm
+from leaseproof.conformance import world as w
+from leaseproof.conformance.lockstep import ShrinkBound
+from leaseproof.conformance.swarm import EveryRule, Swarm, swarm, values, weighted
+from leaseproof.conformance.verify import run_conformance
+from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants import MUTANTS
+from leaseproof.model import delivery as m
+
+
+def _mutant(name: str):  # type: ignore[no-untyped-def]
+    return next(mu for mu in MUTANTS if mu.name == name)
+
+
+# -- swarm testing ---------------------------------------------------------------------
+
+
+def test_the_machines_turn_off_hypothesis_rule_level_swarm(adapter: PostgresDeliveryAdapter) -> None:
+    """Their own swarm switches the rules; Hypothesis's lazily drawn flags would
+    otherwise sit inside the first step that asks, where deleting it redraws them."""
+    machine = dm.machine_for(adapter)()
+    flags = find(machine._rules_strategy.enabled_rules_strategy, lambda _: True)  # type: ignore[attr-defined]
+    assert isinstance(flags, EveryRule)
+
+
+def test_a_swarm_shrinks_to_everything_enabled_and_sometimes_leaves_features_out() -> None:
+    strategy = swarm(("a", "b", "c"), key="test swarm")
+    assert find(strategy, lambda s: True) == Swarm()
+    assert find(strategy, lambda s: "b" in s.off) == Swarm(frozenset({"b"}))
+
+
+@given(st.data())
+@settings(max_examples=50)
+def test_values_come_only_from_the_features_a_program_leaves_on(data: st.DataObject) -> None:
+    shared = swarm(("rare",), key="test values")
+    program = data.draw(shared)
+    value = data.draw(values(shared, weighted(["common"], ["odd"], 2, "rare")))
+    assert value == "common" or program.on("rare")
+
+
+def test_a_family_left_out_entirely_falls_back_to_every_value() -> None:
+    shared = st.just(Swarm(frozenset({"only"})))
+    assert find(values(shared, [("x", "only")]), lambda v: True) == "x"
+
+
+def test_every_feature_of_each_machine_is_used_by_a_rule_or_a_value() -> None:
+    """A feature no rule or value names would be drawn and switch nothing."""
+    for module in (dm, lm):
+        source = open(module.__file__, encoding="utf-8").read()  # type: ignore[arg-type]
+        for feature in module.FEATURES:
+            assert source.count(f'"{feature}"') >= 2, f"{module.__name__}: {feature} switches nothing"
+
+
+# -- collisions with the state ---------------------------------------------------------
+
+
+def _state_with(*deliveries: m.Delivery, retired: frozenset[m.CommunityKey] = frozenset()) -> m.DeliverySystem:
+    from leaseproof.model.frozenmap import FrozenMap
+
+    return m.DeliverySystem(now=w.START, deliveries=FrozenMap((d.key, d) for d in deliveries), retired=retired)
+
+
+def test_a_commit_can_reuse_a_retired_id_or_a_live_row_s_id() -> None:
+    a = w.COMMUNITIES["A"]
+    binding = w.binding("A", "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+    live = m.Delivery(w.DELIVERIES["d2"], binding, m.Status.PENDING, 0, None, None, None, w.START)
+    state = _state_with(live, retired=frozenset({(a, w.DELIVERIES["d1"]), (w.COMMUNITIES["B"], w.DELIVERIES["d2"])}))
+    assert dm._colliding_id("retired", "A", "R2", "s1", "T1", state) == w.DELIVERIES["d1"]
+    assert dm._colliding_id("taken", "A", "R2", "s1", "T1", state) == w.DELIVERIES["d2"]
+    # The live row's own identity is not a collision; with none, the producer's fresh id.
+    assert dm._colliding_id("taken", "A", "R1", "s1", "T1", state) == w.delivery_id(w.FRESH, "R1", "s1", "T1")
+    assert dm._colliding_id("retired", "B", "R2", "s2", "T1", state) == w.DELIVERIES["d2"]
+
+
+def test_a_cause_forgery_keeps_or_changes_the_kind_as_named() -> None:
+    binding = w.binding("A", "W1", "R1", "s1", "T1", "D1", "M1", "schedule:S1")
+    same = dm._forge_binding(binding, "cause")
+    other = dm._forge_binding(binding, "cause-kind")
+    assert same.cause.kind == "schedule" and same.cause != binding.cause
+    assert other.cause.kind != "schedule"
+
+
+def test_step_ids_probe_the_value_rules() -> None:
+    """Each odd step id is valid by the spec's rules, and probes one of them."""
+    from leaseproof.model.binding import STEP_ID_MAX_CHARS, require_step_id
+
+    for name in ("long", "padded", "tabbed", "nbsp", "wide", "astral"):
+        require_step_id("step_id", w.STEPS[name])  # valid: never refused at construction
+    assert len(w.STEPS["astral"]) == STEP_ID_MAX_CHARS < len(w.STEPS["astral"].encode("utf-16-le")) // 2
+    assert len(w.STEPS["wide"].encode()) == 2 * STEP_ID_MAX_CHARS
+    assert w.STEPS["nbsp"].strip() == "" and w.STEPS["nbsp"].strip(" \t\n\r\f\v") != ""
+
+
+# -- shrinking -------------------------------------------------------------------------
+
+
+def test_shrinking_stops_at_its_attempt_budget_and_says_so(delivery_dsn: str) -> None:
+    adapter = _mutant("reconcile-unfenced").adapter(delivery_dsn)
+    try:
+        verdict = run_conformance(
+            adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(attempts=5)
+        )
+    finally:
+        adapter.close()
+    assert not verdict.conforms
+    assert verdict.shrink_stopped.startswith("after 5 attempts, its budget")
+    assert verdict.coverage.examples - (verdict.coverage.first_failure or 0) <= 5 + 2  # the final replay, and one in flight
+    assert "state.teardown()" in verdict.counterexample
+
+
+def test_shrinking_stops_at_its_time_bound_and_says_the_program_may_differ(delivery_dsn: str) -> None:
+    adapter = _mutant("reconcile-unfenced").adapter(delivery_dsn)
+    try:
+        verdict = run_conformance(
+            adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(seconds=1e-9)
+        )
+    finally:
+        adapter.close()
+    assert "time bound" in verdict.shrink_stopped and "rerun may print another program" in verdict.shrink_stopped
+    assert "state.teardown()" in verdict.counterexample
+
+
+def _counterexample(mutant: str, seed: int) -> str:
+    command = [sys.executable, "-m", "leaseproof.conformance.cli", "verify", "--mutant", mutant]
+    command += ["--no-scenarios", "--seed", str(seed), "--trace-out", os.devnull]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    return run.stdout[run.stdout.index("minimal counterexample") : run.stdout.index("trace:")]
+
+
+@pytest.mark.parametrize(("mutant", "seed"), [("claim-scope-unchecked", 4), ("admission-ignores-incarnation", 2)])
+def test_the_same_seed_prints_the_same_counterexample_in_two_processes(pg_server: object, mutant: str, seed: int) -> None:
+    first, second = _counterexample(mutant, seed), _counterexample(mutant, seed)
+    assert first == second
+    assert len(re.findall(r"^  state\.", first, re.MULTILINE)) >= 3  # shrunk, but a program
+
+
+# -- reports ---------------------------------------------------------------------------
+
+
+def test_a_mismatch_report_shows_the_clock_and_the_rows_in_claim_order_with_their_ids(delivery_dsn: str) -> None:
+    adapter = _mutant("claim-newest-first").adapter(delivery_dsn)
+    try:
+        verdict = run_conformance(adapter, max_examples=1, seed_value=2)
+    finally:
+        adapter.close()
+    failure = verdict.failure
+    assert "clock at the step: T+" in failure
+    assert "rows the step touched, oldest first by (created_at, id):" in failure
+    ids = re.findall(r"\(id ([0-9a-f-]{36})\)", failure)
+    assert len(ids) >= 2 and ids == sorted(ids)  # same instant: the id decides, and is shown
+    for label in ("before:", "model after:", "implementation:"):
+        assert label in failure
