@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from leaseproof.conformance import world as w
+from leaseproof.conformance.lockstep import unchanged_or
 from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind
 from leaseproof.conformance.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.swarm import swarm as swarm_of
@@ -108,7 +109,7 @@ LIFECYCLE = MachineSpec(
     decide=m.decide,
     rules=m.RULES,
     initial_state=lambda start: m.initial_state(start, w.REPLICAS),
-    violations=lambda before, after, outcome: state_violations(after) + step_violations(before, after, outcome),
+    violations=lambda before, after, outcome: unchanged_or(before, after, state_violations, step_violations, outcome),
     variants=m.OUTCOME_VARIANTS,
     variant=m.variant,
     describe=w.describe,

@@ -42,6 +42,21 @@ class RunAborted(BaseException):
         self.fault, self.program = fault, program
 
 
+def unchanged_or(
+    before: Any,
+    after: Any,
+    of_states: Callable[[Any], list[str]],
+    of_steps: Callable[[Any, Any, Any], list[str]],
+    outcome: Any,
+) -> list[str]:
+    """A machine's invariant violations after a step. A step that left the state
+    itself in place (a refusal, a miss, a read) has none to find: the state was
+    checked when it was made, and every step invariant is about a change."""
+    if after is before:
+        return []
+    return of_states(after) + of_steps(before, after, outcome)
+
+
 @attrs.frozen
 class MachineSpec:
     """What the lockstep core needs to know about one machine's model."""

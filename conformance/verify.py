@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.errors import FlakyFailure
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -108,13 +109,21 @@ def run_conformance(
             trace=_trace(spec, f"fault of {adapter.name}, seed {seed_value}", coverage),
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
+        failure = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, FlakyFailure):
+            failure = (
+                "the implementation answered the same program differently on another run, so it is not "
+                "deterministic (for example a query without ORDER BY that returns the first of several rows, "
+                "whose order follows the table's physical layout); what the runs saw:\n"
+                + "\n".join(f"  {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}" for e in exc.exceptions)
+            )
         return Verdict(
             conforms=False,
             coverage=coverage,
             seconds=time.monotonic() - started,
             seed=seed_value,
             counterexample="\n".join(failing_program(exc)),
-            failure=f"{type(exc).__name__}: {exc}",
+            failure=failure,
             trace=_trace(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
             shrink_stopped=shrink_bound.stopped,
         )
