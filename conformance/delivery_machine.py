@@ -223,9 +223,11 @@ LEASE_FORGERIES = ("held", "foreign-target", "older-generation", "newer-generati
 lease_forgeries = _among(*weighted(["held"], list(LEASE_FORGERIES[1:]), 4, "lease-forgeries"))
 # A claim names no delivery (the oldest pending), or one by id: a named id
 # (maybe in both communities, maybe another target's), or a producer-derived
-# one that the set-up commits in A and B.
+# one that the set-up commits in A and B; or it names none but presents the
+# newest pending row's binding ("newest").
 claimed_ids = _among(
-    *weighted([None], sorted(w.DELIVERIES) + ["R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids")
+    *weighted([None], sorted(w.DELIVERIES) + ["R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids"),
+    *[("newest", None)] * 4,
 )
 agents = _among(*weighted(["recipient"], sorted(w.TARGETS), 3, "other-agents"))
 LINEAGE = ("R1", "R2", "R3", "R4", "W1", "W2", "M1", "M2", "M3")
@@ -376,16 +378,17 @@ class DeliveryConformance(LockstepMachine):
     ) -> Any:
         """Claim as `agent` ("recipient": the target of the row in question),
         for the named delivery or the oldest pending one, optionally
-        presenting that row's binding, exact or with one field forged."""
+        presenting that row's binding, exact or with one field forged;
+        "newest": for no id, presenting the newest pending row's binding."""
         cid = w.COMMUNITIES[community]
-        if delivery is not None:
-            row = self.model.deliveries.get((cid, w.delivery_named(delivery)))
-        else:
-            # Plainly, the row a claim would take; with an expected binding, the
-            # newest pending row, so the binding must pick it out from older ones.
+        if delivery in (None, "newest"):
+            # The row a plain claim takes, or ("newest") the newest pending row:
+            # claimed by no id, so only its binding can pick it out from older ones.
             pending = [d for d in self.model.deliveries.values() if d.key[0] == cid and d.status is m.Status.PENDING]
-            pick = max if expected is not None else min
+            pick = max if delivery == "newest" else min
             row = pick(pending, key=lambda d: (d.created_at, d.id), default=None)
+        else:
+            row = self.model.deliveries.get((cid, w.delivery_named(delivery)))
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
         binding = None
         if expected is not None:
@@ -396,7 +399,7 @@ class DeliveryConformance(LockstepMachine):
                 community_id=cid,
                 target_pubkey=target,
                 lease_seconds=seconds,
-                delivery_id=None if delivery is None else w.delivery_named(delivery),
+                delivery_id=None if delivery in (None, "newest") else w.delivery_named(delivery),
                 expected=binding,
             )
         )

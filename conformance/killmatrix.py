@@ -221,7 +221,7 @@ class _KillClock:
 def _program_steps(counterexample: str) -> int:
     """Steps of a shrunk program as Hypothesis prints it, without its set-up and tear-down."""
     lines = [line.strip() for line in counterexample.splitlines()]
-    return sum("state." in line and not line.endswith(("state.setup()", "state.teardown()")) for line in lines)
+    return sum("state." in line and not line.startswith(("state.setup(", "state.teardown(")) for line in lines)
 
 
 def _scenario(counterexample: str) -> str | None:

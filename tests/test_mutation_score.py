@@ -15,7 +15,7 @@ from leaseproof.impl.mutation.catalogue import by_name, generated_mutants
 from leaseproof.impl.mutation.equivalent import EQUIVALENT
 from leaseproof.impl.provision import Server
 
-KILLED = "PostgresDeliveryStore.SQL_CLAIM/reverse-order-key/1"  # newest pending row first: dies at once
+KILLED = "PostgresDeliveryStore.SQL_CLAIM/flip-arithmetic/1"  # a claim lowers the generation: dies at once
 EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5"
 
 
