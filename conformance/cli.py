@@ -230,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
         "changed) through the search alone on each --seed, the scenarios, and stress for the lock mutants",
     )
     mutants.add_argument("--fast", action="store_true", help="only the checks that take seconds (the CI subset)")
+    mutants.add_argument(
+        "--kind",
+        choices=killmatrix.KINDS,
+        help="only the sequential or only the race mutants (default: both)",
+    )
     mutants.add_argument("--json", action="store_true", help="print the matrix as a JSON document instead of a table")
     mutants.add_argument(
         "--seed",
@@ -258,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         help=f"with --generated: programs of the search alone (default: {mutation_score.Budget().examples}, "
         "verify's default)",
+    )
+    mutants.add_argument(
+        "--min-score",
+        type=_number(float, "a number", lambda v: 0 <= v <= 1, "between 0 and 1"),
+        default=mutation_score.MIN_SCORE,
+        metavar="S",
+        help=f"with --generated: exit 1 when fewer than this share of the non-equivalent mutants dies "
+        f"(default: {mutation_score.MIN_SCORE}); a killed equivalence claim always fails the run",
     )
     mutants.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
 
@@ -751,7 +764,7 @@ def mutants_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     seeds = tuple(args.seed or (killmatrix.SEED,))
     try:
-        subjects = killmatrix.select(args.mutant, args.machine)
+        subjects = killmatrix.select(args.mutant, args.machine, args.kind)
     except ValueError as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
@@ -786,6 +799,7 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
             fast=args.fast,
             seeds=args.seed,
             examples=args.max_examples,
+            kind=args.kind,
         )
     except ValueError as exc:
         err.write(f"leaseproof: {exc}\n")
@@ -814,9 +828,11 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     finally:
         progress.close()
     out.write(json.dumps(score.to_json(), indent=2) + "\n" if args.json else mutation_score.report(score))
-    if score.survivors or score.disproved:
-        names = [m.name for m in (*score.survivors, *score.disproved)]
-        err.write(f"leaseproof: {len(names)} generated mutant(s) survived unexplained or disproved an equivalence\n")
+    if score.disproved:
+        err.write(f"leaseproof: claimed equivalent, but killed: {', '.join(m.name for m in score.disproved)}\n")
+        return EXIT_NONCONFORMING
+    if score.score < args.min_score:
+        err.write(f"leaseproof: the score {score.score:.1%} is below --min-score {args.min_score:.0%}\n")
         return EXIT_NONCONFORMING
     return EXIT_CONFORMS
 

@@ -115,14 +115,18 @@ SUBJECTS: tuple[Subject, ...] = (
 )
 
 
-def select(names: Sequence[str] = (), machine: str | None = None) -> tuple[Subject, ...]:
-    """The shipped mutants named (all if none), of `machine` (both if None), in registry order."""
+def select(names: Sequence[str] = (), machine: str | None = None, kind: str | None = None) -> tuple[Subject, ...]:
+    """The shipped mutants named (all if none), of `machine` (both if None) and
+    `kind` (sequential or race; both if None), in registry order."""
     unknown = [name for name in names if name not in {s.name for s in SUBJECTS}]
     if unknown:
         raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
-    chosen = tuple(s for s in SUBJECTS if (not names or s.name in names) and machine in (None, s.machine))
+    chosen = tuple(
+        s for s in SUBJECTS if (not names or s.name in names) and machine in (None, s.machine) and kind in (None, s.kind)
+    )
     if not chosen:
-        raise ValueError(f"none of the mutants {', '.join(names)} is of the {machine} machine")
+        what = " ".join(([f"a {kind} mutant"] if kind else []) + ([f"of the {machine} machine"] if machine else []))
+        raise ValueError(f"none of the mutants {', '.join(names)} is {what}")
     return chosen
 
 

@@ -189,6 +189,12 @@ class Score:
         return [m for m in self.mutants if not self.killed(m.name) and not self.equivalent(m)]
 
     @property
+    def score(self) -> float:
+        """Killed by any check / non-equivalent (1.0 when every mutant is equivalent)."""
+        counted = [m for m in self.mutants if not self.equivalent(m)]
+        return sum(self.killed(m.name) for m in counted) / len(counted) if counted else 1.0
+
+    @property
     def disproved(self) -> list[GeneratedMutant]:
         """Mutants claimed equivalent that a check killed: the claim is wrong."""
         return [m for m in self.mutants if self.equivalent(m) and self.killed(m.name)]
@@ -221,6 +227,7 @@ class Score:
                 {"check": c, "seed": s, "killed": k, "non_equivalent": n, "examples_median_max": e}
                 for c, s, k, n, e in self.by_check()
             ],
+            "score": round(self.score, 4),
             "survivors": [m.name for m in self.survivors],
             "disproved_equivalences": [m.name for m in self.disproved],
             "results": [r.to_json() for r in self.results],
@@ -306,9 +313,11 @@ class Plan:
 
 # The fast subset (CI): one seed; every mutant listed as equivalent, on a small
 # budget, so a claim that stops holding is caught; and every FAST_STRIDE-th of
-# the others (sequential ones: stress takes too long for it), on a budget of
-# FAST_EXAMPLES programs.
-FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, 100, 30
+# the others (sequential ones: stress takes too long for it), on the default
+# budget (only a survivor spends it all).
+FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 30
+# A run fails when fewer than this share of its non-equivalent mutants is killed.
+MIN_SCORE = 0.95
 
 
 def plan(
@@ -318,14 +327,16 @@ def plan(
     fast: bool = False,
     seeds: Sequence[int] | None = None,
     examples: int | None = None,
+    kind: str | None = None,
 ) -> Plan:
     """The run the arguments name: the mutants named (all if none) of `machine`
-    (both if None), all their checks on every seed, or the fast subset."""
+    (both if None) and `kind` (sequential or race; both if None), all their
+    checks on every seed, or the fast subset."""
     chosen = tuple(by_name(name) for name in names) if names else generated_mutants(machine)
-    if machine is not None:
-        chosen = tuple(m for m in chosen if m.machine == machine)
+    chosen = tuple(m for m in chosen if machine in (None, m.machine) and kind in (None, m.kind))
     if not chosen:
-        raise ValueError(f"none of the mutants {', '.join(names)} is of the {machine} machine")
+        what = " ".join(([f"a {kind} mutant"] if kind else []) + ([f"of the {machine} machine"] if machine else []))
+        raise ValueError(f"none of the mutants {', '.join(names)} is {what}")
     budget = Budget() if examples is None else Budget(examples=examples)
     if not fast:
         run_seeds = tuple(seeds or SEEDS)
