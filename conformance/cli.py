@@ -13,7 +13,9 @@ import importlib
 import inspect
 import json
 import random
+import signal
 import sys
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -862,7 +864,21 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
+    # SIGTERM ends a run as Ctrl-C does: through every `with`, so scratch
+    # databases are dropped, worker processes stopped and an embedded server shut down.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    try:
+        return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
+    except KeyboardInterrupt:
+        sys.stderr.write("leaseproof: interrupted; cleaned up\n")
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -160,10 +160,11 @@ DELIVERY = MachineSpec(
 # value without one is always on.
 
 FEATURES = (
-    # rules: claim and reap are always on (every lease bug needs a claim; and
-    # see `reap`); a program without clock moves creates every row at one
-    # instant, where the id decides the claim order
-    "commit", "renew", "finish", "advance_clock", "tenant",
+    # rules: claim is always on (every lease bug needs a claim); a program
+    # without sweeps keeps expired leases in the hands of their holders, one
+    # without clock moves creates every row at one instant, where the id
+    # decides the claim order
+    "commit", "renew", "finish", "reap", "advance_clock", "tenant",
     # values
     "community-B", "community-Z", "absent-run", "odd-steps", "named-ids", "unpublished-message",
     "wrong-workflow", "other-agents", "expected-bindings", "binding-forgeries", "lease-forgeries",
@@ -177,7 +178,7 @@ def _among(*options: Option) -> st.SearchStrategy[Any]:
     return values(SWARM, options)
 
 
-communities = _among(("A", None), ("A", None), ("B", "community-B"), ("B", "community-B"), ("Z", "community-Z"))
+communities = _among(*[("A", None)] * 4, *[("B", "community-B")] * 3, ("Z", "community-Z"))
 targets = st.sampled_from(sorted(w.TARGETS))
 runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
 # Beside plain ids, step ids that probe the value rules: 64 characters (the
@@ -235,6 +236,7 @@ LINEAGE = ("R1", "R2", "R3", "R4", "W1", "W2", "M1", "M2", "M3")
 # deleting a tenant rarer.
 tenant_actions = _among(
     *[(f"{verb} {what}", "lineage") for what in LINEAGE for verb in ("delete", "create")],
+    *[("delete the newest's run", "lineage")] * 3,
     *[(f"get {name}", "reads") for name in ("R1/s1/T1", "R1/s1/T2", "R2/s1/T1", "d1")] * 2,
     *[("activate", "fences")] * 4,
     *[("quiesce", "fences"), ("fence", "fences")] * 2,
@@ -415,17 +417,45 @@ class DeliveryConformance(LockstepMachine):
     def finish(self, lease: m.Lease, forgery: str, outcome: str) -> None:
         self.run(m.Finish(_forge_lease(lease, forgery), m.Status(outcome)))
 
+    # The same acts by whoever holds a claim now, rather than by a lease the
+    # program was handed earlier (most of which a reap, a finish or a newer
+    # claim has since made stale): the holder of the oldest or the newest claim
+    # still standing. With no claim standing they send nothing.
+
+    @rule(which=st.sampled_from(["oldest", "newest"]), forgery=lease_forgeries, seconds=lease_seconds)
+    @precondition(lambda self: self.swarm.on("renew"))
+    def holder_renews(self, which: str, forgery: str, seconds: int) -> None:
+        lease = self._standing_lease(which)
+        if lease is not None:
+            self.run(m.Renew(_forge_lease(lease, forgery), seconds))
+
+    @rule(which=st.sampled_from(["oldest", "newest"]), forgery=lease_forgeries, outcome=st.sampled_from(["finished", "failed"]))
+    @precondition(lambda self: self.swarm.on("finish"))
+    def holder_finishes(self, which: str, forgery: str, outcome: str) -> None:
+        lease = self._standing_lease(which)
+        if lease is not None:
+            self.run(m.Finish(_forge_lease(lease, forgery), m.Status(outcome)))
+
+    def _standing_lease(self, which: str) -> m.Lease | None:
+        """The lease of the oldest or the newest claim (by claimed_at, id) still standing."""
+        rows = sorted(self._claimed_rows(), key=lambda d: (d.claimed_at, d.id))
+        if not rows:
+            return None
+        row = rows[0] if which == "oldest" else rows[-1]
+        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)  # type: ignore[arg-type]
+
     def _claimed_rows(self) -> list[m.Delivery]:
         return [d for d in self.model.deliveries.values() if d.status is m.Status.CLAIMED]
 
-    # With nothing claimed a sweep is a no-op: send nothing. Deliberately not a
-    # precondition: Hypothesis orders this rule first (fewest arguments), so the
-    # shrinker lowers every step's rule choice towards it; were it unavailable,
-    # those choices would be rejection-sampled, leaving steps the shrinker can
-    # neither lower nor delete as padding in the counterexample.
+    # With nothing claimed a sweep is a no-op, and so it is in a program whose
+    # swarm leaves sweeps out: send nothing. Deliberately not a precondition:
+    # Hypothesis orders this rule first (fewest arguments), so the shrinker
+    # lowers every step's rule choice towards it; were it unavailable, those
+    # choices would be rejection-sampled, leaving steps the shrinker can neither
+    # lower nor delete as padding in the counterexample.
     @rule()
     def reap(self) -> None:
-        if self._claimed_rows():
+        if self.swarm.on("reap") and self._claimed_rows():
             self.run(m.Reap())
 
     @rule(to=advances)
@@ -447,9 +477,17 @@ class DeliveryConformance(LockstepMachine):
     def tenant(self, community: str, action: str) -> None:
         """Everything around the deliveries, in one rule so it stays in the
         background: tenant state ("fence", "activate", "delete", ...),
-        lineage ("delete R1", "create M3", ...) and reads ("get d2")."""
+        lineage ("delete R1", "create M3", ...; "delete the newest's run": the
+        run of the community's newest delivery, which retires its ids) and
+        reads ("get d2")."""
         cid = w.COMMUNITIES[community]
         verb, _, what = action.partition(" ")
+        if what == "the newest's run":
+            rows = [d for key, d in self.model.deliveries.items() if key[0] == cid]
+            if rows:
+                newest = max(rows, key=lambda d: (d.created_at, d.id))
+                self.run(m.DeleteRun(cid, newest.binding.run_id))
+            return
         if not what:
             states = {"activate": "active", "quiesce": "quiescing", "fence": "fenced"}
             if verb in states:

@@ -132,11 +132,12 @@ def coordinate_transitions(
 # Every program draws a swarm first (`conformance/swarm.py`): the rules and the
 # families of values it leaves out.
 FEATURES = (
-    # rules (advance_clock is always on, so no program is left without a rule)
-    "save", "delete", "recreate", "alternate_delete", "tenant", "refresh", "fire", "resume",
+    # rules (a program whose swarm leaves clock moves out still has the rule,
+    # which then does nothing: see `advance_clock`)
+    "save", "delete", "recreate", "tenant", "refresh", "fire", "resume", "advance_clock",
     # values
     "community-B", "community-Z", "workflow-W2", "author-bob", "channel-ops", "other-contents", "replays",
-    "unknown-replica", "long-moves", "authority", "fences",
+    "unknown-replica", "long-moves", "authority", "fences", "alternate-deletions",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="lifecycle swarm")
 
@@ -145,7 +146,7 @@ def _among(*options: Option) -> st.SearchStrategy[Any]:
     return values(SWARM, options)
 
 
-communities = _among(("A", None), ("A", None), ("B", "community-B"), ("B", "community-B"), ("Z", "community-Z"))
+communities = _among(*[("A", None)] * 4, *[("B", "community-B")] * 3, ("Z", "community-Z"))
 workflows = _among(*weighted(["W1"], ["W2"], 3, "workflow-W2"))
 authors = _among(*weighted(["alice"], ["bob"], 3, "author-bob"))
 channels = _among(*weighted(["general"], ["ops"], 3, "channel-ops"))
@@ -161,6 +162,8 @@ tenant_actions = _among(
     ("quiesce", "fences"),
     ("fence", "fences"),
     ("create", "fences"),
+    *[(f"delete W1 by {path}", "alternate-deletions") for path in m.ALTERNATE_DELETIONS],
+    ("delete W2 by report-enforcement", "alternate-deletions"),
 )
 # Mostly short moves, so caches stay warm (and stale) long enough to matter.
 clock_moves = _among(*weighted([1], [5, 10], 2, "long-moves"))
@@ -207,6 +210,15 @@ class LifecycleConformance(LockstepMachine):
         at = self._at(community, workflow, when)
         self.run(m.DeleteDefinition(w.COMMUNITIES[community], w.WORKFLOWS[workflow], w.AUTHORS[author], at))
 
+    @rule(community=communities, workflow=workflows, content=contents)
+    @precondition(_on("save"))
+    def revise(self, community: str, workflow: str, content: str) -> None:
+        """The owner saves a new revision of a live coordinate (the same content
+        again is a new revision too), in its channel, newer than the head."""
+        head = self.model.heads.get((w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
+        if head is not None:
+            self.save(community, workflow, w.name_of(head.author), w.name_of(head.channel_id), content, "newer")
+
     @rule(community=communities, workflow=workflows, identical=st.booleans())
     @precondition(_on("recreate"))
     def recreate(self, community: str, workflow: str, identical: bool) -> None:
@@ -221,18 +233,17 @@ class LifecycleConformance(LockstepMachine):
         self.delete(community, workflow, author, "newer")
         self.save(community, workflow, author, channel, content, "after-cutoff")
 
-    @rule(community=communities, workflow=workflows, path=st.sampled_from(m.ALTERNATE_DELETIONS))
-    @precondition(_on("alternate_delete"))
-    def alternate_delete(self, community: str, workflow: str, path: str) -> None:
-        self.run(m.AlternateDelete(w.COMMUNITIES[community], w.WORKFLOWS[workflow], path))
-
     @rule(community=communities, action=tenant_actions)
     @precondition(_on("tenant"))
     def tenant(self, community: str, action: str) -> None:
-        """Channel authority ("revoke alice general") and tenant state ("fence")."""
+        """Channel authority ("revoke alice general"), tenant state ("fence"), and the
+        alternate deletion paths, always refused ("delete W1 by admin")."""
         cid = w.COMMUNITIES[community]
         verb, _, rest = action.partition(" ")
-        if rest:
+        if verb == "delete":
+            workflow, _, path = rest.partition(" by ")
+            self.run(m.AlternateDelete(cid, w.WORKFLOWS[workflow], path))
+        elif rest:
             member, channel = rest.split()
             self.run(m.SetAuthority(cid, w.CHANNELS[channel], w.AUTHORS[member], verb == "grant"))
         elif verb == "create":
@@ -251,14 +262,33 @@ class LifecycleConformance(LockstepMachine):
     def fire(self, replica: str, door: str, community: str, workflow: str) -> None:
         self.run(m.Fire(replica, door, w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
 
+    @rule(door=st.sampled_from(m.DOORS))
+    @precondition(_on("fire"))
+    def fire_cached(self, door: str) -> None:
+        """A trigger for a record some replica serves from its cache: a stale one
+        (the current row no longer matches it) if any replica has one, else any."""
+        cached = [
+            (replica, coordinate, self.model.runtime.get(coordinate) == record)
+            for replica, cache in sorted(self.model.caches.items())
+            if self.model.now - cache.loaded_at < m.CACHE_TTL
+            for coordinate, record in sorted(cache.records.items(), key=str)
+        ]
+        if cached:
+            replica, (community_id, workflow_id), _ = min(cached, key=lambda c: c[2])  # stale first
+            self.run(m.Fire(replica, door, community_id, workflow_id))
+
     @rule(run_id=st.integers(1, 4))
     @precondition(_on("resume"))
     def resume(self, run_id: int) -> None:
         self.run(m.ResumeRun(run_id))
 
+    # Always available, as Hypothesis orders it first: the shrinker lowers every
+    # step's rule choice towards it, and a choice it could not take would be
+    # padding it can neither lower nor delete. Off in the swarm, it sends nothing.
     @rule(seconds=clock_moves)
     def advance_clock(self, seconds: int) -> None:
-        self.run(d.AdvanceClock(seconds * SECOND))
+        if self.swarm.on("advance_clock"):
+            self.run(d.AdvanceClock(seconds * SECOND))
 
 
 def event_time(state: m.LifecycleSystem, community: str, workflow: str, when: str) -> dt.datetime:

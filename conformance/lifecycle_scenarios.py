@@ -80,7 +80,7 @@ def alternate_deletions_are_rejected(s: LifecycleConformance) -> None:
     """Name, alias, event-id, admin and report-enforcement paths (fresh and retried) change
     nothing; the definition still runs and its author can still delete it."""
     for path in m.ALTERNATE_DELETIONS:
-        s.alternate_delete("A", "W1", path)
+        s.tenant("A", f"delete W1 by {path}")
     s.fire("r1", "event", "A", "W1")
     s.delete("A", "W1", "bob", "newer")
     s.delete("A", "W1", "alice", "newer")

@@ -28,8 +28,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -275,9 +277,20 @@ _worker_dsn: str | None = None
 
 
 def _start_worker(databases: Any) -> None:
-    """A worker's first act: take a database of its own for every task it will run."""
+    """A worker's first act: take a database of its own for every task it will
+    run, and leave as soon as the process that started it is gone (killed,
+    even by SIGKILL), rather than run on as an orphan."""
     global _worker_dsn
     _worker_dsn = databases.get()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        sentinel = parent.sentinel
+        threading.Thread(target=_exit_with, args=(sentinel,), daemon=True, name="parent watch").start()
+
+
+def _exit_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])  # returns when the parent process has ended
+    os._exit(1)
 
 
 def _run_in_worker(task: Task, budget: Budget) -> Result:
@@ -382,19 +395,26 @@ def run_score(
             queue = context.Queue()
             for dsn in dsns:
                 queue.put(dsn)
-            with concurrent.futures.ProcessPoolExecutor(
+            pool = concurrent.futures.ProcessPoolExecutor(
                 jobs, mp_context=context, initializer=_start_worker, initargs=(queue,)
-            ) as pool:
+            )
+            try:
                 futures = [pool.submit(_run_in_worker, task, budget) for task in work]
-                try:
-                    for future in concurrent.futures.as_completed(futures):
-                        results.append(future.result())
-                        if on_result is not None:
-                            on_result(results[-1], len(results), len(work))
-                except BaseException:
-                    for future in futures:
-                        future.cancel()
-                    raise
+                for future in concurrent.futures.as_completed(futures):
+                    results.append(future.result())
+                    if on_result is not None:
+                        on_result(results[-1], len(results), len(work))
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM) or a worker failed: stop the workers
+                # now, not after their running checks, before the databases go.
+                workers = list((getattr(pool, "_processes", None) or {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for process in workers:
+                    process.terminate()
+                for process in workers:
+                    process.join(timeout=10)
+                raise
+            pool.shutdown()
     order = {(t.mutant, t.check, t.seed): i for i, t in enumerate(work)}  # results in the order of the plan
     results.sort(key=lambda r: order[(r.mutant, r.check, r.seed)])
     return Score(chosen, tuple(seeds), budget, tuple(results), time.monotonic() - started)

@@ -105,7 +105,7 @@ def test_a_search_kill_is_counted_in_examples_and_shrunk_to_a_short_program(pg_s
     assert row.shrunk_length == 2, row.counterexample
     assert row.counterexample.splitlines()[2:4] == [
         "state.advance_clock(seconds=1)",
-        "state.fire(community='A', door='event', replica='r1', workflow='W1')",
+        "state.fire_cached(door='event')",
     ]
     assert "state mismatch after Fire" in row.detail
     assert 0 < row.seconds <= row.check_seconds

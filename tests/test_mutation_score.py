@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -160,3 +166,58 @@ def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: s
             "SELECT confdeltype FROM pg_constraint WHERE conrelid = 'definition_runtime'::regclass AND contype = 'f'"
         ).fetchall()
     assert references == [("c",)]  # the runtime row's one foreign key, to its head, cascades
+
+
+# -- faults: the run ends cleanly however it is stopped --------------------------------------
+
+_LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5", "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/5"]
+
+
+def _databases(server: Server) -> set[str]:
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        return {row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lp%'")}
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _gone(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _score_run(server: Server) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "leaseproof.conformance.cli", "mutants", "--generated", "--mutant", *_LONG]
+    command += ["--seed", "1", "2", "--jobs", "2", "--dsn", server.dsn]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_sigterm_stops_the_workers_and_drops_every_database(pg_server: Server) -> None:
+    before = _databases(pg_server)
+    run = _score_run(pg_server)
+    _until(lambda: len(_databases(pg_server) - before) >= 3, "the template and both workers' databases")
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "interrupted; cleaned up" in err
+    _until(lambda: _gone(run.pid), "every process of the run to end")
+    assert _databases(pg_server) - before == set()
+
+
+def test_workers_leave_when_their_parent_is_killed_outright(pg_server: Server) -> None:
+    before = _databases(pg_server)
+    run = _score_run(pg_server)
+    _until(lambda: len(_databases(pg_server) - before) >= 3, "the template and both workers' databases")
+    run.kill()  # SIGKILL: nothing of the parent's runs; its workers must notice on their own
+    run.communicate(timeout=60)
+    _until(lambda: _gone(run.pid), "the orphaned workers to exit")
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:  # a killed run cannot drop its databases
+        for name in _databases(pg_server) - before:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
