@@ -544,7 +544,8 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
     out.write("verdict: DOES NOT CONFORM\n")
     if verdict.shrink_stopped:
         out.write(f"shrinking stopped early, {verdict.shrink_stopped}: the program below may not be minimal\n")
-    out.write(f"minimal counterexample (replay with --seed {verdict.seed}):\n")
+    replay = f"--seed {verdict.seed}" + (" --no-scenarios" if getattr(args, "no_scenarios", False) else "")
+    out.write(f"minimal counterexample (replay with {replay}):\n")
     out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
     out.write(f"what went wrong:\n{verdict.failure}\n")
     _write_trace(verdict, args, out, err)
