@@ -287,7 +287,9 @@ class LockstepMachine(RuleBasedStateMachine):
         snapshot = self._adapter(self.adapter.snapshot)
         if snapshot != self.model:
             raise NonConformance(
-                f"state mismatch after {after()}\n" + self.spec.difference(self.model, snapshot) + self._explained(snapshot)
+                f"state mismatch after {after()}\n"
+                + self.spec.difference(self.model, snapshot)
+                + self._explained(snapshot)
             )
 
     def _explained(self, implementation: Any) -> str:

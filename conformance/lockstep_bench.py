@@ -226,7 +226,10 @@ def measure(
                     else:
                         times[what] = _replay(log, recorder.connections, dsn)
             result = Round(times["lockstep"], times["replay"])
-            say(f"  round {number + 1}: lockstep {result.lockstep:.2f}s, replay {result.replay:.2f}s, ratio {result.ratio:.2f}")
+            say(
+                f"  round {number + 1}: lockstep {result.lockstep:.2f}s, replay {result.replay:.2f}s,"
+                f" ratio {result.ratio:.2f}"
+            )
             results.append(result)
     return Result(machine, examples, seed, len(log), tuple(results))
 

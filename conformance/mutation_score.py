@@ -254,7 +254,8 @@ def report(score: Score) -> str:
     killed_any = sum(score.killed(m.name) for m in score.mutants if not score.equivalent(m))
     non_equivalent = len(score.mutants) - len(equivalent)
     if non_equivalent:
-        lines.append(f"{'any check':<14} {'':>20} {killed_any:>8} {non_equivalent:>5} {killed_any / non_equivalent:>8.1%}")
+        share = killed_any / non_equivalent
+        lines.append(f"{'any check':<14} {'':>20} {killed_any:>8} {non_equivalent:>5} {share:>8.1%}")
     lines.append("")
     for mutant in score.survivors:
         missed = ", ".join(f"{r.check}{'' if r.seed is None else f' seed {r.seed}'}" for r in score.of(mutant.name))

@@ -353,7 +353,12 @@ class Statement:
     def closes(self, i: int) -> bool:
         """Whether token i ends the level a scan is on: a closer, `;`, or the end of the text."""
         t = self.at(i)
-        return t.kind is Kind.END or t.text == ";" or t.kind is Kind.CLOSE or (t.word == "END" and self.partner.get(i, i) < i)
+        return (
+            t.kind is Kind.END
+            or t.text == ";"
+            or t.kind is Kind.CLOSE
+            or (t.word == "END" and self.partner.get(i, i) < i)
+        )
 
     def skip(self, i: int) -> int:
         """The index after token i, or after the group it opens."""
@@ -761,7 +766,8 @@ def reverse_order_key(s: Statement) -> Iterator[_Edit]:
             last = s.at(direction - 1)
             if last.word in ("ASC", "DESC") and direction - 1 > first:
                 new = {"ASC": "DESC", "DESC": "ASC"}[last.word]
-                yield _rewrite(s, fragment, (last.start, last.end), new if last.text.isupper() else new.lower(), last.start)
+                word = new if last.text.isupper() else new.lower()
+                yield _rewrite(s, fragment, (last.start, last.end), word, last.start)
             else:
                 yield _rewrite(s, fragment, (last.end, last.end), " DESC", s.at(first).start)
 
@@ -935,7 +941,8 @@ def drop_not(s: Statement) -> Iterator[_Edit]:
     """Each NOT of a condition removed (NOT x, NOT EXISTS, NOT IN, NOT LIKE, …); not the
     NOT of IS NOT (flip-comparison's) nor of NOT NULL."""
     for i, token in enumerate(s.sig):
-        if token.word == "NOT" and s.in_condition(i) and s.word(i - 1) != "IS" and s.word(i + 1) not in ("NULL", "DISTINCT"):
+        unary = s.word(i - 1) != "IS" and s.word(i + 1) not in ("NULL", "DISTINCT")
+        if token.word == "NOT" and s.in_condition(i) and unary:
             yield _predicate_edit(s, i, i + 1, (token.start, s.at(i + 1).start), "")
 
 
