@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(MACHINES),
         help="verify one machine (default: both, or the one a --mutant or external adapter implies)",
     )
-    verify.add_argument("--max-examples", type=_positive, default=300, help="programs per machine (default: 300)")
+    verify.add_argument("--max-examples", type=_positive, default=300, help="programs generated per machine (default: 300); one that repeats a program already sent is not sent again")
     verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
     verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
     verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
@@ -335,17 +335,19 @@ class _Progress(ProgressLine):
         self.total = total
 
     def __call__(self, coverage: Coverage) -> None:
-        done = coverage.examples
+        done = coverage.generated
         if coverage.first_failure is None:
             line = f"  example {done}/{self.total}"
         else:
-            line = f"  failed in example {coverage.first_failure}; shrinking, try {done - coverage.first_failure}"
+            line = f"  failed in example {coverage.first_failure}; shrinking, try {done - coverage.failed_at}"
         self.show(line + f" · {coverage.steps:,} steps", done)
 
 
 def _summary(verdict: Verdict, out: TextIO) -> None:
     coverage = verdict.coverage
     examples = f"{coverage.examples:,}"
+    if coverage.generated > coverage.examples and coverage.first_failure is None:
+        examples += f" (and {coverage.generated - coverage.examples:,} repeats of a program already sent, not sent again)"
     if coverage.first_failure == 0:
         examples = "none (a fixed scenario failed first)"
     elif coverage.first_failure is not None:

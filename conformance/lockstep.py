@@ -101,12 +101,18 @@ class Coverage:
     outcomes: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     behaviours: collections.Counter[tuple[str, str, str]] = attrs.field(factory=collections.Counter)
     transitions: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    # Programs run on the implementation. A program that repeats one already run
+    # (Hypothesis draws different choices that make the same commands) is checked
+    # against the model alone: a deterministic implementation gave every step of
+    # it the same answers before, and `examples` does not count it.
     examples: int = 0
+    generated: int = 0  # programs generated, repeats included: Hypothesis's own count
     scenarios: int = 0
     steps: int = 0
     # The example in which the first failure appeared (before shrinking);
-    # 0 when a fixed scenario failed.
+    # 0 when a fixed scenario failed. And the `generated` count then.
     first_failure: int | None = None
+    failed_at: int = 0
     # The commands of the most recent program; after a failure, Hypothesis
     # last replays the minimal one, so this is the counterexample.
     last_commands: list[Any] = attrs.field(factory=list)
@@ -191,7 +197,7 @@ class _ShrinkClock:
         coverage, bound = self.coverage, self.bound
         if coverage.first_failure is None:
             return 0.0
-        attempts = float(coverage.examples - coverage.first_failure)
+        attempts = float(coverage.generated - coverage.failed_at)
         if self.base is None:
             self.base = attempts
         if bound.started is not None and time.monotonic() - bound.started > bound.seconds:
@@ -208,12 +214,38 @@ class _ShrinkClock:
         return getattr(time, name)
 
 
+# A trie of the programs a run has sent to its implementation, step by step
+# (each step: the tuple of its commands). Every prefix in it passed.
+_Programs = dict[tuple[Any, ...], "_Programs"]
+
+
+@attrs.frozen
+class _Held:
+    """A step checked against the model alone, not yet sent: its commands, each with the
+    model's state before it and decision (None: the adapter does not offer it), and
+    the step's label."""
+
+    commands: tuple[Any, ...]
+    decisions: tuple[tuple[Any, Decision[Any]] | None, ...]
+    label: str | None
+
+
 class LockstepMachine(RuleBasedStateMachine):
-    """Model and implementation in lockstep; a machine subclasses it with rules."""
+    """Model and implementation in lockstep; a machine subclasses it with rules.
+
+    A program's steps are held back from the implementation while they repeat a
+    program already sent in this run (Hypothesis often draws other choices that
+    make the same commands): the model alone takes them. At the first step no
+    program sent before took, the implementation is reset and is sent the held
+    steps, each checked as ever, then the rest in lockstep. A program that
+    ends without leaving one sent before is never sent: each of its steps got the
+    same answers before, and an implementation whose answers depend on more
+    than the commands is not one a seed can replay anyway."""
 
     spec: MachineSpec
     adapter: Any
     coverage: Coverage
+    programs: _Programs  # shared by every program of one bound machine
     on_example: Callable[[Coverage], None] | None = None
     shrink_bound: ShrinkBound | None = None
     start: dt.datetime
@@ -225,13 +257,25 @@ class LockstepMachine(RuleBasedStateMachine):
         self.model = self.spec.initial_state(self.start)
         self.commands: list[Any] = []  # this example's commands so far
         self.coverage.last_commands = self.commands
+        self._sent_at = self.programs  # this program's place in the trie of programs sent
+        self._held: list[_Held] = []  # its steps so far, while it repeats a program sent before
+        self._live = False  # whether the implementation has been reset for it
 
     def begin(self) -> None:
-        """Count the example and reset the implementation: the first thing a set-up does."""
-        self.coverage.examples += 1
+        """Start a program: the first thing a set-up does. The implementation is
+        reset when the program first takes a step no program sent before took."""
+        self.coverage.generated += 1
         if self.on_example is not None:
             self.on_example(self.coverage)
+
+    def _send_held(self) -> None:
+        """Count the example, reset the implementation and send it the held steps."""
+        self.coverage.examples += 1
+        self._live, self._sent_at = True, self.programs
         self._adapter(self.adapter.reset, self.start)
+        held, self._held = self._held, []
+        for step in held:
+            self._check(step)
 
     def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -247,27 +291,48 @@ class LockstepMachine(RuleBasedStateMachine):
     def run_together(self, commands: Sequence[Any], label: str | None = None) -> list[Any]:
         """Several commands as one step: each outcome is compared as it comes, the
         whole state once, after the last (the set-up's way: it is the same every
-        program, and a state that went wrong in it is still wrong at its end)."""
+        program, and a state that went wrong in it is still wrong at its end).
+        Returns the outcomes (the model's, which the implementation's equal)."""
         try:
-            outcomes = [self._lockstep(command) for command in commands]
-            self._compare_states(lambda: label or self.spec.describe(commands[-1]))
-            return outcomes
+            state, decisions = self.model, []
+            for command in commands:
+                if self.coverage.offers(type(command).__name__):
+                    decision = self.spec.decide(state, command)
+                    decisions.append((state, decision))
+                    state = decision.state
+                    self.commands.append(command)
+                else:  # never generated for this adapter: neither side runs it
+                    self.coverage.skipped[type(command).__name__] += 1
+                    decisions.append(None)
+            step = _Held(tuple(commands), tuple(decisions), label)
+            if not self._live and step.commands in self._sent_at:
+                self._sent_at = self._sent_at[step.commands]
+                self._held.append(step)
+                self.model = state
+            else:
+                if not self._live:
+                    self._send_held()
+                self._check(step)
+            return [None if decided is None else decided[1].outcome for decided in decisions]
         except BaseException:
             if self.coverage.first_failure is None:
                 self.coverage.first_failure = self.coverage.examples
+                self.coverage.failed_at = self.coverage.generated
                 if self.shrink_bound is not None:
                     self.shrink_bound.started = time.monotonic()
             raise
 
-    def _lockstep(self, command: Any) -> Any:
-        if not self.coverage.offers(type(command).__name__):
-            self.coverage.skipped[type(command).__name__] += 1
-            return None  # never generated for this adapter: neither side runs it
+    def _check(self, step: _Held) -> None:
+        """Send `step` to the implementation and check it; add it to the programs sent."""
+        for command, decided in zip(step.commands, step.decisions, strict=True):
+            if decided is not None:
+                self._lockstep(command, *decided)
+        self._compare_states(lambda: step.label or self.spec.describe(step.commands[-1]))
+        self._sent_at = self._sent_at.setdefault(step.commands, {})
+
+    def _lockstep(self, command: Any, before: Any, decision: Decision[Any]) -> None:
         describe = self.spec.describe
-        before = self.model
-        decision = self.spec.decide(before, command)
         after, expected = decision.state, decision.outcome
-        self.commands.append(command)
         actual = self._adapter(self.adapter.execute, command)
         self.coverage.record(before, after, command, expected, decision.rule)
         self._last = (command, before, after)
@@ -281,7 +346,6 @@ class LockstepMachine(RuleBasedStateMachine):
         if violations:
             raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
         self.model = after
-        return actual
 
     def _compare_states(self, after: Callable[[], str]) -> None:
         snapshot = self._adapter(self.adapter.snapshot)
@@ -322,6 +386,7 @@ def bind(
         {
             "adapter": adapter,
             "coverage": coverage,
+            "programs": {},
             "on_example": staticmethod(on_example) if on_example is not None else None,
         },
     )

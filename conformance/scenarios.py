@@ -163,7 +163,7 @@ def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ..
     """Run every scenario on a fresh machine; the first failure propagates,
     annotated with the scenario's name."""
     coverage = machine.coverage
-    examples = coverage.examples
+    examples, generated = coverage.examples, coverage.generated
     for scenario in scenarios:
         state = machine()
         try:
@@ -176,4 +176,4 @@ def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ..
         finally:
             state.teardown()
             coverage.scenarios += 1
-            coverage.examples = examples
+            coverage.examples, coverage.generated = examples, generated

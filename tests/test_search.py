@@ -106,6 +106,61 @@ def test_step_ids_probe_the_value_rules() -> None:
     assert w.STEPS["nbsp"].strip() == "" and w.STEPS["nbsp"].strip(" \t\n\r\f\v") != ""
 
 
+# -- programs already sent ---------------------------------------------------------------
+
+
+class _Recording(PostgresDeliveryAdapter):
+    """The bundled adapter, noting the commands sent after each reset."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.sent: list[list[object]] = []
+
+    def reset(self, start):  # type: ignore[no-untyped-def]
+        self.sent.append([])
+        return super().reset(start)
+
+    def execute(self, command):  # type: ignore[no-untyped-def]
+        self.sent[-1].append(command)
+        return super().execute(command)
+
+
+def test_a_program_that_repeats_one_already_sent_is_not_sent_again(delivery_dsn: str) -> None:
+    adapter = _Recording(delivery_dsn)
+    try:
+        verdict = run_conformance(adapter, max_examples=120, seed_value=1, scenarios=False)
+    finally:
+        adapter.close()
+    assert verdict.conforms, verdict.failure
+    coverage, sent = verdict.coverage, [tuple(program) for program in adapter.sent]
+    assert coverage.generated >= 120 and len(sent) == coverage.examples
+    assert coverage.examples < coverage.generated  # Hypothesis does repeat programs
+    assert len(set(sent)) == len(sent)  # each program sent once
+    # and none sent that only repeats a prefix of one sent before it
+    for i, program in enumerate(sent):
+        assert not any(earlier[: len(program)] == program for earlier in sent[:i]), i
+    assert coverage.steps == sum(map(len, sent))
+
+
+def test_a_program_that_leaves_one_sent_before_is_sent_from_a_reset(delivery_dsn: str) -> None:
+    """The steps it shares with an earlier program are held, then sent after the
+    reset with the step that leaves it, and every one of them checked."""
+    adapter = _Recording(delivery_dsn)
+    machine = dm.machine_for(adapter)
+    try:
+        first = machine()
+        first.setup()
+        first.tenant(community="A", action="fence")
+        second = machine()
+        second.setup()
+        assert len(adapter.sent) == 1  # the set-up repeats the first program's: held
+        second.tenant(community="A", action="quiesce")
+    finally:
+        adapter.close()
+    assert len(adapter.sent) == 2 and adapter.sent[1][:-1] == adapter.sent[0][:-1]
+    assert adapter.sent[1][-1] == m.SetCommunityState(w.COMMUNITIES["A"], m.CommunityState.QUIESCING)
+
+
 # -- shrinking -------------------------------------------------------------------------
 
 
@@ -119,7 +174,7 @@ def test_shrinking_stops_at_its_attempt_budget_and_says_so(delivery_dsn: str) ->
         adapter.close()
     assert not verdict.conforms
     assert verdict.shrink_stopped.startswith("after 5 attempts, its budget")
-    attempts = verdict.coverage.examples - (verdict.coverage.first_failure or 0)
+    attempts = verdict.coverage.generated - verdict.coverage.failed_at
     assert attempts <= 5 + 2  # and the final replay, and the one in flight
     assert "state.teardown()" in verdict.counterexample
 
