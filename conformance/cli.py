@@ -21,31 +21,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from leaseproof.conformance import explore as exploration
+from leaseproof.conformance import killmatrix, mutation_score
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
+from leaseproof.conformance.linearizability import check as check_linearizable
 from leaseproof.conformance.lockstep import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
+from leaseproof.conformance.progress import ProgressLine
+from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
+from leaseproof.conformance.stress import Progress as StressProgress
+from leaseproof.conformance.stress import StressFault, StressReport
+from leaseproof.conformance.stress import stress as run_stress
 from leaseproof.conformance.trace import SPECS as LOCKSTEP_SPECS
 from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
-from leaseproof.conformance import killmatrix, mutation_score
-from leaseproof.conformance import explore as exploration
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.progress import ProgressLine
-from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
-from leaseproof.conformance.linearizability import check as check_linearizable
-from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
-from leaseproof.conformance.stress import Progress as StressProgress
-from leaseproof.conformance.stress import StressFault, StressReport
-from leaseproof.conformance.stress import stress as run_stress
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants import MUTANTS, Mutant
-from leaseproof.impl.race_mutants import RACE_MUTANTS
 from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
+from leaseproof.impl.race_mutants import RACE_MUTANTS
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
@@ -456,7 +456,7 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
             adapter = factory(dsn=servers.database()) if wants_dsn else factory()
         except ProvisioningError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
+        except Exception as exc:  # a broken factory is the user's adapter failing
             raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
         lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
         if lacking:
@@ -743,7 +743,7 @@ def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.check:
             stale = stale_pages(args.specs)
-            for path, diff in stale.items():
+            for diff in stale.values():
                 out.write(diff + "\n")
             if stale:
                 names = ", ".join(str(path) for path in stale)

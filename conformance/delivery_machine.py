@@ -22,9 +22,6 @@ from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
 from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
-from leaseproof.conformance.swarm import Option, Swarm, values, weighted
-from leaseproof.conformance.swarm import swarm as swarm_of
-from leaseproof.conformance.lockstep import unchanged_or
 from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for callers of this module
     Coverage,
     LockstepMachine,
@@ -32,7 +29,10 @@ from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for ca
     NonConformance,
     RunAborted,
     bind,
+    unchanged_or,
 )
+from leaseproof.conformance.swarm import Option, Swarm, values, weighted
+from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
@@ -53,10 +53,10 @@ def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySyst
             lines.append(f"{table}: model {_named(exp)}, implementation {_named(act)}")
     for table in ("workflows", "events", "retired"):
         exp_set, act_set = getattr(expected, table), getattr(actual, table)
-        for key in sorted(exp_set - act_set, key=repr):
-            lines.append(f"{table}: {_named(key)} only in the model")
-        for key in sorted(act_set - exp_set, key=repr):
-            lines.append(f"{table}: {_named(key)} only in the implementation")
+        lines.extend(f"{table}: {_named(key)} only in the model" for key in sorted(exp_set - act_set, key=repr))
+        lines.extend(
+            f"{table}: {_named(key)} only in the implementation" for key in sorted(act_set - exp_set, key=repr)
+        )
     for key in sorted(expected.deliveries.keys() | actual.deliveries.keys(), key=repr):
         exp_row, act_row = expected.deliveries.get(key), actual.deliveries.get(key)
         where = f"delivery {w.name_of(key[1])} of community {w.name_of(key[0])}"
@@ -99,7 +99,7 @@ def explain_step(
 
     def order(key: m.CommunityKey) -> tuple[Any, ...]:
         row = before.deliveries.get(key) or after.deliveries.get(key) or implementation.deliveries.get(key)
-        return (row.created_at, key[1]) if row is not None else (dt.datetime.max.replace(tzinfo=dt.timezone.utc), key[1])
+        return (row.created_at, key[1]) if row is not None else (dt.datetime.max.replace(tzinfo=dt.UTC), key[1])
 
     lines.append("rows the step touched, oldest first by (created_at, id):")
     for key in sorted(keys, key=order):
@@ -227,7 +227,7 @@ lease_forgeries = _among(*weighted(["held"], list(LEASE_FORGERIES[1:]), 4, "leas
 # one that the set-up commits in A and B; or it names none but presents the
 # newest pending row's binding ("newest").
 claimed_ids = _among(
-    *weighted([None], sorted(w.DELIVERIES) + ["R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids"),
+    *weighted([None], [*sorted(w.DELIVERIES), "R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids"),
     *[("newest", None)] * 4,
 )
 agents = _among(*weighted(["recipient"], sorted(w.TARGETS), 3, "other-agents"))

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.lockstep import unchanged_or
-from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind
+from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind, unchanged_or
 from leaseproof.conformance.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.model import delivery as d

@@ -339,7 +339,7 @@ def _partitions(
             parent[root(key)] = root(keys[0])
     groups: dict[Any, tuple[set[Any], list[Operation]]] = {}
     lone = []  # an empty footprint touches nothing: such an operation is a partition of its own
-    for op, footprint in zip(ops, footprints):
+    for op, footprint in zip(ops, footprints, strict=True):  # footprints has one entry per op
         if not footprint:
             lone.append((frozenset(), [op]))
             continue

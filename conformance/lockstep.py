@@ -236,7 +236,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
-        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
+        except Exception as fault:  # any exception from the adapter is a fault
             raise RunAborted(fault, [self.spec.describe(c) for c in self.commands]) from fault
 
     def run(self, command: Any) -> Any:

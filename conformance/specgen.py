@@ -82,7 +82,7 @@ def render_transitions(
     diagram.append("```")
     table = ["| from | to | by (operation/guard) |", "|---|---|---|"]
     table += [f"| {a} | {b} | {', '.join(by)} |" for (a, b), by in transitions.items()]
-    return "\n".join(diagram + [""] + table)
+    return "\n".join([*diagram, "", *table])
 
 
 def render_invariants(registry: Invariants) -> str:

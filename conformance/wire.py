@@ -14,6 +14,7 @@ with the model.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -101,10 +102,8 @@ class SubprocessAdapter:
 
     def close(self) -> None:
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(AdapterFault):
                 self._call("close", {}, timeout=5)
-            except AdapterFault:
-                pass
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -20,7 +20,7 @@ from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, 
 
 _NS = uuid.UUID("6c656173-6570-4f6f-8000-000000000000")  # "leaseproof"-ish
 
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def _uuid(name: str) -> uuid.UUID:

@@ -338,4 +338,4 @@ class Schedule:
         self.close()
 
 
-__all__ = ["Aborted", "Client", "Gate", "Pause", "Schedule", "ScheduleTimeout", "TIMEOUT"]
+__all__ = ["TIMEOUT", "Aborted", "Client", "Gate", "Pause", "Schedule", "ScheduleTimeout"]

@@ -21,7 +21,6 @@ from leaseproof.model.errors import Refused
 from leaseproof.model.frozenmap import FrozenMap
 
 
-
 class PostgresLifecycleSession:
     """One client of the lifecycle on its own connection: what a concurrent worker drives.
 
@@ -129,7 +128,7 @@ class PostgresLifecycleAdapter:
         )
         executed: dict[int, tuple[str, ...]] = {}
         for run_id, action in actions:
-            executed[run_id] = executed.get(run_id, ()) + (action,)
+            executed[run_id] = (*executed.get(run_id, ()), action)
         return m.LifecycleSystem(
             now=clock[0][0],
             communities=FrozenMap((cid, d.CommunityState(state)) for cid, state in communities),

@@ -257,7 +257,7 @@ def docker_engine(timeout: float = _DOCKER_PROBE_TIMEOUT) -> tuple[bool, str]:
             client.ping()
         finally:
             client.close()
-    except Exception as exc:  # the docker package raises many unrelated types
+    except Exception as exc:  # noqa: BLE001 - the docker package raises many unrelated types
         return False, f"no Docker engine answered at {host} ({_first_line(exc)})"
     return True, f"Docker engine at {host}"
 
@@ -687,7 +687,7 @@ class _EmbeddedCluster:
 
 def _grant_read_and_execute(root: Path) -> None:
     """chmod go+rX below root, so another user can read and run the copy."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, os.stat(dirpath).st_mode | 0o755)
         for name in filenames:
             path = os.path.join(dirpath, name)

@@ -598,10 +598,17 @@ def _lease_params(lease: m.Lease) -> dict[str, Any]:
 
 
 def _expected_columns(expected: Binding | None) -> dict[str, Any]:
-    names = (
-        "workflow_id run_id step_id definition_event_id message_event_id "
-        "cause_kind cause_event_id cause_scheduled_for cause_invocation_id"
-    ).split()
+    names = [
+        "workflow_id",
+        "run_id",
+        "step_id",
+        "definition_event_id",
+        "message_event_id",
+        "cause_kind",
+        "cause_event_id",
+        "cause_scheduled_for",
+        "cause_invocation_id",
+    ]
     if expected is None:
         return dict.fromkeys(names)
     columns = binding_columns(expected)
@@ -629,4 +636,4 @@ class PinnedClock:
         self.conn.execute("DELETE FROM lp_clock")
 
 
-__all__: Sequence[str] = ("PostgresDeliveryStore", "PinnedClock", "connect", "delivery_from_row")
+__all__: Sequence[str] = ("PinnedClock", "PostgresDeliveryStore", "connect", "delivery_from_row")

@@ -55,7 +55,7 @@ def require_instant(field: str, value: Any) -> None:
 def to_utc(value: Any) -> Any:
     """Normalise aware datetimes to UTC so equal instants have one spelling."""
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc)
+        return value.astimezone(dt.UTC)
     return value
 
 

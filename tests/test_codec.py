@@ -28,7 +28,7 @@ from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.frozenmap import FrozenMap
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -216,7 +216,7 @@ def test_the_lifecycle_shares_the_delivery_classes_it_reuses() -> None:
     }
     assert lifecycle_names <= set(codec.TYPES)
     assert {"DeliverySystem", "LifecycleSystem"}.isdisjoint(codec.TYPES)
-    assert codec.STATES == {"DeliverySystem": m.DeliverySystem, "LifecycleSystem": lc.LifecycleSystem}
+    assert codec.STATES == {"DeliverySystem": m.DeliverySystem, "LifecycleSystem": lc.LifecycleSystem}  # noqa: SIM300 - actual == expected
 
 
 @PROPERTY

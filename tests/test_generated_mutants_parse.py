@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer

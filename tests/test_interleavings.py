@@ -36,15 +36,15 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.lifecycle_machine import describe_difference
 from leaseproof.conformance.schedules import (
     CLAIM,
+    D1,
+    D2,
     LEASE,
     ONE_ROW,
     R1,
     SECOND,
-    C,
-    D1,
-    D2,
-    Race,
     W1,
+    C,
+    Race,
     a_second_sweep_then_a_claim,
     delivery_races,
     new,
@@ -61,13 +61,13 @@ from leaseproof.impl.race_mutants import (
     LIFECYCLE_RACE_MUTANTS,
     RACE_FINDINGS,
     AdmissionWithoutRowLock,
+    AuthorityCheckUnlocked,
     ClaimReadThenUpdate,
     CommitWithoutIdentityLock,
     FinishCheckThenAct,
     ReapReadThenUpdate,
     ReconcileOutsideTransaction,
     SweepsOverlap,
-    AuthorityCheckUnlocked,
 )
 from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.model import delivery as d
@@ -119,7 +119,7 @@ def test_a_pause_the_client_passes_by_fails_at_once(schedule: Schedule) -> None:
 def test_a_wait_that_cannot_be_satisfied_fails_naming_what_it_awaited(schedule: Schedule) -> None:
     client = schedule.client("c")
     at_commit = client.gate.pause_before_commit()
-    with pytest.raises(AssertionError, match="timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"):
+    with pytest.raises(AssertionError, match=r"timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"):
         at_commit.wait_parked(timeout=0.1)
 
     def commit() -> None:
@@ -128,7 +128,7 @@ def test_a_wait_that_cannot_be_satisfied_fails_naming_what_it_awaited(schedule: 
 
     client.start(commit)
     at_commit.wait_parked()
-    with pytest.raises(AssertionError, match="before the COMMIT .*: parked there instead of blocking on a lock"):
+    with pytest.raises(AssertionError, match=r"before the COMMIT .*: parked there instead of blocking on a lock"):
         client.wait_blocked()
     at_commit.release()
     with pytest.raises(AssertionError, match="client 'c' finished instead of blocking on a lock"):

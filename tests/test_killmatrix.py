@@ -130,7 +130,7 @@ def test_the_correct_implementation_survives_every_check(pg_server: Server) -> N
 
 
 def test_the_json_document(pg_server: Server) -> None:
-    matrix = km.run_matrix(pg_server, km.select(["sweeps-overlap"]) + (BUNDLED_RACE,), fast=True)
+    matrix = km.run_matrix(pg_server, (*km.select(["sweeps-overlap"]), BUNDLED_RACE), fast=True)
     document = json.loads(json.dumps(matrix.to_json()))
     assert set(document) == {"fast", "seeds", "seconds", "counts", "survivors", "rows"}
     assert document["fast"] is True and document["seeds"] == [km.SEED]

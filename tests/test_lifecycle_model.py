@@ -69,8 +69,8 @@ from leaseproof.model.lifecycle import (
     Created,
     Definition,
     DefinitionEvent,
-    DeleteDefinition,
     Deleted,
+    DeleteDefinition,
     Fire,
     Head,
     LifecycleSystem,
@@ -98,7 +98,7 @@ from leaseproof.model.lifecycle_invariants import state_violations, step_violati
 # --------------------------------------------------------------------------
 # The world
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECOND = dt.timedelta(seconds=1)
 MICROSECOND = dt.timedelta(microseconds=1)
 
@@ -365,7 +365,7 @@ class TestEventValues:
     def test_created_at_is_normalised_to_utc(self) -> None:
         plus_two = dt.timezone(dt.timedelta(hours=2))
         e = attrs.evolve(E1, created_at=dt.datetime(2026, 1, 1, 2, 0, 1, tzinfo=plus_two))
-        assert e.created_at == at(1) and e.created_at.tzinfo == dt.timezone.utc
+        assert e.created_at == at(1) and e.created_at.tzinfo == dt.UTC
         assert e == E1
 
     def test_the_valid_event(self) -> None:
@@ -1418,7 +1418,7 @@ def _parameter_sets(fn: Callable[..., Any]) -> Iterator[dict[str, Any]] | None:
                 if any(m.name == "xfail" for m in value.marks):
                     continue
                 value = value.values if len(names) > 1 else value.values[0]
-            axis.append(dict(zip(names, value)) if len(names) > 1 else {names[0]: value})
+            axis.append(dict(zip(names, value, strict=False)) if len(names) > 1 else {names[0]: value})
         axes.append(axis)
     return ({k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes))
 

@@ -101,7 +101,7 @@ def model_reload_operator(step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) 
     before, at and just after t0 + ttl tells `>=` from `>`; anything else is
     reported as such.
     """
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     community, workflow, channel, author = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3), b"\x01" * 32
     s = m.initial_state(t0)
     event = m.DefinitionEvent(b"\x02" * 32, community, workflow, author, channel, t0, m.Definition(("act",)))

@@ -17,7 +17,7 @@ from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 C, W, CH = uuid.UUID(int=0xC), uuid.UUID(int=0x33), uuid.UUID(int=0xCC)
 ALICE = b"\xaa" * 32
 OLD, NEW = m.Definition(("post-summary",)), m.Definition(("post-summary", "page-oncall"))
@@ -50,7 +50,7 @@ class Pods:
         """Each run's executed actions, in order (the order across runs is not specified)."""
         runs: dict[int, tuple[str, ...]] = {}
         for r in self.conn.execute("SELECT run_id, action FROM executed_actions ORDER BY run_id, seq"):
-            runs[r["run_id"]] = runs.get(r["run_id"], ()) + (r["action"],)
+            runs[r["run_id"]] = (*runs.get(r["run_id"], ()), r["action"])
         return runs
 
     def fire(self, engine: ReplicaEngine, door: str = "event") -> Any:

@@ -396,17 +396,17 @@ def test_lifecycle_partitions_are_held_to_their_own_part_of_the_end_state() -> N
 
 # Tiny histories that still reach the interesting corners: leases short
 # enough to expire at the next clock move, reaps and settles common.
-SMALL = dict(
-    clients=3,
-    communities=2,
-    epoch=4,
-    indeterminate=0.2,
-    stateless=0.3,
-    clock=0.5,
-    lease_seconds=(5, 10),
-    clock_moves=(10,),
-    mix=(("commit", 10), ("claim", 30), ("renew", 10), ("finish", 20), ("get", 10), ("reap", 15), ("state", 5)),
-)
+SMALL = {
+    "clients": 3,
+    "communities": 2,
+    "epoch": 4,
+    "indeterminate": 0.2,
+    "stateless": 0.3,
+    "clock": 0.5,
+    "lease_seconds": (5, 10),
+    "clock_moves": (10,),
+    "mix": (("commit", 10), ("claim", 30), ("renew", 10), ("finish", 20), ("get", 10), ("reap", 15), ("state", 5)),
+}
 
 
 def small_history(rng: random.Random, operations: int) -> History:

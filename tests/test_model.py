@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause, WebhookCause
 from leaseproof.model.delivery import (
+    OUTCOME_VARIANTS,
     AdvanceClock,
     AlreadyExists,
     AlreadyTerminal,
@@ -54,7 +55,6 @@ from leaseproof.model.delivery import (
     NewDelivery,
     NotFound,
     Ok,
-    OUTCOME_VARIANTS,
     PublishEvent,
     Reap,
     Reaped,
@@ -77,7 +77,7 @@ from leaseproof.model.invariants import state_violations, step_violations
 # --------------------------------------------------------------------------
 # The world
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECOND = dt.timedelta(seconds=1)
 MICROSECOND = dt.timedelta(microseconds=1)
 LEASE = 30  # seconds, the default lease in these tests
@@ -339,7 +339,7 @@ class TestInstants:
     def test_schedule_cause_normalises_to_utc(self) -> None:
         plus_two = dt.timezone(dt.timedelta(hours=2))
         cause = ScheduleCause(dt.datetime(2026, 1, 1, 2, tzinfo=plus_two))
-        assert cause.scheduled_for.tzinfo is dt.timezone.utc
+        assert cause.scheduled_for.tzinfo is dt.UTC
         assert cause == ScheduleCause(T0)
 
     def test_state_clock_is_stored_in_utc(self) -> None:
@@ -368,7 +368,7 @@ class TestCause:
 
 
 class TestLeaseSeconds:
-    BAD = [0, -1, True, False, 86401, 1.5, 30.0, "30", None]
+    BAD = (0, -1, True, False, 86401, 1.5, 30.0, "30", None)
 
     @pytest.mark.parametrize("bad", BAD, ids=repr)
     def test_claim_rejects(self, bad: Any) -> None:
@@ -795,7 +795,7 @@ class TestCommit:
         must(world(), commit_of(new(D1, definition=DEFINITION2, cause=EventCause(TRIGGER2))), Committed((D1,), False))
 
     def test_check_order_community_then_run_then_workflow_then_event(self) -> None:
-        bad_everything = dict(run=RUN_NEW, workflow=WF2, message=MSG_NEW)
+        bad_everything = {"run": RUN_NEW, "workflow": WF2, "message": MSG_NEW}
         refused(world(), commit_of(new(D1, community=C_UNKNOWN, **bad_everything)), UnknownCommunity(C_UNKNOWN))
         refused(world(), commit_of(new(D1, **bad_everything)), NotFound("run", C1, RUN_NEW))
         refused(world(), commit_of(new(D1, workflow=WF2, message=MSG_NEW)), WorkflowMismatch(RUN, WF, WF2))
@@ -873,7 +873,7 @@ class TestClaim:
         refused(s, Claim(C1, ALICE, LEASE, delivery_id=D5), ClaimMiss())
 
     def test_expected_binding_that_matches_claims(self) -> None:
-        s, lease = claim(one_pending(), expected=binding(), delivery_id=D1)
+        _s, lease = claim(one_pending(), expected=binding(), delivery_id=D1)
         assert lease == Lease(C1, D1, ALICE, 1, T0 + LEASE * SECOND)
 
     def test_expected_binding_selects_a_younger_row(self) -> None:
@@ -901,14 +901,14 @@ class TestClaim:
     def test_expected_binding_differing_in_one_field_is_a_miss(self, change: dict) -> None:
         refused(one_pending(), Claim(C1, ALICE, LEASE, expected=binding(**change)), ClaimMiss())
 
-    CAUSES = [
+    CAUSES = (
         EventCause(TRIGGER),
         EventCause(TRIGGER2),
         ScheduleCause(T0),
         ScheduleCause(T0 + SECOND),
         WebhookCause(INVOCATION),
         WebhookCause(INVOCATION2),
-    ]
+    )
 
     @pytest.mark.parametrize(
         ("stored", "expected"), list(itertools.product(CAUSES, CAUSES)), ids=lambda c: repr(c)[:40]
@@ -1153,7 +1153,7 @@ class TestReap:
         s, _ = claim(s, delivery_id=D1, seconds=10)
         s, _ = claim(s, target=BOB, seconds=10)
         s, _ = claim(s, community=C2, seconds=10)
-        s, long = claim(s, delivery_id=D3, seconds=100)
+        s, _long = claim(s, delivery_id=D3, seconds=100)
         s, done = claim(s, delivery_id=D4, seconds=1)
         s = must(s, Finish(done, Status.FAILED), Settled(Status.FAILED))
         s = tick(s, 11 * SECOND)

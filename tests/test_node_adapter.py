@@ -27,11 +27,12 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on
 
 def _verify(adapter_args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     command = f"{shlex.quote(str(NODE))} {shlex.quote(str(ADAPTER))}{adapter_args}"
+    argv = [
+        sys.executable, "-m", "leaseproof.conformance.cli", "verify",
+        "--adapter-cmd", command, "--max-examples", "30", "--seed", "5",
+    ]  # fmt: skip
     return subprocess.run(
-        [
-            sys.executable, "-m", "leaseproof.conformance.cli", "verify",
-            "--adapter-cmd", command, "--max-examples", "30", "--seed", "5",
-        ],  # fmt: skip
+        argv,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
@@ -61,7 +62,8 @@ def test_a_family_left_out_entirely_falls_back_to_every_value() -> None:
 def test_every_feature_of_each_machine_is_used_by_a_rule_or_a_value() -> None:
     """A feature no rule or value names would be drawn and switch nothing."""
     for module in (dm, lm):
-        source = open(module.__file__, encoding="utf-8").read()  # type: ignore[arg-type]
+        assert module.__file__ is not None
+        source = Path(module.__file__).read_text(encoding="utf-8")
         for feature in module.FEATURES:
             assert source.count(f'"{feature}"') >= 2, f"{module.__name__}: {feature} switches nothing"
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.mutation.catalogue import (
     MACHINES,
@@ -380,8 +381,9 @@ def one_site_replaced(sql: str, m: Mutation) -> bool:
     text = collapse_whitespace(sql)
     occurrences = [i for i in range(len(text)) if text.startswith(m.before, i)]
     candidates = {unspaced(text[:i] + m.after + text[i + len(m.before) :]) for i in occurrences}
-    prefix = len(os.path.commonprefix([sql, m.sql]))
-    suffix = len(os.path.commonprefix([sql[prefix:][::-1], m.sql[prefix:][::-1]]))
+    # Character by character on purpose: the common prefix and suffix of two texts, not of paths.
+    prefix = len(os.path.commonprefix([sql, m.sql]))  # noqa: RUF071
+    suffix = len(os.path.commonprefix([sql[prefix:][::-1], m.sql[prefix:][::-1]]))  # noqa: RUF071
     changed = sql[prefix : len(sql) - suffix]
     return unspaced(m.sql) in candidates and len(unspaced(changed)) <= len(unspaced(m.before))
 

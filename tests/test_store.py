@@ -17,7 +17,7 @@ from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause
 from leaseproof.model.errors import InvalidValue, Refused
 
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 A, B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
 T1, T2 = b"\x01" * 32, b"\x02" * 32

@@ -81,7 +81,7 @@ def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> 
     source = (Path(__file__).parent / "test_interleavings.py").read_text()
     for name in CAUGHT_ONLY_BY_FORCED_INTERLEAVING:
         store = next(mu for mu in RACE_MUTANTS if mu.name == name)
-        assert f"caught({getattr(store, 'store').__name__})" in source, name
+        assert f"caught({store.store.__name__})" in source, name
 
 
 # CI runs these kills with the fast kill matrix (`leaseproof mutants --fast`, .ci/run),

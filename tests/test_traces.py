@@ -205,7 +205,7 @@ def _lifecycle_adapter(dsn: str, mutant: LifecycleMutant | None = None) -> Postg
     return PostgresLifecycleAdapter(dsn) if mutant is None else mutant.adapter(dsn)
 
 
-def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | None | Exception:
+def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | Exception | None:
     """The trace replayed on the bundled lifecycle implementation (or a mutant): its divergence, or what it raised."""
     adapter = _lifecycle_adapter(dsn, mutant)
     try:
@@ -320,7 +320,7 @@ def test_a_trace_replayed_against_another_machines_implementation_is_a_trace_err
 ) -> None:
     with pytest.raises(TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"):
         replay(read(lifecycle_trace_file), adapter)
-    with pytest.raises(TraceError, match="a delivery trace, but .* answers with a LifecycleSystem"):
+    with pytest.raises(TraceError, match=r"a delivery trace, but .* answers with a LifecycleSystem"):
         _raise(_replayed(read(trace_file), adapter.dsn))
 
 

@@ -33,7 +33,7 @@ from leaseproof.impl.provision import Server, scratch_database
 from leaseproof.model import delivery as m
 
 SEED = 20261129
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 COMMUNITY = uuid.UUID("00000000-0000-4000-8000-00000000000c")
 PYTHON = shlex.quote(sys.executable)
 # A liveness bound, not a benchmark: a misbehaving child must not hang the harness.
@@ -501,7 +501,7 @@ def test_an_outcome_with_an_impossible_instant_is_a_fault(tmp_path: Path) -> Non
     try:
         adapter.reset(START)
         lease = m.Lease(COMMUNITY, COMMUNITY, b"\x01" * 32, 1, START)
-        with pytest.raises(AdapterFault, match="its outcome for Renew is malformed: .lease_until: "):
+        with pytest.raises(AdapterFault, match=r"its outcome for Renew is malformed: .lease_until: "):
             adapter.execute(m.Renew(lease, 30))
     finally:
         adapter.close()
