@@ -52,7 +52,9 @@ EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
 
 
-def _number(convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+def _number(
+    convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str
+) -> Callable[[str], Any]:
     """An argparse type: `convert` the text, then require `accepts` of the value."""
 
     def parse(text: str) -> Any:
@@ -128,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay",
         help="replay trace files against an implementation and report the first divergence of each",
-        description="Replay each trace step by step against an implementation and the model; report the first divergence.",
+        description=(
+            "Replay each trace step by step against an implementation and the model; report the first divergence."
+        ),
     )
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.jsonl)")
     replay.add_argument(
@@ -172,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     spec.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is not current")
-    spec.add_argument("--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)")
+    spec.add_argument(
+        "--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)"
+    )
 
     stress = commands.add_parser(
         "stress",
@@ -183,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
             "check every recorded history for linearizability against the model."
         ),
     )
-    stress.add_argument("--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)")
+    stress.add_argument(
+        "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"
+    )
     stress.add_argument("--workers", type=_positive, default=8, help="concurrent clients (default: 8)")
     stress.add_argument("--duration", type=_positive_float, default=30.0, help="seconds per machine (default: 30)")
     stress.add_argument("--repeats", type=_positive, default=3, help="runs of each program (default: 3)")
@@ -323,7 +331,10 @@ def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
         help="an adapter in a child process speaking specs/adapter-protocol.md on stdin/stdout",
     )
     parser.add_argument(
-        "--reply-timeout", type=_positive, default=30, help="seconds an --adapter-cmd child may take per reply (default: 30)"
+        "--reply-timeout",
+        type=_positive,
+        default=30,
+        help="seconds an --adapter-cmd child may take per reply (default: 30)",
     )
 
 
@@ -585,7 +596,9 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         machine = machines[0]
         mutant = _mutant(args.mutant)
         if mutant is not None and mutant.machine != machine:
-            raise UsageError(f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants")
+            raise UsageError(
+                f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants"
+            )
         with contextlib.ExitStack() as stack:
             adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)
             stack.callback(adapter.close)
@@ -676,7 +689,9 @@ def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, o
         adapter = _adapter(args, machine, servers, out)
         if not hasattr(adapter, "session"):
             adapter.close()
-            raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
+            raise UsageError(
+                f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently"
+            )
         return adapter
     return _adapter(args, machine, servers, out)
 
@@ -823,7 +838,13 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
                 f"seeds {' '.join(map(str, plan.seeds))}\n"
             )
             score = mutation_score.run_score(
-                server, plan.mutants, seeds=plan.seeds, budget=plan.budget, jobs=jobs, on_result=on_result, work=plan.tasks
+                server,
+                plan.mutants,
+                seeds=plan.seeds,
+                budget=plan.budget,
+                jobs=jobs,
+                on_result=on_result,
+                work=plan.tasks,
             )
     except ProvisioningError as exc:
         err.write(f"leaseproof: {exc}\n")
@@ -867,7 +888,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM ends a run as Ctrl-C does: through every `with`, so scratch
     # databases are dropped, worker processes stopped and an embedded server shut down.
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
     except KeyboardInterrupt:

@@ -91,8 +91,16 @@ def explain_step(
     id), with their real ids, which decide between rows created at one instant."""
     keys = set(_named_keys(command, before))
     for state in (after, implementation):
-        keys |= {k for k in before.deliveries.keys() | state.deliveries.keys() if before.deliveries.get(k) != state.deliveries.get(k)}
-    keys |= {k for k in after.deliveries.keys() | implementation.deliveries.keys() if after.deliveries.get(k) != implementation.deliveries.get(k)}
+        keys |= {
+            k
+            for k in before.deliveries.keys() | state.deliveries.keys()
+            if before.deliveries.get(k) != state.deliveries.get(k)
+        }
+    keys |= {
+        k
+        for k in after.deliveries.keys() | implementation.deliveries.keys()
+        if after.deliveries.get(k) != implementation.deliveries.get(k)
+    }
     lines = [f"clock at the step: {w.describe(before.now)} ({before.now.isoformat()})"]
     if not keys:
         return lines[0]
@@ -187,7 +195,9 @@ runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
 # of 2 and of 4 bytes in UTF-8 (the limit counts characters, not bytes or
 # UTF-16 units).
 steps = _among(*weighted(["s1", "s2"], ["long", "padded", "tabbed", "nbsp", "wide", "astral"], 6, "odd-steps"))
-lease_seconds = _among((30, None), (30, None), (5, "short-leases"), (1, "short-leases"), (m.MAX_LEASE_SECONDS, "longest-lease"))
+lease_seconds = _among(
+    (30, None), (30, None), (5, "short-leases"), (1, "short-leases"), (m.MAX_LEASE_SECONDS, "longest-lease")
+)
 # "deadline" moves the clock exactly onto the earliest live lease deadline
 # (still renewable, not yet reapable); "past-deadline" one microsecond on.
 advances = _among(
@@ -394,7 +404,9 @@ class DeliveryConformance(LockstepMachine):
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
         binding = None
         if expected is not None:
-            base = row.binding if row is not None else w.binding(community, "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+            base = (
+                row.binding if row is not None else w.binding(community, "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+            )
             binding = _forge_binding(base, expected)
         outcome = self.run(
             m.Claim(
@@ -429,7 +441,11 @@ class DeliveryConformance(LockstepMachine):
         if lease is not None:
             self.run(m.Renew(_forge_lease(lease, forgery), seconds))
 
-    @rule(which=st.sampled_from(["oldest", "newest"]), forgery=lease_forgeries, outcome=st.sampled_from(["finished", "failed"]))
+    @rule(
+        which=st.sampled_from(["oldest", "newest"]),
+        forgery=lease_forgeries,
+        outcome=st.sampled_from(["finished", "failed"]),
+    )
     @precondition(lambda self: self.swarm.on("finish"))
     def holder_finishes(self, which: str, forgery: str, outcome: str) -> None:
         lease = self._standing_lease(which)

@@ -122,7 +122,9 @@ def select(names: Sequence[str] = (), machine: str | None = None, kind: str | No
     if unknown:
         raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
     chosen = tuple(
-        s for s in SUBJECTS if (not names or s.name in names) and machine in (None, s.machine) and kind in (None, s.kind)
+        s
+        for s in SUBJECTS
+        if (not names or s.name in names) and machine in (None, s.machine) and kind in (None, s.kind)
     )
     if not chosen:
         what = " ".join(([f"a {kind} mutant"] if kind else []) + ([f"of the {machine} machine"] if machine else []))
@@ -180,7 +182,10 @@ class KillMatrix:
     def counts(self) -> dict[str, tuple[int, int]]:
         """(killed, total) mutants of each kind."""
         return {
-            kind: (sum(self.killed(s) for s in self.subjects if s.kind == kind), sum(s.kind == kind for s in self.subjects))
+            kind: (
+                sum(self.killed(s) for s in self.subjects if s.kind == kind),
+                sum(s.kind == kind for s in self.subjects),
+            )
             for kind in KINDS
         }
 

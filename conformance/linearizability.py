@@ -288,7 +288,9 @@ def _search(
         frame[3] = j + 1
         op = order[j]
         try:
-            after, outcome = spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+            after, outcome = (
+                spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+            )
         except Ambiguous:
             found.verdict = UNKNOWN
             return found

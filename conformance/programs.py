@@ -208,7 +208,10 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
     general = w.CHANNELS["general"]
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
-        setup += [d.CreateCommunity(w.COMMUNITIES[name]), lc.SetAuthority(w.COMMUNITIES[name], general, w.AUTHORS["alice"], True)]
+        setup += [
+            d.CreateCommunity(w.COMMUNITIES[name]),
+            lc.SetAuthority(w.COMMUNITIES[name], general, w.AUTHORS["alice"], True),
+        ]
     # Event times only grow through the program, so whichever of two
     # concurrent saves is later in time supersedes the other in any order.
     clock = iter(w.START + n * SECOND for n in range(1, 10_000))
@@ -217,7 +220,9 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
         setup.append(lc.SaveDefinition(_event("A", workflow, content, next(clock))))
     setup += [lc.RefreshCache(replica) for replica in w.REPLICAS]
     setup += [lc.Fire(r.choice(w.REPLICAS), "event", a, w.WORKFLOWS["W1"]) for _ in range(r.randint(1, 2))]
-    runs = sum(isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup)))
+    runs = sum(
+        isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup))
+    )
 
     def operation() -> Any:
         workflow = w.WORKFLOWS[r.choice(("W1", "W1", "W2"))]

@@ -35,7 +35,9 @@ _SESSION_SERVER: Any = None
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("leaseproof_adapter", "MODULE:FACTORY of an in-process leaseproof adapter", default="")
     parser.addini("leaseproof_adapter_cmd", "command of an out-of-process leaseproof adapter", default="")
-    parser.addini("leaseproof_max_examples", "generated programs per machine (default: the Hypothesis profile's)", default="")
+    parser.addini(
+        "leaseproof_max_examples", "generated programs per machine (default: the Hypothesis profile's)", default=""
+    )
     parser.addini("leaseproof_seed", "seed of the generated programs (default: 0, for a reproducible CI)", default="0")
     parser.addini("leaseproof_dsn", "PostgreSQL server for the leaseproof_postgres fixture", default="")
 

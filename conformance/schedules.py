@@ -137,7 +137,9 @@ class Race:
         except Aborted:
             self.programs[client.name].pop()
             return
-        raise ScheduleError(f"client {client.name!r} was to roll back, but its operation returned {w.describe(outcome)}")
+        raise ScheduleError(
+            f"client {client.name!r} was to roll back, but its operation returned {w.describe(outcome)}"
+        )
 
     def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
         """The outcomes and the final state of the model, for one serial order."""
@@ -179,7 +181,9 @@ class Race:
         if orders:
             return Judgement(True, self.operations, f"the serial order {orders[0]!r} gives this history")
         return Judgement(
-            False, self.operations, f"no serial order of the model gives this history: {describe_history(self.outcomes)}"
+            False,
+            self.operations,
+            f"no serial order of the model gives this history: {describe_history(self.outcomes)}",
         )
 
     def assert_linearizable(self) -> None:
@@ -275,7 +279,14 @@ def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[Post
         adapter = PostgresDeliveryAdapter(dsn, store_class=store_class)
         adapters.append(adapter)
         adapter.reset(w.START)
-        race = Race(adapter, schedule, d.step, d.initial_state(w.START), describe_state_difference, delivery_executor(store_class))
+        race = Race(
+            adapter,
+            schedule,
+            d.step,
+            d.initial_state(w.START),
+            describe_state_difference,
+            delivery_executor(store_class),
+        )
         race.setup(*WORLD)
         return race
 
@@ -358,7 +369,8 @@ class Interleaving:
 # schedule that does (keyed by the race mutant's name, impl/race_mutants.py).
 INTERLEAVINGS: dict[str, Interleaving] = {
     "reconcile-outside-transaction": Interleaving(
-        "reconciliation races a community deletion", functools.partial(reconciliation_races_a_community_change, change="delete")
+        "reconciliation races a community deletion",
+        functools.partial(reconciliation_races_a_community_change, change="delete"),
     ),
     "sweeps-overlap": Interleaving("a second sweep, then a claim", a_second_sweep_then_a_claim),
 }

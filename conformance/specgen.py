@@ -108,7 +108,10 @@ PAGES: tuple[Page, ...] = (
         "delivery.md",
         {
             "row-transitions": lambda: render_transitions(
-                {(delivery.status_name(a), delivery.status_name(b)): by for (a, b), by in delivery.TRANSITION_RULES.items()},
+                {
+                    (delivery.status_name(a), delivery.status_name(b)): by
+                    for (a, b), by in delivery.TRANSITION_RULES.items()
+                },
                 initial=delivery.status_name(None),
             ),
             "outcomes": lambda: render_outcomes(delivery.OUTCOME_VARIANTS),

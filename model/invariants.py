@@ -165,7 +165,8 @@ def rows_move_only_along_the_transitions(before: DeliverySystem, after: Delivery
 
 @INVARIANTS.step
 def exactly_claim_and_reap_move_the_fence(before: DeliverySystem, after: DeliverySystem, outcome: object) -> Violations:
-    """The generation never falls, and rises by exactly one on pending → claimed and claimed → pending, and only then."""
+    """The generation never falls, and rises by exactly one on pending → claimed
+    and claimed → pending, and only then."""
     for key, old in before.deliveries.items():
         new = after.deliveries.get(key)
         if new is None:

@@ -472,14 +472,18 @@ RULES: dict[type, tuple[Rule, ...]] = {
     ),
     SetAuthority: (
         *_COMMUNITY_RULES,
-        Rule("set", "otherwise", ("Ok",), "the member's authority in the channel is granted or revoked", ("authority",)),
+        Rule(
+            "set", "otherwise", ("Ok",), "the member's authority in the channel is granted or revoked", ("authority",)
+        ),
     ),
     SaveDefinition: (
         *_COMMUNITY_RULES,
         Rule("no-authority", "the author lacks active authority in the event's channel", ("NoAuthority",)),
         Rule("not-author", "a head exists with another author or channel", ("NotAuthor",)),
         Rule("not-newer", "a head exists and the event's created_at <= the head's", ("Superseded",)),
-        Rule("before-cutoff", "no head exists and the event's created_at <= the coordinate's cutoff", ("BeforeCutoff",)),
+        Rule(
+            "before-cutoff", "no head exists and the event's created_at <= the coordinate's cutoff", ("BeforeCutoff",)
+        ),
         Rule(
             "create",
             "no head exists",
@@ -509,7 +513,9 @@ RULES: dict[type, tuple[Rule, ...]] = {
             ("heads", "runtime", "cutoffs"),
         ),
     ),
-    AlternateDelete: (Rule("always", "always: only the author's canonical deletion exists", ("AlternateDeletionRejected",)),),
+    AlternateDelete: (
+        Rule("always", "always: only the author's canonical deletion exists", ("AlternateDeletionRejected",)),
+    ),
     RefreshCache: (
         Rule("unknown-replica", "no replica has this name", ("UnknownReplica",)),
         Rule("reload", "otherwise", ("Ok",), "the cache holds every enabled record, loaded now", ("caches",)),

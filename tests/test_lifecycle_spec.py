@@ -105,7 +105,11 @@ def model_reload_operator(step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) 
     community, workflow, channel, author = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3), b"\x01" * 32
     s = m.initial_state(t0)
     event = m.DefinitionEvent(b"\x02" * 32, community, workflow, author, channel, t0, m.Definition(("act",)))
-    for command in (d.CreateCommunity(community), m.SetAuthority(community, channel, author, True), m.SaveDefinition(event)):
+    for command in (
+        d.CreateCommunity(community),
+        m.SetAuthority(community, channel, author, True),
+        m.SaveDefinition(event),
+    ):
         s, outcome = step(s, command)
         assert not isinstance(outcome, d.Rejection), f"probe setup was refused: {outcome!r}"
 
@@ -122,7 +126,11 @@ def model_reload_operator(step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) 
 
 
 def _rule(operator: str) -> str:
-    return f"`now - loaded_at {operator} CACHE_TTL`" if RELOAD_PATTERN.fullmatch(f"`now - loaded_at {operator} CACHE_TTL`") else operator
+    return (
+        f"`now - loaded_at {operator} CACHE_TTL`"
+        if RELOAD_PATTERN.fullmatch(f"`now - loaded_at {operator} CACHE_TTL`")
+        else operator
+    )
 
 
 def reload_rule_difference(text: str, step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) -> str:

@@ -69,7 +69,9 @@ def pods(delivery_dsn: str) -> Iterator[Pods]:
 
 
 def test_the_replicas_are_separate_engines(pods: Pods) -> None:
-    pids = {c.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] for c in (pods.conn, pods.a.conn, pods.b.conn)}  # type: ignore[index]
+    pids = {
+        c.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] for c in (pods.conn, pods.a.conn, pods.b.conn)
+    }  # type: ignore[index]
     assert len(pids) == 3 and pods.a.cache is not pods.b.cache
 
 

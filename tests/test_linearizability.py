@@ -570,7 +570,9 @@ def test_the_behaviours_counted_are_those_of_the_order_that_explained_the_histor
     result = check(h, DELIVERY)
     assert result.verdict == LINEARIZABLE
     assert result.behaviours == {("Claim", "oldest-pending", "Claimed"): 1, ("Claim", "none-pending", "ClaimMiss"): 1}
-    refused = history(PENDING, op(1, "w1", d.Claim(w.COMMUNITIES["Z"], T1, 30), d.UnknownCommunity(w.COMMUNITIES["Z"]), 1, 2))
+    refused = history(
+        PENDING, op(1, "w1", d.Claim(w.COMMUNITIES["Z"], T1, 30), d.UnknownCommunity(w.COMMUNITIES["Z"]), 1, 2)
+    )
     assert check(refused, DELIVERY).behaviours == {("Claim", "community-unknown", "UnknownCommunity"): 1}
 
 

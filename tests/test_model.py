@@ -1401,7 +1401,9 @@ class TestStateViolations:
     @pytest.mark.parametrize("missing", ["lease_until", "claimed_at"])
     def test_claimed_row_missing_a_lease_field(self, missing: str) -> None:
         s, _ = _rich_world()
-        only(state_violations(corrupt(s, D1, **{missing: None})), "lease fields must be set iff claimed (status claimed)")
+        only(
+            state_violations(corrupt(s, D1, **{missing: None})), "lease fields must be set iff claimed (status claimed)"
+        )
 
     def test_claimed_at_after_now(self) -> None:
         s, _ = _rich_world()
@@ -1448,7 +1450,9 @@ class TestStateViolations:
     def test_a_retired_id_of_a_deleted_community(self) -> None:
         s = attrs.evolve(initial_state(T0), communities=FrozenMap({C1: CommunityState.DELETED}))
         only(state_violations(attrs.evolve(s, retired=frozenset({(C1, D1)}))), "but still owns rows")
-        only(state_violations(attrs.evolve(initial_state(T0), retired=frozenset({(C1, D1)}))), "None but still owns rows")
+        only(
+            state_violations(attrs.evolve(initial_state(T0), retired=frozenset({(C1, D1)}))), "None but still owns rows"
+        )
 
     def test_deleted_community_still_owning_rows(self) -> None:
         s = attrs.evolve(world(), communities=world().communities.set(C2, CommunityState.DELETED))
@@ -1484,7 +1488,9 @@ class TestStepViolations:
         before, _ = _rich_world()
         after = corrupt(before, D3, created_at=T0 - SECOND)
         for outcome in (ClaimMiss(), LeaseLost(), AlreadyTerminal(Status.FINISHED)):
-            assert any(f"the no-op outcome {outcome!r} changed the state" in v for v in step_violations(before, after, outcome))
+            assert any(
+                f"the no-op outcome {outcome!r} changed the state" in v for v in step_violations(before, after, outcome)
+            )
 
     def test_a_terminal_row_changing(self) -> None:
         before, _ = _rich_world()

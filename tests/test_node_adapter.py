@@ -22,7 +22,9 @@ import pytest
 NODE = shutil.which("node")
 ADAPTER = Path(__file__).resolve().parent.parent / "conformance" / "examples" / "node" / "delivery-adapter.js"
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run")
+pytestmark = pytest.mark.skipif(
+    NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run"
+)
 
 
 def _verify(adapter_args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

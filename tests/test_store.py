@@ -147,7 +147,9 @@ def test_commit_is_atomic_per_step_and_idempotent_per_identity(world: World) -> 
     before = world.store.snapshot()
     # T2 would be new, but D1 is taken by another identity: nothing commits.
     rejection = world.refusal(
-        m.CommitDeliveries(A, RUN, "s2", [m.NewDelivery(D2, binding(A, T2, "s2")), m.NewDelivery(D1, binding(A, T1, "s2"))])
+        m.CommitDeliveries(
+            A, RUN, "s2", [m.NewDelivery(D2, binding(A, T2, "s2")), m.NewDelivery(D1, binding(A, T1, "s2"))]
+        )
     )
     assert rejection == m.DeliveryIdTaken(A, D1)
     assert world.store.snapshot() == before
@@ -243,7 +245,11 @@ _MALFORMED = {
     "no cause identity": {"cause_event_id": None},
     "two cause identities": {"cause_invocation_id": uuid.UUID(int=5)},
     "identity of another kind": {"cause_kind": "webhook"},
-    "fractional schedule": {"cause_kind": "schedule", "cause_event_id": None, "cause_scheduled_for": START + dt.timedelta(microseconds=5)},
+    "fractional schedule": {
+        "cause_kind": "schedule",
+        "cause_event_id": None,
+        "cause_scheduled_for": START + dt.timedelta(microseconds=5),
+    },
     "lease on a pending row": {"lease_until": START},
     "claimed without lease": {"status": "claimed", "lease_generation": 1},
     "terminal without finished_at": {"status": "finished"},
@@ -301,7 +307,9 @@ def test_a_deleted_deliverys_id_is_retired_so_its_lease_governs_nothing(world: W
     old = world.claim(A, T1)
     world.store.execute(m.DeleteRun(A, RUN))
     world.store.execute(m.CreateRun(A, WORKFLOW, RUN))
-    assert world.refusal(m.CommitDeliveries(A, RUN, "s1", [m.NewDelivery(D1, binding(A, T1))])) == m.DeliveryIdTaken(A, D1)
+    assert world.refusal(m.CommitDeliveries(A, RUN, "s1", [m.NewDelivery(D1, binding(A, T1))])) == m.DeliveryIdTaken(
+        A, D1
+    )
     assert world.commit(A, (D2, T1)) == m.Committed((D2,), identity_existed=False)
     assert world.commit(A, (D1, T1)) == m.Committed((), identity_existed=True)  # a retry of a live identity
     fresh = world.claim(A, T1)

@@ -105,7 +105,10 @@ def test_check_trace_reports_the_first_step_the_model_disagrees_with(trace_file:
         ("", "empty"),
         ("not json\n", ":1: not JSON"),
         ('{"trace": 2, "machine": "delivery"}\n', ":1: the header must be"),
-        ('{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n{"command": 1}\n', ':2: a step needs "command" and "outcome"'),
+        (
+            '{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n{"command": 1}\n',
+            ':2: a step needs "command" and "outcome"',
+        ),
         (
             '{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n'
             '{"command": {"type": "Reap"}, "outcome": {"type": "Reaped", "count": "two"}}\n',
@@ -227,7 +230,12 @@ def test_a_lifecycle_trace_names_its_machine_and_survives_its_file(lifecycle_tra
     assert [lc.variant(s.outcome) for s in trace.steps] == STALE_REPLICA_OUTCOMES
     assert dict(trace.steps[-1].state.executed) == {1: ("post-summary",), 2: ("post-summary", "page-oncall") * 2}
     header = json.loads(lifecycle_trace_file.read_text().splitlines()[0])
-    assert header == {"trace": 1, "machine": "lifecycle", "start": "2026-01-01T00:00:00.000000Z", "name": "stale replica"}
+    assert header == {
+        "trace": 1,
+        "machine": "lifecycle",
+        "start": "2026-01-01T00:00:00.000000Z",
+        "name": "stale replica",
+    }
     assert json.loads(lifecycle_trace_file.read_text().splitlines()[1])["state"]["type"] == "LifecycleSystem"
     assert check(trace) is None
 
@@ -246,7 +254,9 @@ def test_a_lifecycle_trace_replays_cleanly_on_the_bundled_implementation_and_fin
     assert _replayed(trace, delivery_dsn) is None
     divergence = _replayed(trace, delivery_dsn, _mutant("admission-ignores-hash"))
     assert isinstance(divergence, Divergence) and divergence.step == 8
-    assert divergence.report().startswith("first divergence at step 8: Fire(replica='r2', door='manual', community_id=A")
+    assert divergence.report().startswith(
+        "first divergence at step 8: Fire(replica='r2', door='manual', community_id=A"
+    )
     assert divergence.expected == "model:          AdmissionRefused()"
     assert divergence.actual.startswith("implementation: Admitted(run_id=2, record=Record(")
     assert "7. SaveDefinition(" in divergence.report()
@@ -318,7 +328,9 @@ def test_check_trace_on_the_command_line_takes_a_lifecycle_trace(lifecycle_trace
 def test_a_trace_replayed_against_another_machines_implementation_is_a_trace_error(
     lifecycle_trace_file: Path, trace_file: Path, adapter: PostgresDeliveryAdapter
 ) -> None:
-    with pytest.raises(TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"):
+    with pytest.raises(
+        TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"
+    ):
         replay(read(lifecycle_trace_file), adapter)
     with pytest.raises(TraceError, match=r"a delivery trace, but .* answers with a LifecycleSystem"):
         _raise(_replayed(read(trace_file), adapter.dsn))

@@ -679,7 +679,11 @@ def test_serve_answers_each_request_in_order() -> None:
     assert replies == [
         {
             "id": 1,
-            "result": {"protocol": 1, "implementation": "model under test", "machines": {"delivery": sorted(ALL_OPERATIONS)}},
+            "result": {
+                "protocol": 1,
+                "implementation": "model under test",
+                "machines": {"delivery": sorted(ALL_OPERATIONS)},
+            },
         },
         {"id": 2, "result": None},
         {"id": 3, "result": {"type": "Ok"}},
@@ -768,7 +772,12 @@ def test_serve_hands_the_adapter_model_values() -> None:
 
 @pytest.mark.parametrize(
     ("line", "says"),
-    [("this is not json", "not JSON"), ("[1, 2]", "not a JSON object"), ("", "not JSON"), ('"hello"', "not a JSON object")],
+    [
+        ("this is not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ("", "not JSON"),
+        ('"hello"', "not a JSON object"),
+    ],
     ids=["not JSON", "an array", "blank line", "a string"],
 )
 def test_serve_answers_a_malformed_request_with_a_fault_and_goes_on(line: str, says: str) -> None:
