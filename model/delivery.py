@@ -32,11 +32,13 @@ import attrs
 
 from leaseproof.model.binding import (
     Binding,
-    instant_field,
-    key_field,
+    is_instant,
+    is_key,
+    is_uuid,
     require_step_id,
     require_uuid,
-    uuid_field,
+    short_key,
+    to_utc,
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
@@ -95,7 +97,7 @@ def _instance_of(*types: type) -> Any:
 class Delivery:
     """One delivery row, every persisted field."""
 
-    id: uuid.UUID = uuid_field()
+    id: uuid.UUID = attrs.field(validator=is_uuid)
     binding: Binding = attrs.field(validator=_instance_of(Binding))
     status: Status
     lease_generation: int
@@ -113,11 +115,11 @@ class Delivery:
 class Lease:
     """A target-scoped capability to act on one delivery at one generation."""
 
-    community_id: uuid.UUID = uuid_field()
-    delivery_id: uuid.UUID = uuid_field()
-    target_pubkey: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    delivery_id: uuid.UUID = attrs.field(validator=is_uuid)
+    target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
     lease_generation: int = attrs.field()
-    lease_until: dt.datetime = instant_field()
+    lease_until: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
 
     @lease_generation.validator
     def _generation(self, attribute: attrs.Attribute, value: Any) -> None:
@@ -129,7 +131,7 @@ class Lease:
 class NewDelivery:
     """One target of a commit: the producer-chosen id and its binding."""
 
-    id: uuid.UUID = uuid_field()
+    id: uuid.UUID = attrs.field(validator=is_uuid)
     binding: Binding = attrs.field(validator=_instance_of(Binding))
 
 
@@ -138,14 +140,14 @@ class NewDelivery:
 
 @attrs.frozen
 class CreateCommunity:
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class SetCommunityState:
     """Move a live community between active, quiescing and fenced."""
 
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
     state: CommunityState = attrs.field()
 
     @state.validator
@@ -158,54 +160,54 @@ class SetCommunityState:
 class DeleteCommunity:
     """Mark the community deleted and purge every row it owns."""
 
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class CreateWorkflow:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class DeleteWorkflow:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class CreateRun:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class DeleteRun:
-    community_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class PublishEvent:
     """Record a (message) event that deliveries may reference."""
 
-    community_id: uuid.UUID = uuid_field()
-    event_id: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
 
 
 @attrs.frozen
 class DeleteEvent:
-    community_id: uuid.UUID = uuid_field()
-    event_id: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
 
 
 @attrs.frozen
 class CommitDeliveries:
     """The only insert path: every target of one step, all or nothing."""
 
-    community_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
     step_id: str = attrs.field(validator=_step_id)
     deliveries: tuple[NewDelivery, ...] = attrs.field(converter=tuple)
 
@@ -229,8 +231,8 @@ class CommitDeliveries:
 class Claim:
     """Claim the oldest matching pending delivery for an authenticated target."""
 
-    community_id: uuid.UUID = uuid_field()
-    target_pubkey: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
     lease_seconds: int = attrs.field(validator=_lease_seconds)
     delivery_id: uuid.UUID | None = attrs.field(default=None, validator=_optional_uuid)
     expected: Binding | None = attrs.field(default=None, validator=attrs.validators.optional(_instance_of(Binding)))
@@ -270,8 +272,8 @@ class AdvanceClock:
 
 @attrs.frozen
 class GetDelivery:
-    community_id: uuid.UUID = uuid_field()
-    delivery_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    delivery_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 Command: TypeAlias = (
@@ -477,7 +479,7 @@ CommunityKey: TypeAlias = tuple[uuid.UUID, uuid.UUID]  # (community, workflow | 
 class DeliverySystem:
     """Everything the machine persists, and the clock."""
 
-    now: dt.datetime = instant_field()
+    now: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     communities: FrozenMap[uuid.UUID, CommunityState] = FrozenMap()
     workflows: frozenset[CommunityKey] = frozenset()
     runs: FrozenMap[CommunityKey, uuid.UUID] = FrozenMap()  # (community, run) -> workflow
