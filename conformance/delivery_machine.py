@@ -13,7 +13,7 @@ reads as a scenario: claim, advance past expiry, reap, reclaim, finish twice.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -22,15 +22,10 @@ from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
 from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
-from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for callers of this module
-    Coverage,
-    LockstepMachine,
-    MachineSpec,
-    NonConformance,
-    RunAborted,
-    bind,
-    unchanged_or,
-)
+from leaseproof.conformance.lockstep import Coverage as Coverage  # re-exported for callers of this module
+from leaseproof.conformance.lockstep import LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep import NonConformance as NonConformance  # re-exported
+from leaseproof.conformance.lockstep import RunAborted as RunAborted  # re-exported
 from leaseproof.conformance.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.model import delivery as m
@@ -338,7 +333,7 @@ class DeliveryConformance(LockstepMachine):
         community: str,
         run: str,
         step: str,
-        recipients: list[tuple[str, ...]],
+        recipients: Sequence[tuple[str, ...]],
         wrong_workflow: bool,
         state: m.DeliverySystem | None = None,
     ) -> m.CommitDeliveries:
@@ -458,7 +453,7 @@ class DeliveryConformance(LockstepMachine):
         if not rows:
             return None
         row = rows[0] if which == "oldest" else rows[-1]
-        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)  # type: ignore[arg-type]
+        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)
 
     def _claimed_rows(self) -> list[m.Delivery]:
         return [d for d in self.model.deliveries.values() if d.status is m.Status.CLAIMED]
@@ -478,9 +473,9 @@ class DeliveryConformance(LockstepMachine):
     @precondition(lambda self: self.swarm.on("advance_clock"))
     def advance_clock(self, to: str) -> None:
         by = dt.timedelta(seconds=ADVANCE_SECONDS.get(to, 1))
-        deadlines = [d.lease_until for d in self._claimed_rows() if d.lease_until >= self.model.now]  # type: ignore[operator]
+        deadlines = [d.lease_until for d in self._claimed_rows() if d.lease_until >= self.model.now]
         if to in ("deadline", "past-deadline") and deadlines:
-            by = min(deadlines) - self.model.now  # type: ignore[operator]
+            by = min(deadlines) - self.model.now  # type: ignore[type-var]  # claimed rows have a lease_until
             if to == "past-deadline":
                 by += dt.timedelta(microseconds=1)
         if by > dt.timedelta(0):
@@ -557,4 +552,4 @@ def machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))  # type: ignore[return-value]
+    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))

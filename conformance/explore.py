@@ -259,7 +259,7 @@ class BoundsError(ValueError):
 
 
 def _bound(default: int, low: int, high: int, what: str) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise BoundsError(f"--{attribute.name.replace('_', '-')} must be from {low} to {high}, got {value!r}")
 

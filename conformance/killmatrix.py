@@ -109,8 +109,9 @@ class Subject:
         return (FORCED,) if fast else (STRESS, FORCED)
 
 
+_SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 SUBJECTS: tuple[Subject, ...] = (
-    *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
+    *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
     *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
 )
 

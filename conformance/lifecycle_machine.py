@@ -346,4 +346,4 @@ def lifecycle_machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[LifecycleConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    return bind(LifecycleConformance, adapter, coverage, on_example, None)  # type: ignore[return-value]
+    return bind(LifecycleConformance, adapter, coverage, on_example, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -28,6 +28,9 @@ from hypothesis import settings as hypothesis_settings
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.conformance.wire import SubprocessAdapter
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; pytest exports no public name
 
 _SESSION_SERVER: Any = None
 
@@ -54,6 +57,7 @@ class ConformanceItem(pytest.Item):
         config = self.config
         with _configured_adapter(config) as adapter:
             profile = hypothesis_settings.default
+            assert profile is not None  # Hypothesis loads its default profile on import
             examples = config.getini("leaseproof_max_examples")
             verdict = run_conformance(
                 adapter,
@@ -70,10 +74,10 @@ class ConformanceItem(pytest.Item):
                 f"minimal counterexample:\n{program}\n{verdict.failure}"
             )
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, ConformanceFailure):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return "leaseproof", None, self.name

@@ -143,7 +143,8 @@ class Race:
 
     def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
         """The outcomes and the final state of the model, for one serial order."""
-        state, outcomes = self.state, {name: [] for name in self.programs}
+        state = self.state
+        outcomes: dict[str, list[Any]] = {name: [] for name in self.programs}
         taken = dict.fromkeys(self.programs, 0)
         for name in order:
             state, outcome = self.step(state, self.programs[name][taken[name]])
@@ -253,7 +254,8 @@ CLAIM = d.Claim(C, T1, LEASE)
 
 def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
     def bind(client: Client) -> Callable[[Any], Any]:
-        store, clock = store_class(client.gate), PinnedClock(client.gate)
+        connection = client.gate.as_connection()
+        store, clock = store_class(connection), PinnedClock(connection)
 
         def execute(command: Any) -> Any:
             if isinstance(command, d.AdvanceClock):

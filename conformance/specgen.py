@@ -76,7 +76,7 @@ def render_transitions(
     transitions: Mapping[tuple[str, str], tuple[str, ...]], initial: str, final: str | None = None
 ) -> str:
     """A Mermaid state diagram and a table of the same transitions."""
-    node = lambda name: "[*]" if name in (initial, final) else name  # noqa: E731
+    node: Callable[[str], str] = lambda name: "[*]" if name in (initial, final) else name  # noqa: E731
     diagram = ["```mermaid", "stateDiagram-v2"]
     diagram += [f"    {node(a)} --> {node(b)}: {', '.join(by)}" for (a, b), by in transitions.items()]
     diagram.append("```")

@@ -96,9 +96,10 @@ class SubprocessAdapter:
     def snapshot(self) -> m.DeliverySystem:
         result = self._call("snapshot", {"machine": MACHINE})
         try:
-            return codec.decode_state(result)
+            state: m.DeliverySystem = codec.decode_state(result)
         except codec.DecodeError as exc:
             raise self._fault(f"its snapshot is malformed: {exc}") from None
+        return state
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from leaseproof.impl.adapter import Connect, reset_database
@@ -61,7 +62,7 @@ class PostgresLifecycleSession:
                     engine.refresh()
                     return d.Ok()
                 return engine.fire(c)
-        handlers = {
+        handlers: dict[type, Callable[[Any], Any]] = {
             m.SetAuthority: self.store.set_authority,
             m.SaveDefinition: self.store.save,
             m.DeleteDefinition: self.store.delete,

@@ -408,7 +408,7 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self._writable(c.community_id)
             self.conn.execute(self.SQL_LOCK_IDENTITY, params)
-            existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]
+            existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]  # the statement always returns one row
             run = self._one(self.SQL_RUN_WORKFLOW, params)
             if run is None:
                 raise Refused(m.NotFound("run", c.community_id, c.run_id))
@@ -466,7 +466,7 @@ class PostgresDeliveryStore(FencedWriter):
             delivery_id=delivery.id,
             target_pubkey=c.target_pubkey,
             lease_generation=delivery.lease_generation,
-            lease_until=delivery.lease_until,  # type: ignore[arg-type]
+            lease_until=delivery.lease_until,
         )
         return m.Claimed(lease, delivery)
 
@@ -493,7 +493,7 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
             row = self._one(self.SQL_REAP, {})
-        return m.Reaped(row["reaped"])  # type: ignore[index]
+        return m.Reaped(row["reaped"])  # type: ignore[index]  # the statement always returns one row
 
     def get_delivery(self, c: m.GetDelivery) -> m.Found:
         row = self._one(self.SQL_GET_DELIVERY, {"community_id": c.community_id, "delivery_id": c.delivery_id})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
@@ -65,24 +65,24 @@ class CommunityState(enum.Enum):
     DELETED = "deleted"
 
 
-def _lease_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _lease_seconds(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidValue(attribute.name, value, "must be an integer number of seconds")
     if not 0 < value <= MAX_LEASE_SECONDS:
         raise InvalidValue(attribute.name, value, f"must be positive and at most {MAX_LEASE_SECONDS}")
 
 
-def _step_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _step_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     require_step_id(attribute.name, value)
 
 
-def _optional_uuid(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_uuid(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         require_uuid(attribute.name, value)
 
 
 def _instance_of(*types: type) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, types):
             names = " or ".join(t.__name__ for t in types)
             raise InvalidValue(attribute.name, value, f"must be {names}")
@@ -122,7 +122,7 @@ class Lease:
     lease_until: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
 
     @lease_generation.validator
-    def _generation(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _generation(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidValue("lease_generation", value, "must be a non-negative integer")
 
@@ -151,7 +151,7 @@ class SetCommunityState:
     state: CommunityState = attrs.field()
 
     @state.validator
-    def _not_deleted(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _not_deleted(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, CommunityState) or value is CommunityState.DELETED:
             raise InvalidValue("state", value, "must be active, quiescing or fenced (use DeleteCommunity)")
 
@@ -202,6 +202,11 @@ class DeleteEvent:
     event_id: bytes = attrs.field(validator=is_key, repr=short_key)
 
 
+def _as_tuple(value: Iterable[NewDelivery]) -> tuple[NewDelivery, ...]:
+    # `converter=tuple` itself would leave the element type unknown to mypy.
+    return tuple(value)
+
+
 @attrs.frozen
 class CommitDeliveries:
     """The only insert path: every target of one step, all or nothing."""
@@ -209,10 +214,10 @@ class CommitDeliveries:
     community_id: uuid.UUID = attrs.field(validator=is_uuid)
     run_id: uuid.UUID = attrs.field(validator=is_uuid)
     step_id: str = attrs.field(validator=_step_id)
-    deliveries: tuple[NewDelivery, ...] = attrs.field(converter=tuple)
+    deliveries: tuple[NewDelivery, ...] = attrs.field(converter=_as_tuple)
 
     @deliveries.validator
-    def _same_step(self, attribute: attrs.Attribute, value: tuple[NewDelivery, ...]) -> None:
+    def _same_step(self, attribute: attrs.Attribute[Any], value: tuple[NewDelivery, ...]) -> None:
         if not value:
             raise InvalidValue("deliveries", value, "must name at least one delivery")
         for index, new in enumerate(value):
@@ -250,7 +255,7 @@ class Finish:
     outcome: Status = attrs.field()
 
     @outcome.validator
-    def _terminal(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _terminal(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, Status) or not value.terminal:
             raise InvalidValue("outcome", value, "must be finished or failed")
 
@@ -265,7 +270,7 @@ class AdvanceClock:
     by: dt.timedelta = attrs.field()
 
     @by.validator
-    def _positive(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _positive(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
             raise InvalidValue("by", value, "must be a positive timedelta")
 
@@ -886,8 +891,9 @@ def _renew(s: DeliverySystem, c: Renew) -> Decided:
     row = _held(s, c.lease)
     if row is None:
         return s, LeaseLost(), "not-held"
-    renewed = attrs.evolve(row, lease_until=s.now + dt.timedelta(seconds=c.lease_seconds))
-    return s.with_delivery(renewed), Renewed(renewed.lease_until), "held"
+    lease_until = s.now + dt.timedelta(seconds=c.lease_seconds)
+    renewed = attrs.evolve(row, lease_until=lease_until)
+    return s.with_delivery(renewed), Renewed(lease_until), "held"
 
 
 def _finish(s: DeliverySystem, c: Finish) -> Decided:

@@ -92,7 +92,7 @@ def rows_reference_live_parents(s: DeliverySystem) -> Violations:
 @INVARIANTS.state
 def identities_are_unique(s: DeliverySystem) -> Violations:
     """No two deliveries share an identity (community, run, step, target)."""
-    identities: dict[tuple, object] = {}
+    identities: dict[tuple[object, ...], object] = {}
     for key, d in s.deliveries.items():
         identity = (key[0], d.binding.run_id, d.binding.step_id, d.binding.target_pubkey)
         if identity in identities:

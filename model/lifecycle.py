@@ -64,7 +64,7 @@ ALTERNATE_DELETIONS = (
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in choices:
             raise InvalidValue(attribute.name, value, f"must be one of {', '.join(choices)}")
 
@@ -76,7 +76,7 @@ def _as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _actions(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, tuple) or not 0 < len(value) <= MAX_ACTIONS:
         raise InvalidValue(attribute.name, value, f"must be 1 to {MAX_ACTIONS} actions")
     for action in value:
@@ -88,12 +88,12 @@ def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise InvalidValue(attribute.name, value, "each action must be valid Unicode text") from None
 
 
-def _optional_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, bool):
         raise InvalidValue(attribute.name, value, "must be true, false or omitted")
 
 
-def _run_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _run_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidValue(attribute.name, value, "must be a positive integer")
 
