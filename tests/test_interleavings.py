@@ -178,7 +178,7 @@ class Impl:
     """An implementation under a race, and whether it must conform (the bundled one) or be caught."""
 
     name: str
-    cls: type
+    cls: type[Any]  # a store's or an engine's class: the tests read its SQL_* statements
     conforms: bool
 
 
@@ -187,7 +187,7 @@ BUNDLED_ENGINE = Impl("bundled", ReplicaEngine, True)
 
 
 def caught(cls: type) -> Impl:
-    names = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
+    names: dict[object, str] = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
     names.update({cls: k for k, classes in LIFECYCLE_RACE_MUTANTS.items() for cls in classes.values()})
     names[ReconcileUnfenced] = "reconcile-unfenced"
     return Impl(names[cls], cls, False)
@@ -290,7 +290,7 @@ def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race
 
 # -- the holder and the reaper at expiry ----------------------------------------------------------
 
-HOLDER_COMMANDS = {
+HOLDER_COMMANDS: dict[str, Callable[[d.Lease], d.Finish | d.Renew]] = {
     "finish": lambda lease: d.Finish(lease, d.Status.FINISHED),
     "renew": lambda lease: d.Renew(lease, LEASE),
 }
@@ -565,7 +565,7 @@ def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], 
     and refreshes on the adapter's replica engines (one of them may be gated too)."""
 
     def bind(client: Client) -> Callable[[Any], Any]:
-        gate = client.gate
+        gate = client.gate.as_connection()
         communities, clock = PostgresDeliveryStore(gate), PinnedClock(gate)
         store, resumer = adapter.store_class(gate), adapter.resumer_class(gate)
         handlers: dict[type, Callable[[Any], Any]] = {
@@ -606,10 +606,10 @@ class LifecycleRace(Race):
 
 
 @pytest.fixture
-def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], LifecycleRace]]:
+def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[..., LifecycleRace]]:
     adapters: list[PostgresLifecycleAdapter] = []
 
-    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: type) -> LifecycleRace:
+    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: Any) -> LifecycleRace:
         adapter = PostgresLifecycleAdapter(delivery_dsn, engine_class=engine_class, **classes)
         adapters.append(adapter)
         adapter.reset(w.START)
@@ -644,7 +644,7 @@ CHANGES = {
 @pytest.mark.parametrize("first", ["admission", "writer"])
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_admission_races_a_definition_change(
-    lifecycle_race: Callable[[type], LifecycleRace], change: str, first: str, writer_ends: str
+    lifecycle_race: Callable[..., LifecycleRace], change: str, first: str, writer_ends: str
 ) -> None:
     """Admission parked before its COMMIT while the writer runs (the writer waits for the
     admission's share lock on the runtime row), or the writer parked before its COMMIT
@@ -704,7 +704,7 @@ STALE_CHANGES = {
 @pytest.mark.parametrize("change", sorted(STALE_CHANGES))
 @pytest.mark.parametrize("impl", [BUNDLED_ENGINE, caught(AdmissionWithoutRowLock)], ids=impl_id)
 def test_a_later_admission_exposes_a_stale_one(
-    lifecycle_race: Callable[[type], LifecycleRace], impl: Impl, change: str
+    lifecycle_race: Callable[..., LifecycleRace], impl: Impl, change: str
 ) -> None:
     """Replica r1 selects the first revision R1 and its admission is parked before the
     statement that inserts the run (the bundled engine: before its one locking
@@ -807,7 +807,7 @@ def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable
 
 @pytest.mark.parametrize("impl", [Impl("bundled", LifecycleStore, True), caught(AuthorityCheckUnlocked)], ids=impl_id)
 def test_a_save_racing_the_revocation_of_its_authors_authority(
-    lifecycle_race: Callable[[type], LifecycleRace], impl: Impl
+    lifecycle_race: Callable[..., LifecycleRace], impl: Impl
 ) -> None:
     """A save has checked its author's channel authority and is parked before it
     writes; the authority is revoked, and then replica r2 reloads its cache. The
@@ -846,7 +846,7 @@ def test_a_save_racing_the_revocation_of_its_authors_authority(
     strict=True, raises=AssertionError, reason="finding: a rolled-back admission leaves a gap in run ids"
 )
 def test_finding_a_rolled_back_admission_leaves_a_gap_in_run_ids(
-    lifecycle_race: Callable[[type], LifecycleRace],
+    lifecycle_race: Callable[..., LifecycleRace],
 ) -> None:
     """An admission inserts its run and is parked before its COMMIT; its transaction then
     fails and rolls back, but the identity value it drew is spent, so the next

@@ -68,7 +68,8 @@ def _one(pattern: re.Pattern[str], text: str, what: str) -> str:
         raise SpecFormatError(f"{SPEC.name} does not state {what} (looked for {pattern.pattern!r})")
     if len(set(found)) != 1:
         raise SpecFormatError(f"{SPEC.name} states {what} inconsistently: {sorted(set(found))}")
-    return found[0]
+    value: str = found[0]
+    return value
 
 
 def _difference(what: str, spec: list[str], model: list[str]) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -172,7 +172,9 @@ def tick(state: DeliverySystem, by: dt.timedelta) -> DeliverySystem:
     return must(state, AdvanceClock(by), Ok())
 
 
-def claim(state: DeliverySystem, target: bytes = ALICE, community: uuid.UUID = C1, seconds: int = LEASE, **kw: Any):
+def claim(
+    state: DeliverySystem, target: bytes = ALICE, community: uuid.UUID = C1, seconds: int = LEASE, **kw: Any
+) -> tuple[DeliverySystem, Lease]:
     after, outcome = apply(state, Claim(community, target, seconds, **kw))
     assert isinstance(outcome, Claimed), outcome
     assert after.deliveries[outcome.delivery.key] == outcome.delivery
@@ -218,7 +220,9 @@ def one_finished(outcome: Status = Status.FINISHED) -> tuple[DeliverySystem, Lea
 
 def expire_and_reap(s: DeliverySystem, lease: Lease) -> DeliverySystem:
     """Move one microsecond past the lease's row expiry and reap it."""
-    s = tick(s, row(s, lease.delivery_id, lease.community_id).lease_until - s.now + MICROSECOND)
+    lease_until = row(s, lease.delivery_id, lease.community_id).lease_until
+    assert lease_until is not None
+    s = tick(s, lease_until - s.now + MICROSECOND)
     after, outcome = apply(s, Reap())
     assert isinstance(outcome, Reaped) and outcome.count >= 1
     return after
@@ -305,7 +309,7 @@ class TestIds:
         raises_invalid(f"{field}_id", lambda: binding(**{field: bad}))
 
     def test_commands_reject_non_uuid(self) -> None:
-        text = str(D1)
+        text: Any = str(D1)  # deliberately not a UUID: the validators must refuse it
         raises_invalid("invocation_id", lambda: WebhookCause(text))
         raises_invalid("id", lambda: NewDelivery(text, binding()))
         raises_invalid("community_id", lambda: Claim(text, ALICE, LEASE))
@@ -421,7 +425,9 @@ class TestCommitShape:
         ("field", "change"),
         [("community_id", {"community": C2}), ("run_id", {"run": RUN2}), ("step_id", {"step_id": "s2"})],
     )
-    def test_every_binding_must_name_the_commits_community_run_and_step(self, field: str, change: dict) -> None:
+    def test_every_binding_must_name_the_commits_community_run_and_step(
+        self, field: str, change: dict[str, Any]
+    ) -> None:
         error = raises_invalid(
             f"deliveries[1].binding.{field}",
             lambda: CommitDeliveries(C1, RUN, "s1", [new(D1), new(D2, target=BOB, **change)]),
@@ -434,13 +440,13 @@ class TestCommitShape:
         )
 
     def test_elements_must_be_new_deliveries(self) -> None:
-        raises_invalid("deliveries[0]", lambda: CommitDeliveries(C1, RUN, "s1", [binding()]))
+        raises_invalid("deliveries[0]", lambda: CommitDeliveries(C1, RUN, "s1", [cast(Any, binding())]))
 
     def test_deliveries_are_stored_as_a_tuple(self) -> None:
         assert CommitDeliveries(C1, RUN, "s1", [new(D1)]).deliveries == (new(D1),)
 
     def test_new_delivery_needs_a_binding(self) -> None:
-        raises_invalid("binding", lambda: NewDelivery(D1, "binding"))
+        raises_invalid("binding", lambda: NewDelivery(D1, cast(Any, "binding")))
 
 
 # ==========================================================================
@@ -898,7 +904,7 @@ class TestClaim:
         ],
         ids=lambda change: "-".join(f"{k}={v!r}"[:40] for k, v in change.items()),
     )
-    def test_expected_binding_differing_in_one_field_is_a_miss(self, change: dict) -> None:
+    def test_expected_binding_differing_in_one_field_is_a_miss(self, change: dict[str, Any]) -> None:
         refused(one_pending(), Claim(C1, ALICE, LEASE, expected=binding(**change)), ClaimMiss())
 
     CAUSES = (
@@ -1394,7 +1400,7 @@ class TestStateViolations:
         ],
         ids=lambda v: v if isinstance(v, str) else None,
     )
-    def test_row_field_corruption(self, delivery_id: uuid.UUID, fields: dict, fragment: str) -> None:
+    def test_row_field_corruption(self, delivery_id: uuid.UUID, fields: dict[str, Any], fragment: str) -> None:
         s, _ = _rich_world()
         only(state_violations(corrupt(s, delivery_id, **fields)), fragment)
 

@@ -19,12 +19,12 @@ from leaseproof.conformance.lockstep import ShrinkBound
 from leaseproof.conformance.swarm import EveryRule, Swarm, swarm, values, weighted
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.mutants import MUTANTS, Mutant
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 
 
-def _mutant(name: str):  # type: ignore[no-untyped-def]
+def _mutant(name: str) -> Mutant:
     return next(mu for mu in MUTANTS if mu.name == name)
 
 
@@ -35,7 +35,7 @@ def test_the_machines_turn_off_hypothesis_rule_level_swarm(adapter: PostgresDeli
     """Their own swarm switches the rules; Hypothesis's lazily drawn flags would
     otherwise sit inside the first step that asks, where deleting it redraws them."""
     machine = dm.machine_for(adapter)()
-    flags = find(machine._rules_strategy.enabled_rules_strategy, lambda _: True)  # type: ignore[attr-defined]
+    flags = find(machine._rules_strategy.enabled_rules_strategy, lambda _: True)
     assert isinstance(flags, EveryRule)
 
 

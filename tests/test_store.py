@@ -54,7 +54,8 @@ class World:
 
     def commit(self, community: uuid.UUID, *targets: tuple[uuid.UUID, bytes], step: str = "s1") -> m.Committed:
         news = [m.NewDelivery(i, binding(community, t, step)) for i, t in targets]
-        return self.store.execute(m.CommitDeliveries(community, RUN, step, news))
+        committed: m.Committed = self.store.execute(m.CommitDeliveries(community, RUN, step, news))
+        return committed
 
     def claim(self, community: uuid.UUID, target: bytes, seconds: int = 10, **kw: Any) -> m.Lease:
         outcome = self.store.execute(m.Claim(community, target, seconds, **kw))
@@ -216,7 +217,7 @@ def test_unknown_and_fenced_tenants_are_refused_without_writes(world: World) -> 
 
 # -- the schema makes malformed rows unrepresentable --------------------------
 
-_GOOD_ROW = {
+_GOOD_ROW: dict[str, Any] = {
     "community_id": A,
     "id": uuid.UUID(int=77),
     "workflow_id": WORKFLOW,
@@ -236,7 +237,7 @@ _GOOD_ROW = {
     "finished_at": None,
 }
 
-_MALFORMED = {
+_MALFORMED: dict[str, dict[str, Any]] = {
     "empty step": {"step_id": ""},
     "whitespace step": {"step_id": " \t\n"},
     "65-character step": {"step_id": "x" * 65},

@@ -141,9 +141,9 @@ def test_stress_cli_reports_a_linearizable_run(delivery_dsn: str, capsys: pytest
     assert "checker:" in out and "operations:" in out
     # Every program claims, and the claims are counted by the rule that decided them.
     line = next(x for x in out.splitlines() if x.startswith("behaviours exercised concurrently: "))
-    exercised, declared = (
-        int(n) for n in re.match(r"behaviours exercised concurrently: (\d+) of the (\d+) ", line).groups()
-    )
+    counts = re.match(r"behaviours exercised concurrently: (\d+) of the (\d+) ", line)
+    assert counts is not None, line
+    exercised, declared = (int(n) for n in counts.groups())
     assert 0 < exercised <= declared and "Claim/oldest-pending" not in line.split("never: ")[1]
 
 

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from leaseproof.conformance import codec
+from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
 from leaseproof.conformance.delivery_machine import RunAborted, machine_for
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.conformance.wire import ALL_OPERATIONS, CORE_OPERATIONS, AdapterFault, SubprocessAdapter, serve
+from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter, serve
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import MUTANTS
 from leaseproof.impl.provision import Server, scratch_database
@@ -93,6 +94,7 @@ def test_the_bundled_server_conforms_over_the_wire(delivery_dsn: str) -> None:
 
 def _kill(adapter: Any) -> tuple[str, str, str] | None:
     """How the fixed scenarios kill `adapter`: (how, which scenario, what was said); None if it survives."""
+    exc: BaseException
     try:
         run_scenarios(machine_for(adapter))
     except RunAborted as aborted:
@@ -111,7 +113,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
     for mutant in (None, *MUTANTS):  # None: the bundled store, which both paths must pass
         name = mutant.name if mutant else None
         with scratch_database(pg_server, template=delivery_template) as dsn:
-            local = PostgresDeliveryAdapter(dsn, *([mutant.store] if mutant else []))
+            local = PostgresDeliveryAdapter(dsn, mutant.store) if mutant else PostgresDeliveryAdapter(dsn)
             try:
                 in_process[name] = _kill(local)
             finally:
@@ -125,7 +127,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
     killed_over_wire = {name for name, result in over_wire.items() if result}
     assert killed_in_process == {mu.name for mu in MUTANTS}  # and the bundled store (None) survives both
     assert killed_over_wire == killed_in_process
-    for name in sorted(killed_in_process):
+    for name in sorted(killed_in_process, key=str):  # every name is a str: None survived
         (how, where, said), (wire_how, wire_where, wire_said) = in_process[name], over_wire[name]
         assert (wire_how, wire_where) == (how, where), (name, in_process[name], over_wire[name])
         if how == "nonconformance":
