@@ -13,7 +13,6 @@ from typing import Protocol, runtime_checkable
 
 from leaseproof.model import delivery as m
 
-
 # Every adapter must support these: the harness's set-up and the lease
 # lifecycle cannot be checked without them. The others are optional: an
 # adapter lists what it offers in `operations`, and the harness never sends

@@ -111,7 +111,7 @@ class _Simulation:
         self.known: dict[uuid.UUID, list[uuid.UUID]] = {}
         for community in self.live:
             first = self.commit(community)
-            for command in _founding(community) + [first]:
+            for command in [*_founding(community), first]:
                 state, _ = d.step(state, command)
             if load.expired:
                 target = first.deliveries[0].binding.target_pubkey
@@ -142,9 +142,9 @@ class _Simulation:
             self.queued[client] = _founding(newcomer)
             return d.DeleteCommunity(community)
         leases = self.leases.get(client, [])
-        kinds, weights = zip(*self.load.mix)
+        kinds, weights = zip(*self.load.mix, strict=False)
         kind = rng.choices(kinds, weights)[0]
-        if kind in ("renew", "finish") and not leases or kind == "get" and not self.known.get(community):
+        if (kind in ("renew", "finish") and not leases) or (kind == "get" and not self.known.get(community)):
             kind = "claim"
         if kind == "commit":
             return self.commit(community)

@@ -21,38 +21,41 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from leaseproof.conformance import explore as exploration
+from leaseproof.conformance import killmatrix, mutation_score
 from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.delivery_machine import Coverage
+from leaseproof.conformance.linear_models import SPECS
+from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
+from leaseproof.conformance.linearizability import check as check_linearizable
 from leaseproof.conformance.lockstep import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
+from leaseproof.conformance.progress import ProgressLine
+from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
+from leaseproof.conformance.stress import Progress as StressProgress
+from leaseproof.conformance.stress import StressFault, StressReport
+from leaseproof.conformance.stress import stress as run_stress
 from leaseproof.conformance.trace import SPECS as LOCKSTEP_SPECS
 from leaseproof.conformance.trace import TraceError, check, replay
 from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
-from leaseproof.conformance import killmatrix, mutation_score
-from leaseproof.conformance import explore as exploration
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.progress import ProgressLine
-from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
-from leaseproof.conformance.linearizability import check as check_linearizable
-from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
-from leaseproof.conformance.stress import Progress as StressProgress
-from leaseproof.conformance.stress import StressFault, StressReport
-from leaseproof.conformance.stress import stress as run_stress
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants import MUTANTS, Mutant
-from leaseproof.impl.race_mutants import RACE_MUTANTS
 from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
+from leaseproof.impl.race_mutants import RACE_MUTANTS
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
-ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
+_SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
+ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*_SEQUENTIAL_MUTANTS, *RACE_MUTANTS)
 
 
-def _number(convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+def _number(
+    convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str
+) -> Callable[[str], Any]:
     """An argparse type: `convert` the text, then require `accepts` of the value."""
 
     def parse(text: str) -> Any:
@@ -128,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay",
         help="replay trace files against an implementation and report the first divergence of each",
-        description="Replay each trace step by step against an implementation and the model; report the first divergence.",
+        description=(
+            "Replay each trace step by step against an implementation and the model; report the first divergence."
+        ),
     )
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.jsonl)")
     replay.add_argument(
@@ -172,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     spec.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is not current")
-    spec.add_argument("--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)")
+    spec.add_argument(
+        "--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)"
+    )
 
     stress = commands.add_parser(
         "stress",
@@ -183,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
             "check every recorded history for linearizability against the model."
         ),
     )
-    stress.add_argument("--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)")
+    stress.add_argument(
+        "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"
+    )
     stress.add_argument("--workers", type=_positive, default=8, help="concurrent clients (default: 8)")
     stress.add_argument("--duration", type=_positive_float, default=30.0, help="seconds per machine (default: 30)")
     stress.add_argument("--repeats", type=_positive, default=3, help="runs of each program (default: 3)")
@@ -306,10 +315,10 @@ def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument(
         "--mutant",
-        choices=[mutant.name for mutant in (*MUTANTS, *LIFECYCLE_MUTANTS)],
+        choices=[mutant.name for mutant in _SEQUENTIAL_MUTANTS],
         metavar="NAME",
         help="use a known-buggy variant of the bundled implementation: "
-        + ", ".join(mu.name for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
+        + ", ".join(mu.name for mu in _SEQUENTIAL_MUTANTS),
     )
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument(
@@ -323,7 +332,10 @@ def _add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
         help="an adapter in a child process speaking specs/adapter-protocol.md on stdin/stdout",
     )
     parser.add_argument(
-        "--reply-timeout", type=_positive, default=30, help="seconds an --adapter-cmd child may take per reply (default: 30)"
+        "--reply-timeout",
+        type=_positive,
+        default=30,
+        help="seconds an --adapter-cmd child may take per reply (default: 30)",
     )
 
 
@@ -390,12 +402,12 @@ def _load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
     if not module_name or not attribute:
         raise UsageError(f"--adapter {spec!r}: expected MODULE:FACTORY, e.g. mypackage.leaseproof_adapter:make")
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
+        factory: Callable[..., DeliveryAdapter] = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--adapter {spec!r}: cannot load it: {exc}") from None
     if not callable(factory):
         raise UsageError(f"--adapter {spec!r}: {attribute} is not callable")
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def _takes_dsn(factory: Callable[..., DeliveryAdapter]) -> bool:
@@ -458,7 +470,7 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
             adapter = factory(dsn=servers.database()) if wants_dsn else factory()
         except ProvisioningError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
+        except Exception as exc:  # a broken factory is the user's adapter failing
             raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
         lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
         if lacking:
@@ -587,7 +599,9 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         machine = machines[0]
         mutant = _mutant(args.mutant)
         if mutant is not None and mutant.machine != machine:
-            raise UsageError(f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants")
+            raise UsageError(
+                f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants"
+            )
         with contextlib.ExitStack() as stack:
             adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)
             stack.callback(adapter.close)
@@ -678,7 +692,9 @@ def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, o
         adapter = _adapter(args, machine, servers, out)
         if not hasattr(adapter, "session"):
             adapter.close()
-            raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
+            raise UsageError(
+                f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently"
+            )
         return adapter
     return _adapter(args, machine, servers, out)
 
@@ -745,7 +761,7 @@ def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.check:
             stale = stale_pages(args.specs)
-            for path, diff in stale.items():
+            for diff in stale.values():
                 out.write(diff + "\n")
             if stale:
                 names = ", ".join(str(path) for path in stale)
@@ -825,7 +841,13 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
                 f"seeds {' '.join(map(str, plan.seeds))}\n"
             )
             score = mutation_score.run_score(
-                server, plan.mutants, seeds=plan.seeds, budget=plan.budget, jobs=jobs, on_result=on_result, work=plan.tasks
+                server,
+                plan.mutants,
+                seeds=plan.seeds,
+                budget=plan.budget,
+                jobs=jobs,
+                on_result=on_result,
+                work=plan.tasks,
             )
     except ProvisioningError as exc:
         err.write(f"leaseproof: {exc}\n")
@@ -869,7 +891,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM ends a run as Ctrl-C does: through every `with`, so scratch
     # databases are dropped, worker processes stopped and an embedded server shut down.
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
     except KeyboardInterrupt:

@@ -91,7 +91,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, dt.datetime):
-        u = value.astimezone(dt.timezone.utc)
+        u = value.astimezone(dt.UTC)
         return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
     if isinstance(value, dt.timedelta):
         return value // dt.timedelta(microseconds=1)
@@ -151,7 +151,7 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
         if not isinstance(data, str) or not _INSTANT.fullmatch(data):
             raise DecodeError(path, f"expected an instant like 2026-01-01T00:00:00.000000Z, got {data!r}")
         try:
-            return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+            return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
         except ValueError:
             raise DecodeError(path, f"{data!r} is not a real instant") from None
     if expected is dt.timedelta:

@@ -25,7 +25,9 @@ BUDGET = 1000
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaseproof.conformance.corpus", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.corpus", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("directory", type=Path)
     parser.add_argument("--dsn")
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ reads as a scenario: claim, advance past expiry, reap, reclaim, finish twice.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -22,17 +22,12 @@ from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
 from leaseproof.conformance import world as w
 from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
+from leaseproof.conformance.lockstep import Coverage as Coverage  # re-exported for callers of this module
+from leaseproof.conformance.lockstep import LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep import NonConformance as NonConformance  # re-exported
+from leaseproof.conformance.lockstep import RunAborted as RunAborted  # re-exported
 from leaseproof.conformance.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.swarm import swarm as swarm_of
-from leaseproof.conformance.lockstep import unchanged_or
-from leaseproof.conformance.lockstep import (  # noqa: F401 - re-exported for callers of this module
-    Coverage,
-    LockstepMachine,
-    MachineSpec,
-    NonConformance,
-    RunAborted,
-    bind,
-)
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
@@ -53,10 +48,10 @@ def describe_state_difference(expected: m.DeliverySystem, actual: m.DeliverySyst
             lines.append(f"{table}: model {_named(exp)}, implementation {_named(act)}")
     for table in ("workflows", "events", "retired"):
         exp_set, act_set = getattr(expected, table), getattr(actual, table)
-        for key in sorted(exp_set - act_set, key=repr):
-            lines.append(f"{table}: {_named(key)} only in the model")
-        for key in sorted(act_set - exp_set, key=repr):
-            lines.append(f"{table}: {_named(key)} only in the implementation")
+        lines.extend(f"{table}: {_named(key)} only in the model" for key in sorted(exp_set - act_set, key=repr))
+        lines.extend(
+            f"{table}: {_named(key)} only in the implementation" for key in sorted(act_set - exp_set, key=repr)
+        )
     for key in sorted(expected.deliveries.keys() | actual.deliveries.keys(), key=repr):
         exp_row, act_row = expected.deliveries.get(key), actual.deliveries.get(key)
         where = f"delivery {w.name_of(key[1])} of community {w.name_of(key[0])}"
@@ -91,15 +86,23 @@ def explain_step(
     id), with their real ids, which decide between rows created at one instant."""
     keys = set(_named_keys(command, before))
     for state in (after, implementation):
-        keys |= {k for k in before.deliveries.keys() | state.deliveries.keys() if before.deliveries.get(k) != state.deliveries.get(k)}
-    keys |= {k for k in after.deliveries.keys() | implementation.deliveries.keys() if after.deliveries.get(k) != implementation.deliveries.get(k)}
+        keys |= {
+            k
+            for k in before.deliveries.keys() | state.deliveries.keys()
+            if before.deliveries.get(k) != state.deliveries.get(k)
+        }
+    keys |= {
+        k
+        for k in after.deliveries.keys() | implementation.deliveries.keys()
+        if after.deliveries.get(k) != implementation.deliveries.get(k)
+    }
     lines = [f"clock at the step: {w.describe(before.now)} ({before.now.isoformat()})"]
     if not keys:
         return lines[0]
 
     def order(key: m.CommunityKey) -> tuple[Any, ...]:
         row = before.deliveries.get(key) or after.deliveries.get(key) or implementation.deliveries.get(key)
-        return (row.created_at, key[1]) if row is not None else (dt.datetime.max.replace(tzinfo=dt.timezone.utc), key[1])
+        return (row.created_at, key[1]) if row is not None else (dt.datetime.max.replace(tzinfo=dt.UTC), key[1])
 
     lines.append("rows the step touched, oldest first by (created_at, id):")
     for key in sorted(keys, key=order):
@@ -187,7 +190,9 @@ runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
 # of 2 and of 4 bytes in UTF-8 (the limit counts characters, not bytes or
 # UTF-16 units).
 steps = _among(*weighted(["s1", "s2"], ["long", "padded", "tabbed", "nbsp", "wide", "astral"], 6, "odd-steps"))
-lease_seconds = _among((30, None), (30, None), (5, "short-leases"), (1, "short-leases"), (m.MAX_LEASE_SECONDS, "longest-lease"))
+lease_seconds = _among(
+    (30, None), (30, None), (5, "short-leases"), (1, "short-leases"), (m.MAX_LEASE_SECONDS, "longest-lease")
+)
 # "deadline" moves the clock exactly onto the earliest live lease deadline
 # (still renewable, not yet reapable); "past-deadline" one microsecond on.
 advances = _among(
@@ -227,7 +232,7 @@ lease_forgeries = _among(*weighted(["held"], list(LEASE_FORGERIES[1:]), 4, "leas
 # one that the set-up commits in A and B; or it names none but presents the
 # newest pending row's binding ("newest").
 claimed_ids = _among(
-    *weighted([None], sorted(w.DELIVERIES) + ["R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids"),
+    *weighted([None], [*sorted(w.DELIVERIES), "R1/s1/T1", "R1/s1/T2", "R2/s1/T1"], 8, "named-ids"),
     *[("newest", None)] * 4,
 )
 agents = _among(*weighted(["recipient"], sorted(w.TARGETS), 3, "other-agents"))
@@ -328,7 +333,7 @@ class DeliveryConformance(LockstepMachine):
         community: str,
         run: str,
         step: str,
-        recipients: list[tuple[str, ...]],
+        recipients: Sequence[tuple[str, ...]],
         wrong_workflow: bool,
         state: m.DeliverySystem | None = None,
     ) -> m.CommitDeliveries:
@@ -394,7 +399,9 @@ class DeliveryConformance(LockstepMachine):
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
         binding = None
         if expected is not None:
-            base = row.binding if row is not None else w.binding(community, "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+            base = (
+                row.binding if row is not None else w.binding(community, "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
+            )
             binding = _forge_binding(base, expected)
         outcome = self.run(
             m.Claim(
@@ -429,7 +436,11 @@ class DeliveryConformance(LockstepMachine):
         if lease is not None:
             self.run(m.Renew(_forge_lease(lease, forgery), seconds))
 
-    @rule(which=st.sampled_from(["oldest", "newest"]), forgery=lease_forgeries, outcome=st.sampled_from(["finished", "failed"]))
+    @rule(
+        which=st.sampled_from(["oldest", "newest"]),
+        forgery=lease_forgeries,
+        outcome=st.sampled_from(["finished", "failed"]),
+    )
     @precondition(lambda self: self.swarm.on("finish"))
     def holder_finishes(self, which: str, forgery: str, outcome: str) -> None:
         lease = self._standing_lease(which)
@@ -442,7 +453,7 @@ class DeliveryConformance(LockstepMachine):
         if not rows:
             return None
         row = rows[0] if which == "oldest" else rows[-1]
-        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)  # type: ignore[arg-type]
+        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)
 
     def _claimed_rows(self) -> list[m.Delivery]:
         return [d for d in self.model.deliveries.values() if d.status is m.Status.CLAIMED]
@@ -462,9 +473,9 @@ class DeliveryConformance(LockstepMachine):
     @precondition(lambda self: self.swarm.on("advance_clock"))
     def advance_clock(self, to: str) -> None:
         by = dt.timedelta(seconds=ADVANCE_SECONDS.get(to, 1))
-        deadlines = [d.lease_until for d in self._claimed_rows() if d.lease_until >= self.model.now]  # type: ignore[operator]
+        deadlines = [d.lease_until for d in self._claimed_rows() if d.lease_until >= self.model.now]
         if to in ("deadline", "past-deadline") and deadlines:
-            by = min(deadlines) - self.model.now  # type: ignore[operator]
+            by = min(deadlines) - self.model.now  # type: ignore[type-var]  # claimed rows have a lease_until
             if to == "past-deadline":
                 by += dt.timedelta(microseconds=1)
         if by > dt.timedelta(0):
@@ -541,4 +552,4 @@ def machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))  # type: ignore[return-value]
+    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))

@@ -259,7 +259,7 @@ class BoundsError(ValueError):
 
 
 def _bound(default: int, low: int, high: int, what: str) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise BoundsError(f"--{attribute.name.replace('_', '-')} must be from {low} to {high}, got {value!r}")
 
@@ -473,8 +473,7 @@ def _lifecycle_alphabet(bounds: LifecycleBounds) -> tuple[Any, ...]:
         commands.append(dm.CreateCommunity(cid))
         for channel in ("general", "ops")[: bounds.channels]:
             for author in ("alice", "bob"):
-                for active in (True, False):
-                    commands.append(lm.SetAuthority(cid, w.CHANNELS[channel], w.AUTHORS[author], active))
+                commands += [lm.SetAuthority(cid, w.CHANNELS[channel], w.AUTHORS[author], a) for a in (True, False)]
         for workflow in ("W1", "W2")[: bounds.workflows]:
             wid = w.WORKFLOWS[workflow]
             commands += [lm.SaveDefinition(definition_event(community, workflow, save)) for save in saves]

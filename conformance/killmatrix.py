@@ -109,8 +109,9 @@ class Subject:
         return (FORCED,) if fast else (STRESS, FORCED)
 
 
+_SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 SUBJECTS: tuple[Subject, ...] = (
-    *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in (*MUTANTS, *LIFECYCLE_MUTANTS)),
+    *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
     *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
 )
 
@@ -122,7 +123,9 @@ def select(names: Sequence[str] = (), machine: str | None = None, kind: str | No
     if unknown:
         raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
     chosen = tuple(
-        s for s in SUBJECTS if (not names or s.name in names) and machine in (None, s.machine) and kind in (None, s.kind)
+        s
+        for s in SUBJECTS
+        if (not names or s.name in names) and machine in (None, s.machine) and kind in (None, s.kind)
     )
     if not chosen:
         what = " ".join(([f"a {kind} mutant"] if kind else []) + ([f"of the {machine} machine"] if machine else []))
@@ -180,7 +183,10 @@ class KillMatrix:
     def counts(self) -> dict[str, tuple[int, int]]:
         """(killed, total) mutants of each kind."""
         return {
-            kind: (sum(self.killed(s) for s in self.subjects if s.kind == kind), sum(s.kind == kind for s in self.subjects))
+            kind: (
+                sum(self.killed(s) for s in self.subjects if s.kind == kind),
+                sum(s.kind == kind for s in self.subjects),
+            )
             for kind in KINDS
         }
 

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from leaseproof.conformance import world as w
-from leaseproof.conformance.lockstep import unchanged_or
-from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind
+from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind, unchanged_or
 from leaseproof.conformance.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.swarm import swarm as swarm_of
 from leaseproof.model import delivery as d
@@ -47,7 +46,9 @@ def describe_difference(model: m.LifecycleSystem, implementation: m.LifecycleSys
     return "\n".join(lines) or "(no difference)"
 
 
-def explain_step(command: Any, before: m.LifecycleSystem, after: m.LifecycleSystem, implementation: m.LifecycleSystem) -> str:
+def explain_step(
+    command: Any, before: m.LifecycleSystem, after: m.LifecycleSystem, implementation: m.LifecycleSystem
+) -> str:
     """The clock at the step, and the coordinate it touched: its head, runtime row,
     cutoff, every replica's cached record and its runs, before, in the model
     after, and in the implementation after."""
@@ -99,7 +100,8 @@ def _coordinate_summary(state: m.LifecycleSystem, coordinate: tuple[Any, Any]) -
 def _record_summary(record: m.Record) -> str:
     return (
         f"actions {list(record.actions)}, {'enabled' if record.enabled else 'disabled'}, hash {record.hash.hex()[:8]}, "
-        f"owner {w.name_of(record.owner)} in {w.name_of(record.channel_id)}, incarnation {w.describe(record.incarnation)}, "
+        f"owner {w.name_of(record.owner)} in {w.name_of(record.channel_id)}, "
+        f"incarnation {w.describe(record.incarnation)}, "
         f"revision {record.revision.hex()[:8]}"
     )
 
@@ -344,4 +346,4 @@ def lifecycle_machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[LifecycleConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    return bind(LifecycleConformance, adapter, coverage, on_example, None)  # type: ignore[return-value]
+    return bind(LifecycleConformance, adapter, coverage, on_example, None)

@@ -12,6 +12,7 @@ import datetime as dt
 import enum
 import uuid
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
@@ -136,7 +137,7 @@ def _facts(s: d.DeliverySystem) -> _Facts:
             community = row[0][0] if table in _MAPS else row[0]
             rows.setdefault(community, {}).setdefault(table, []).append(row)
     for (community, _), delivery in s.deliveries.items():
-        if delivery.status is d.Status.CLAIMED and delivery.lease_until < s.now:
+        if delivery.status is d.Status.CLAIMED and delivery.lease_until < s.now:  # type: ignore[operator]  # claimed rows have one
             expired.add(community)
     facts = _Facts(rows, frozenset(s.communities) | frozenset(rows), frozenset(expired))
     if len(_known) >= 4:
@@ -149,7 +150,7 @@ def _delivery_keys(s: d.DeliverySystem) -> frozenset[uuid.UUID]:
     return _facts(s).keys
 
 
-def _delivery_restrict(s: d.DeliverySystem, keys: frozenset[uuid.UUID]) -> d.DeliverySystem:
+def _delivery_restrict(s: d.DeliverySystem, keys: AbstractSet[uuid.UUID]) -> d.DeliverySystem:
     by_community = _facts(s).rows
     parts = [by_community[k] for k in keys if k in by_community]
 
@@ -210,7 +211,7 @@ def _lifecycle_keys(s: lc.LifecycleSystem) -> frozenset[uuid.UUID]:
     )
 
 
-def _lifecycle_restrict(s: lc.LifecycleSystem, keys: frozenset[uuid.UUID]) -> lc.LifecycleSystem:
+def _lifecycle_restrict(s: lc.LifecycleSystem, keys: AbstractSet[uuid.UUID]) -> lc.LifecycleSystem:
     def mine(key: Any, _: Any) -> bool:
         return key[0] not in keys
 

@@ -30,6 +30,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ class Spec:
     step: Callable[[Any, Any], tuple[Any, Any]]
     footprint: Callable[[Any, Any], frozenset[Any] | None]
     keys: Callable[[Any], frozenset[Any]]
-    restrict: Callable[[Any, frozenset[Any]], Any]
+    restrict: Callable[[Any, AbstractSet[Any]], Any]
     describe_command: Callable[[Any], str]
     describe_outcome: Callable[[Any], str]
     describe_key: Callable[[Any], str] = repr
@@ -230,7 +231,7 @@ def _search(
     # The determinate operations by return tick, so that the earliest return
     # among those not yet linearized (which bounds what may go next) is the
     # lowest clear bit of a second mask.
-    by_return = sorted(range(d), key=lambda i: order[i].returned)  # type: ignore[arg-type, return-value]
+    by_return = sorted(range(d), key=lambda i: order[i].returned)  # type: ignore[arg-type, return-value]  # determinate ops have returned
     return_rank = [0] * d
     for rank, i in enumerate(by_return):
         return_rank[i] = rank
@@ -242,7 +243,7 @@ def _search(
 
     def bound(rmask: int) -> float:
         r = lowest_clear(rmask)
-        return returns[r] if r < d else never  # type: ignore[return-value]
+        return returns[r] if r < d else never  # type: ignore[return-value]  # determinate ops have returned
 
     def next_candidate(mask: int, j: int, limit: float) -> int | None:
         """The first operation at or after `j` that may be linearized next: not yet
@@ -288,7 +289,9 @@ def _search(
         frame[3] = j + 1
         op = order[j]
         try:
-            after, outcome = spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+            after, outcome = (
+                spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+            )
         except Ambiguous:
             found.verdict = UNKNOWN
             return found
@@ -332,21 +335,25 @@ def _partitions(
         return key
 
     for footprint in footprints:
-        keys = list(footprint)  # type: ignore[arg-type]
+        keys = list(footprint)  # type: ignore[arg-type]  # no footprint is None past the check above
         for key in keys:
             parent.setdefault(key, key)
         for key in keys[1:]:
             parent[root(key)] = root(keys[0])
     groups: dict[Any, tuple[set[Any], list[Operation]]] = {}
-    lone = []  # an empty footprint touches nothing: such an operation is a partition of its own
-    for op, footprint in zip(ops, footprints):
+    # an empty footprint touches nothing: such an operation is a partition of its own
+    lone: list[tuple[frozenset[Any] | None, list[Operation]]] = []
+    for op, footprint in zip(ops, footprints, strict=True):  # footprints has one entry per op
         if not footprint:
             lone.append((frozenset(), [op]))
             continue
-        keys, members = groups.setdefault(root(next(iter(footprint))), (set(), []))
-        keys.update(footprint)
+        group_keys, members = groups.setdefault(root(next(iter(footprint))), (set(), []))
+        group_keys.update(footprint)
         members.append(op)
-    return [(frozenset(keys), members) for keys, members in groups.values()] + lone
+    grouped: list[tuple[frozenset[Any] | None, list[Operation]]] = [
+        (frozenset(group_keys), members) for group_keys, members in groups.values()
+    ]
+    return grouped + lone
 
 
 @attrs.frozen
@@ -456,7 +463,7 @@ def _judge(
         if UNKNOWN in verdicts:
             verdict = UNKNOWN
             continue
-        return NOT_LINEARIZABLE, len(epochs), tally, (epoch.number, results[0][1])  # type: ignore[arg-type]
+        return NOT_LINEARIZABLE, len(epochs), tally, (epoch.number, results[0][1])  # type: ignore[return-value]  # a failed epoch has its _Failure
     return verdict, len(epochs), tally, None
 
 

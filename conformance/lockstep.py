@@ -16,7 +16,7 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 from hypothesis.internal.conjecture import engine
@@ -176,12 +176,14 @@ class ShrinkBound:
     @contextlib.contextmanager
     def clock(self, coverage: Coverage) -> Iterator[None]:
         """Hypothesis's shrinking engine reads `_ShrinkClock` while this is entered."""
-        saved = (engine.time, engine.MAX_SHRINKING_SECONDS)
-        engine.time, engine.MAX_SHRINKING_SECONDS = _ShrinkClock(self, coverage), self.attempts  # type: ignore[assignment]
+        # Hypothesis's engine imports `time` without re-exporting it (attr-defined);
+        # while shrinking, a _ShrinkClock stands in for that module (assignment).
+        saved = (engine.time, engine.MAX_SHRINKING_SECONDS)  # type: ignore[attr-defined]  # the engine's `time`
+        engine.time, engine.MAX_SHRINKING_SECONDS = _ShrinkClock(self, coverage), self.attempts  # type: ignore[attr-defined, assignment]  # a clock for `time`
         try:
             yield
         finally:
-            engine.time, engine.MAX_SHRINKING_SECONDS = saved  # type: ignore[assignment]
+            engine.time, engine.MAX_SHRINKING_SECONDS = saved  # type: ignore[attr-defined]  # `time` back
 
 
 class _ShrinkClock:
@@ -280,7 +282,7 @@ class LockstepMachine(RuleBasedStateMachine):
     def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
-        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
+        except Exception as fault:  # any exception from the adapter is a fault
             raise RunAborted(fault, [self.spec.describe(c) for c in self.commands]) from fault
 
     def run(self, command: Any) -> Any:
@@ -369,18 +371,21 @@ class LockstepMachine(RuleBasedStateMachine):
         return "\n" + text if text else ""
 
 
+M = TypeVar("M", bound=LockstepMachine)
+
+
 def bind(
-    machine: type[LockstepMachine],
+    machine: type[M],
     adapter: Any,
     coverage: Coverage | None,
     on_example: Callable[[Coverage], None] | None,
     offered: frozenset[str] | None,
-) -> type[LockstepMachine]:
+) -> type[M]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
     coverage = coverage if coverage is not None else Coverage()
     coverage.spec = machine.spec
     coverage.offered = offered
-    return type(
+    bound = type(
         machine.__name__,
         (machine,),
         {
@@ -390,3 +395,4 @@ def bind(
             "on_example": staticmethod(on_example) if on_example is not None else None,
         },
     )
+    return cast("type[M]", bound)  # a subclass of `machine`, made by type()

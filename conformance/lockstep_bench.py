@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.examples < 1 or args.rounds < 1:
         parser.error("--examples and --rounds must be positive")
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     machines = [args.machine] if args.machine else sorted(ADAPTERS)
     with postgres_server(args.dsn, log=say) as server:
         say(f"server: {server.description}")

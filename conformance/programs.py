@@ -161,17 +161,15 @@ def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: in
         ref = LeaseRef(r.choice(leases), own=r.random() < 0.7)
         community = "A" if r.random() < 0.85 else "B"
         cid = w.COMMUNITIES[community]
-        return r.choices(
-            [
-                lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30),
-                lambda: Finishing(ref, r.choice((d.Status.FINISHED, d.Status.FAILED))),
-                lambda: Renewal(ref, 30),
-                lambda: d.Reap(),
-                lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
-                lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
-            ],
-            weights=[30, 20, 10, 10, 15, 3],
-        )[0]()
+        makers: list[Callable[[], Any]] = [
+            lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30),
+            lambda: Finishing(ref, r.choice((d.Status.FINISHED, d.Status.FAILED))),
+            lambda: Renewal(ref, 30),
+            lambda: d.Reap(),
+            lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
+            lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
+        ]
+        return r.choices(makers, weights=[30, 20, 10, 10, 15, 3])[0]()
 
     return _program("delivery", r, setup, operation, clients, rounds, branch, (None, None, 10 * SECOND, 31 * SECOND))
 
@@ -208,7 +206,10 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
     general = w.CHANNELS["general"]
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
-        setup += [d.CreateCommunity(w.COMMUNITIES[name]), lc.SetAuthority(w.COMMUNITIES[name], general, w.AUTHORS["alice"], True)]
+        setup += [
+            d.CreateCommunity(w.COMMUNITIES[name]),
+            lc.SetAuthority(w.COMMUNITIES[name], general, w.AUTHORS["alice"], True),
+        ]
     # Event times only grow through the program, so whichever of two
     # concurrent saves is later in time supersedes the other in any order.
     clock = iter(w.START + n * SECOND for n in range(1, 10_000))
@@ -217,23 +218,23 @@ def lifecycle_program(r: random.Random, clients: int, rounds: int = 2, branch: i
         setup.append(lc.SaveDefinition(_event("A", workflow, content, next(clock))))
     setup += [lc.RefreshCache(replica) for replica in w.REPLICAS]
     setup += [lc.Fire(r.choice(w.REPLICAS), "event", a, w.WORKFLOWS["W1"]) for _ in range(r.randint(1, 2))]
-    runs = sum(isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup)))
+    runs = sum(
+        isinstance(o, lc.Admitted) for o in _replay(lc.step, lc.initial_state(w.START, w.REPLICAS), tuple(setup))
+    )
 
     def operation() -> Any:
         workflow = w.WORKFLOWS[r.choice(("W1", "W1", "W2"))]
-        return r.choices(
-            [
-                lambda: lc.Fire(r.choice(w.REPLICAS), r.choice(lc.DOORS), a, workflow),
-                lambda: lc.SaveDefinition(_event("A", w.name_of(workflow), r.choice(tuple(_CONTENTS)), next(clock))),
-                lambda: lc.DeleteDefinition(a, workflow, w.AUTHORS["alice"], next(clock)),
-                # Ids up to three past the known runs: concurrent admissions take them.
-                lambda: lc.ResumeRun(r.choice((1, 1, r.randint(1, runs + 3)))),
-                lambda: lc.RefreshCache(r.choice(w.REPLICAS)),
-                lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.5),
-                lambda: d.SetCommunityState(a, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
-            ],
-            weights=[30, 20, 8, 18, 6, 12, 3],
-        )[0]()
+        makers: list[Callable[[], Any]] = [
+            lambda: lc.Fire(r.choice(w.REPLICAS), r.choice(lc.DOORS), a, workflow),
+            lambda: lc.SaveDefinition(_event("A", w.name_of(workflow), r.choice(tuple(_CONTENTS)), next(clock))),
+            lambda: lc.DeleteDefinition(a, workflow, w.AUTHORS["alice"], next(clock)),
+            # Ids up to three past the known runs: concurrent admissions take them.
+            lambda: lc.ResumeRun(r.choice((1, 1, r.randint(1, runs + 3)))),
+            lambda: lc.RefreshCache(r.choice(w.REPLICAS)),
+            lambda: lc.SetAuthority(a, general, w.AUTHORS["alice"], r.random() < 0.5),
+            lambda: d.SetCommunityState(a, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
+        ]
+        return r.choices(makers, weights=[30, 20, 8, 18, 6, 12, 3])[0]()
 
     return _program("lifecycle", r, setup, operation, clients, rounds, branch, (None, 2 * SECOND, 10 * SECOND))
 

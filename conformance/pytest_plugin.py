@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -29,13 +29,18 @@ from leaseproof.conformance.boundary import DeliveryAdapter
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.conformance.wire import SubprocessAdapter
 
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; pytest exports no public name
+
 _SESSION_SERVER: Any = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("leaseproof_adapter", "MODULE:FACTORY of an in-process leaseproof adapter", default="")
     parser.addini("leaseproof_adapter_cmd", "command of an out-of-process leaseproof adapter", default="")
-    parser.addini("leaseproof_max_examples", "generated programs per machine (default: the Hypothesis profile's)", default="")
+    parser.addini(
+        "leaseproof_max_examples", "generated programs per machine (default: the Hypothesis profile's)", default=""
+    )
     parser.addini("leaseproof_seed", "seed of the generated programs (default: 0, for a reproducible CI)", default="0")
     parser.addini("leaseproof_dsn", "PostgreSQL server for the leaseproof_postgres fixture", default="")
 
@@ -52,6 +57,7 @@ class ConformanceItem(pytest.Item):
         config = self.config
         with _configured_adapter(config) as adapter:
             profile = hypothesis_settings.default
+            assert profile is not None  # Hypothesis loads its default profile on import
             examples = config.getini("leaseproof_max_examples")
             verdict = run_conformance(
                 adapter,
@@ -68,10 +74,10 @@ class ConformanceItem(pytest.Item):
                 f"minimal counterexample:\n{program}\n{verdict.failure}"
             )
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, ConformanceFailure):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style)  # type: ignore[arg-type]
+        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return "leaseproof", None, self.name

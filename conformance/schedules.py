@@ -137,11 +137,14 @@ class Race:
         except Aborted:
             self.programs[client.name].pop()
             return
-        raise ScheduleError(f"client {client.name!r} was to roll back, but its operation returned {w.describe(outcome)}")
+        raise ScheduleError(
+            f"client {client.name!r} was to roll back, but its operation returned {w.describe(outcome)}"
+        )
 
     def serial(self, order: tuple[str, ...]) -> tuple[dict[str, list[Any]], Any]:
         """The outcomes and the final state of the model, for one serial order."""
-        state, outcomes = self.state, {name: [] for name in self.programs}
+        state = self.state
+        outcomes: dict[str, list[Any]] = {name: [] for name in self.programs}
         taken = dict.fromkeys(self.programs, 0)
         for name in order:
             state, outcome = self.step(state, self.programs[name][taken[name]])
@@ -179,7 +182,9 @@ class Race:
         if orders:
             return Judgement(True, self.operations, f"the serial order {orders[0]!r} gives this history")
         return Judgement(
-            False, self.operations, f"no serial order of the model gives this history: {describe_history(self.outcomes)}"
+            False,
+            self.operations,
+            f"no serial order of the model gives this history: {describe_history(self.outcomes)}",
         )
 
     def assert_linearizable(self) -> None:
@@ -249,7 +254,8 @@ CLAIM = d.Claim(C, T1, LEASE)
 
 def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
     def bind(client: Client) -> Callable[[Any], Any]:
-        store, clock = store_class(client.gate), PinnedClock(client.gate)
+        connection = client.gate.as_connection()
+        store, clock = store_class(connection), PinnedClock(connection)
 
         def execute(command: Any) -> Any:
             if isinstance(command, d.AdvanceClock):
@@ -275,7 +281,14 @@ def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[Post
         adapter = PostgresDeliveryAdapter(dsn, store_class=store_class)
         adapters.append(adapter)
         adapter.reset(w.START)
-        race = Race(adapter, schedule, d.step, d.initial_state(w.START), describe_state_difference, delivery_executor(store_class))
+        race = Race(
+            adapter,
+            schedule,
+            d.step,
+            d.initial_state(w.START),
+            describe_state_difference,
+            delivery_executor(store_class),
+        )
         race.setup(*WORLD)
         return race
 
@@ -358,7 +371,8 @@ class Interleaving:
 # schedule that does (keyed by the race mutant's name, impl/race_mutants.py).
 INTERLEAVINGS: dict[str, Interleaving] = {
     "reconcile-outside-transaction": Interleaving(
-        "reconciliation races a community deletion", functools.partial(reconciliation_races_a_community_change, change="delete")
+        "reconciliation races a community deletion",
+        functools.partial(reconciliation_races_a_community_change, change="delete"),
     ),
     "sweeps-overlap": Interleaving("a second sweep, then a claim", a_second_sweep_then_a_claim),
 }

@@ -76,13 +76,13 @@ def render_transitions(
     transitions: Mapping[tuple[str, str], tuple[str, ...]], initial: str, final: str | None = None
 ) -> str:
     """A Mermaid state diagram and a table of the same transitions."""
-    node = lambda name: "[*]" if name in (initial, final) else name  # noqa: E731
+    node: Callable[[str], str] = lambda name: "[*]" if name in (initial, final) else name  # noqa: E731
     diagram = ["```mermaid", "stateDiagram-v2"]
     diagram += [f"    {node(a)} --> {node(b)}: {', '.join(by)}" for (a, b), by in transitions.items()]
     diagram.append("```")
     table = ["| from | to | by (operation/guard) |", "|---|---|---|"]
     table += [f"| {a} | {b} | {', '.join(by)} |" for (a, b), by in transitions.items()]
-    return "\n".join(diagram + [""] + table)
+    return "\n".join([*diagram, "", *table])
 
 
 def render_invariants(registry: Invariants) -> str:
@@ -108,7 +108,10 @@ PAGES: tuple[Page, ...] = (
         "delivery.md",
         {
             "row-transitions": lambda: render_transitions(
-                {(delivery.status_name(a), delivery.status_name(b)): by for (a, b), by in delivery.TRANSITION_RULES.items()},
+                {
+                    (delivery.status_name(a), delivery.status_name(b)): by
+                    for (a, b), by in delivery.TRANSITION_RULES.items()
+                },
                 initial=delivery.status_name(None),
             ),
             "outcomes": lambda: render_outcomes(delivery.OUTCOME_VARIANTS),

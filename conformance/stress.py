@@ -39,8 +39,8 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.history import History, Indeterminate, Recorder
 from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.linearizability import DEFAULT_BUDGET, NOT_LINEARIZABLE, UNKNOWN, CheckResult, check
-from leaseproof.conformance.trace import SPECS as LOCKSTEP
 from leaseproof.conformance.programs import GENERATORS, Program, resolve
+from leaseproof.conformance.trace import SPECS as LOCKSTEP
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 
@@ -117,7 +117,7 @@ class _Client:
         except LOST as exc:
             recorder.abandon(op, f"{type(exc).__name__}: {exc}")
             raise
-        except Exception as exc:  # noqa: BLE001 - the implementation broke
+        except Exception as exc:  # the implementation broke
             recorder.abandon(op, f"fault: {type(exc).__name__}")
             raise StressFault(f"{self.name}: {command!r} raised {type(exc).__name__}: {exc}") from exc
         if isinstance(outcome, d.Claimed):
@@ -165,7 +165,7 @@ class Runner:
             start = threading.Barrier(len(round_.branches))
 
             def branch(client: _Client, steps: tuple[Any, ...]) -> None:
-                start.wait()
+                start.wait()  # noqa: B023 - every branch ends (future.result()) before the next round rebinds it
                 for step in steps:
                     try:
                         client.run(recorder, step, self._lose)

@@ -97,7 +97,11 @@ def write(trace: Trace, path: Path) -> None:
     header = {"trace": TRACE_VERSION, "machine": trace.machine, "start": codec.encode(trace.start), "name": trace.name}
     lines: list[dict[str, Any]] = [header]
     for number, step in enumerate(trace.steps, 1):
-        line: dict[str, Any] = {"step": number, "command": codec.encode(step.command), "outcome": codec.encode(step.outcome)}
+        line: dict[str, Any] = {
+            "step": number,
+            "command": codec.encode(step.command),
+            "outcome": codec.encode(step.outcome),
+        }
         if step.state is not None:
             line["state"] = codec.encode_state(step.state)
         lines.append(line)
@@ -122,7 +126,9 @@ def read(path: Path) -> Trace:
     number, header = entries[0]
     machines = " or ".join(f'"{name}"' for name in SPECS)
     if not isinstance(header, dict) or header.get("trace") != TRACE_VERSION:
-        raise TraceError(f'{path}:{number}: the header must be {{"trace": {TRACE_VERSION}, "machine": {machines}, ...}}')
+        raise TraceError(
+            f'{path}:{number}: the header must be {{"trace": {TRACE_VERSION}, "machine": {machines}, ...}}'
+        )
     # Every trace ever written names its machine, so a missing name is refused rather than guessed.
     machine = header.get("machine")
     if machine not in SPECS:
@@ -176,7 +182,8 @@ def replay(trace: Trace, adapter: Any) -> Divergence | None:
         if type(snapshot) is not type(state):
             raise TraceError(
                 f"{trace.name}: a {trace.machine} trace, but {adapter.name} answers with a "
-                f"{type(snapshot).__name__} snapshot: replay it against an implementation of the {trace.machine} machine"
+                f"{type(snapshot).__name__} snapshot: "
+                f"replay it against an implementation of the {trace.machine} machine"
             )
         if snapshot != state:
             return Divergence(

@@ -14,6 +14,7 @@ with the model.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import json
 import os
@@ -95,16 +96,15 @@ class SubprocessAdapter:
     def snapshot(self) -> m.DeliverySystem:
         result = self._call("snapshot", {"machine": MACHINE})
         try:
-            return codec.decode_state(result)
+            state: m.DeliverySystem = codec.decode_state(result)
         except codec.DecodeError as exc:
             raise self._fault(f"its snapshot is malformed: {exc}") from None
+        return state
 
     def close(self) -> None:
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(AdapterFault):
                 self._call("close", {}, timeout=5)
-            except AdapterFault:
-                pass
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:

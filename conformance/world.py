@@ -13,6 +13,7 @@ import datetime as dt
 import enum
 import hashlib
 import uuid
+from collections.abc import Collection
 
 import attrs
 
@@ -20,7 +21,7 @@ from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, 
 
 _NS = uuid.UUID("6c656173-6570-4f6f-8000-000000000000")  # "leaseproof"-ish
 
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def _uuid(name: str) -> uuid.UUID:
@@ -75,7 +76,7 @@ def delivery_named(name: str) -> uuid.UUID:
     return delivery_id(FRESH, run, step, target)
 
 
-_FRESH_NAMES = {
+_FRESH_NAMES: dict[object, str] = {
     delivery_id(FRESH, run, step, target): f"{run}/{step}/{target}"
     for run in RUN_WORKFLOW
     for step in STEPS
@@ -97,7 +98,7 @@ CHANNELS = {name: _uuid(f"channel {name}") for name in ("general", "ops")}
 REPLICAS = ("r1", "r2")
 
 
-def other(name: str, names: dict[str, object] | tuple[str, ...]) -> str:
+def other(name: str, names: Collection[str]) -> str:
     """The next name of the same kind: a foreign but well-formed value."""
     ordered = sorted(names)
     return ordered[(ordered.index(name) + 1) % len(ordered)]
@@ -137,15 +138,16 @@ def name_of(value: object) -> str:
     if isinstance(value, str) and value in STEPS.values():
         return next(name for name, step in STEPS.items() if step == value)
     if isinstance(value, bytes):
-        return _FRESH_NAMES.get(value, f"{value.hex()[:8]}…")  # type: ignore[arg-type]
-    return _FRESH_NAMES.get(value, repr(value))  # type: ignore[arg-type]
+        return _FRESH_NAMES.get(value, f"{value.hex()[:8]}…")
+    return _FRESH_NAMES.get(value, repr(value))
 
 
 def describe(value: object) -> str:
     """A value in world names: ids by name, instants relative to START."""
-    if attrs.has(type(value)):
-        fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}" for f in attrs.fields(type(value)))
-        return f"{type(value).__name__}({fields})"
+    cls = type(value)
+    if attrs.has(cls):
+        fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}" for f in attrs.fields(cls))
+        return f"{cls.__name__}({fields})"
     if isinstance(value, uuid.UUID | bytes):
         return name_of(value)
     if isinstance(value, dt.datetime):

@@ -29,10 +29,11 @@ stores; it lives in `impl/` because it wraps their connections.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -181,6 +182,10 @@ class Gate:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
 
+    def as_connection(self) -> psycopg.Connection[dict[str, Any]]:
+        """This gate, typed as the connection it stands in for (what a store is given)."""
+        return cast("psycopg.Connection[dict[str, Any]]", self)
+
     def _fire(self, kind: str, matches: Callable[[Match], bool]) -> None:
         with self._lock:
             pause = next((p for p in self.pauses if not p.fired and p.kind == kind and matches(p.match)), None)
@@ -193,7 +198,7 @@ class Gate:
 class _GatedTransaction:
     """`conn.transaction()`, with the gate's commit point at the outermost exit."""
 
-    def __init__(self, gate: Gate, inner: psycopg.Transaction) -> None:
+    def __init__(self, gate: Gate, inner: contextlib.AbstractContextManager[psycopg.Transaction]) -> None:
         self.gate, self.inner = gate, inner
 
     def __enter__(self) -> psycopg.Transaction:
@@ -276,7 +281,7 @@ class Client:
     def blocked_by(self) -> list[int]:
         """The backends this client's backend now waits for, inside PostgreSQL."""
         row = self.schedule.monitor.execute("SELECT pg_blocking_pids(%s) AS pids", (self.pid,)).fetchone()
-        return list(row["pids"])  # type: ignore[index]
+        return list(row["pids"])  # type: ignore[index]  # the statement always returns one row
 
     def wait_blocked(self, timeout: float = TIMEOUT) -> Client:
         """Until this client's backend waits for a lock; fail if it finishes instead."""
@@ -338,4 +343,4 @@ class Schedule:
         self.close()
 
 
-__all__ = ["Aborted", "Client", "Gate", "Pause", "Schedule", "ScheduleTimeout", "TIMEOUT"]
+__all__ = ["TIMEOUT", "Aborted", "Client", "Gate", "Pause", "Schedule", "ScheduleTimeout"]

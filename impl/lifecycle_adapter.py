@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from leaseproof.impl.adapter import Connect, reset_database
@@ -19,7 +20,6 @@ from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused
 from leaseproof.model.frozenmap import FrozenMap
-
 
 
 class PostgresLifecycleSession:
@@ -62,7 +62,7 @@ class PostgresLifecycleSession:
                     engine.refresh()
                     return d.Ok()
                 return engine.fire(c)
-        handlers = {
+        handlers: dict[type, Callable[[Any], Any]] = {
             m.SetAuthority: self.store.set_authority,
             m.SaveDefinition: self.store.save,
             m.DeleteDefinition: self.store.delete,
@@ -129,7 +129,7 @@ class PostgresLifecycleAdapter:
         )
         executed: dict[int, tuple[str, ...]] = {}
         for run_id, action in actions:
-            executed[run_id] = executed.get(run_id, ()) + (action,)
+            executed[run_id] = (*executed.get(run_id, ()), action)
         return m.LifecycleSystem(
             now=clock[0][0],
             communities=FrozenMap((cid, d.CommunityState(state)) for cid, state in communities),

@@ -142,7 +142,7 @@ class LifecycleStore(_Writes):
             cutoff = self._one(self.SQL_CUTOFF, params)
             if head is None and cutoff is not None and e.created_at <= cutoff["cutoff"]:
                 return m.BeforeCutoff(cutoff["cutoff"])
-            incarnation = e.created_at if head is None else self._one(self.SQL_INCARNATION, params)["incarnation"]  # type: ignore[index]
+            incarnation = e.created_at if head is None else self._one(self.SQL_INCARNATION, params)["incarnation"]  # type: ignore[index]  # a head has a runtime row
             record = m.project(e, incarnation)
             row = {
                 **record_params(record),
@@ -212,7 +212,8 @@ class ReplicaEngine(_Writes):
         self.cache = m.Cache(loaded_at=self._now())
 
     def _now(self) -> dt.datetime:
-        return self.conn.execute(self.SQL_NOW).fetchone()["now"]  # type: ignore[index]
+        now: dt.datetime = self.conn.execute(self.SQL_NOW).fetchone()["now"]  # type: ignore[index]  # the statement always returns one row
+        return now
 
     def refresh(self) -> None:
         with self.conn.transaction():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import psycopg
 
@@ -13,11 +14,11 @@ _MIGRATION_LOCK = 0x1EA5E0F
 def available() -> list[tuple[str, str]]:
     """(version, sql) of every shipped migration, oldest first."""
     folder = resources.files("leaseproof.impl") / "migrations"
-    files = sorted(f for f in folder.iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text(encoding="utf-8")) for f in files]
 
 
-def migrate(conn: psycopg.Connection) -> list[str]:
+def migrate(conn: psycopg.Connection[Any]) -> list[str]:
     """Apply every pending migration, each in its own transaction; return the versions applied."""
     applied: list[str] = []
     with conn.transaction():

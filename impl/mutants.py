@@ -8,6 +8,7 @@ that the conformance machine kills every one of them.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, ClassVar
 
 import attrs
@@ -120,7 +121,7 @@ class CommitNotAtomic(Store):
     """Each target commits on its own: a failing target leaves the others."""
 
     def commit_deliveries(self, c: m.CommitDeliveries) -> Any:
-        created = []
+        created: list[uuid.UUID] = []
         for new in c.deliveries:
             outcome = super().commit_deliveries(attrs.evolve(c, deliveries=(new,)))
             created.extend(outcome.created)

@@ -62,7 +62,7 @@ _LOG_TAIL_LINES = 20
 # sun_path is 108 bytes on Linux (104 on BSD/macOS); keep to the smaller.
 _MAX_SOCKET_PATH = 103
 
-Log = Callable[[str], None]
+Log = Callable[[str], object]  # what it returns is ignored (so `err.write` will do)
 
 _ADVICE = (
     "To fix this, do one of: set LEASEPROOF_DSN (or pass --dsn) to a running "
@@ -248,7 +248,7 @@ def docker_engine(timeout: float = _DOCKER_PROBE_TIMEOUT) -> tuple[bool, str]:
     """
     host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
-        import docker  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        import docker
     except ImportError:
         return _raw_docker_ping(host, timeout)
     try:
@@ -257,7 +257,7 @@ def docker_engine(timeout: float = _DOCKER_PROBE_TIMEOUT) -> tuple[bool, str]:
             client.ping()
         finally:
             client.close()
-    except Exception as exc:  # the docker package raises many unrelated types
+    except Exception as exc:  # noqa: BLE001 - the docker package raises many unrelated types
         return False, f"no Docker engine answered at {host} ({_first_line(exc)})"
     return True, f"Docker engine at {host}"
 
@@ -296,9 +296,7 @@ def _raw_docker_ping(host: str, timeout: float) -> tuple[bool, str]:
 def _container_server(engine: str, say: Log) -> Iterator[Server]:
     try:
         # Optional extra: absent unless leaseproof[docker] is installed.
-        from testcontainers.postgres import (  # type: ignore[import-not-found,unused-ignore]
-            PostgresContainer,
-        )
+        from testcontainers.postgres import PostgresContainer
     except ImportError as exc:
         raise _SourceUnavailable(
             f"{engine} answered but testcontainers is not installed ({exc})"
@@ -687,7 +685,7 @@ class _EmbeddedCluster:
 
 def _grant_read_and_execute(root: Path) -> None:
     """chmod go+rX below root, so another user can read and run the copy."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, os.stat(dirpath).st_mode | 0o755)
         for name in filenames:
             path = os.path.join(dirpath, name)

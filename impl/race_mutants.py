@@ -17,7 +17,7 @@ before its one statement and the variant between its read and its write.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from leaseproof.impl.lifecycle_mutants import LifecycleMutant
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
@@ -228,8 +228,16 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "sweeps-overlap": SweepsOverlap,
 }
 
+class LifecycleClasses(TypedDict, total=False):
+    """Keyword arguments of `PostgresLifecycleAdapter` that build a lifecycle mutant."""
+
+    store_class: type[LifecycleStore]
+    engine_class: type[ReplicaEngine]
+    resumer_class: type[RunResumer]
+
+
 # Keyword arguments of `PostgresLifecycleAdapter` that build each mutant.
-LIFECYCLE_RACE_MUTANTS: dict[str, dict[str, type]] = {
+LIFECYCLE_RACE_MUTANTS: dict[str, LifecycleClasses] = {
     "admission-without-row-lock": {"engine_class": AdmissionWithoutRowLock},
     "authority-check-unlocked": {"store_class": AuthorityCheckUnlocked},
     "resumes-interleave": {"resumer_class": ResumesInterleave},

@@ -408,7 +408,7 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self._writable(c.community_id)
             self.conn.execute(self.SQL_LOCK_IDENTITY, params)
-            existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]
+            existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]  # the statement always returns one row
             run = self._one(self.SQL_RUN_WORKFLOW, params)
             if run is None:
                 raise Refused(m.NotFound("run", c.community_id, c.run_id))
@@ -466,7 +466,7 @@ class PostgresDeliveryStore(FencedWriter):
             delivery_id=delivery.id,
             target_pubkey=c.target_pubkey,
             lease_generation=delivery.lease_generation,
-            lease_until=delivery.lease_until,  # type: ignore[arg-type]
+            lease_until=delivery.lease_until,
         )
         return m.Claimed(lease, delivery)
 
@@ -493,7 +493,7 @@ class PostgresDeliveryStore(FencedWriter):
         with self.conn.transaction():
             self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
             row = self._one(self.SQL_REAP, {})
-        return m.Reaped(row["reaped"])  # type: ignore[index]
+        return m.Reaped(row["reaped"])  # type: ignore[index]  # the statement always returns one row
 
     def get_delivery(self, c: m.GetDelivery) -> m.Found:
         row = self._one(self.SQL_GET_DELIVERY, {"community_id": c.community_id, "delivery_id": c.delivery_id})
@@ -598,10 +598,17 @@ def _lease_params(lease: m.Lease) -> dict[str, Any]:
 
 
 def _expected_columns(expected: Binding | None) -> dict[str, Any]:
-    names = (
-        "workflow_id run_id step_id definition_event_id message_event_id "
-        "cause_kind cause_event_id cause_scheduled_for cause_invocation_id"
-    ).split()
+    names = [
+        "workflow_id",
+        "run_id",
+        "step_id",
+        "definition_event_id",
+        "message_event_id",
+        "cause_kind",
+        "cause_event_id",
+        "cause_scheduled_for",
+        "cause_invocation_id",
+    ]
     if expected is None:
         return dict.fromkeys(names)
     columns = binding_columns(expected)
@@ -629,4 +636,4 @@ class PinnedClock:
         self.conn.execute("DELETE FROM lp_clock")
 
 
-__all__: Sequence[str] = ("PostgresDeliveryStore", "PinnedClock", "connect", "delivery_from_row")
+__all__: Sequence[str] = ("PinnedClock", "PostgresDeliveryStore", "connect", "delivery_from_row")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import attrs
@@ -55,27 +56,46 @@ def require_instant(field: str, value: Any) -> None:
 def to_utc(value: Any) -> Any:
     """Normalise aware datetimes to UTC so equal instants have one spelling."""
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc)
+        return value.astimezone(dt.UTC)
     return value
 
 
-def _check(rule: Any) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+def _check(rule: Callable[[str, Any], None]) -> Validator:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         rule(attribute.name, value)
 
     return validator
 
 
+# The three kinds of field every record uses. Records spell them out as
+# `attrs.field(validator=is_uuid)`, `attrs.field(validator=is_key, repr=short_key)`
+# and `attrs.field(converter=to_utc, validator=is_instant)` rather than calling
+# the helpers below: mypy's attrs plugin recognises only a literal `attrs.field`
+# call, and reads any other right-hand side as a default value (so every such
+# field would look optional, and the classes ill-ordered).
+is_uuid = _check(require_uuid)
+is_key = _check(require_key)
+is_instant = _check(require_instant)
+
+
+def short_key(value: bytes) -> str:
+    """How a key appears in a record's repr: its first four bytes, in hex."""
+    return f"{value.hex()[:8]}…"
+
+
 def uuid_field() -> Any:
-    return attrs.field(validator=_check(require_uuid))
+    return attrs.field(validator=is_uuid)
 
 
 def key_field() -> Any:
-    return attrs.field(validator=_check(require_key), repr=lambda b: f"{b.hex()[:8]}…")
+    return attrs.field(validator=is_key, repr=short_key)
 
 
 def instant_field() -> Any:
-    return attrs.field(converter=to_utc, validator=_check(require_instant))
+    return attrs.field(converter=to_utc, validator=is_instant)
 
 
 # -- cause: exactly one of three kinds -------------------------------------
@@ -85,7 +105,7 @@ def instant_field() -> Any:
 class EventCause:
     """The delivery was caused by a relay event."""
 
-    event_id: bytes = key_field()
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
     kind = "event"
 
 
@@ -107,7 +127,7 @@ class ScheduleCause:
 class WebhookCause:
     """The delivery was caused by one webhook invocation."""
 
-    invocation_id: uuid.UUID = uuid_field()
+    invocation_id: uuid.UUID = attrs.field(validator=is_uuid)
     kind = "webhook"
 
 
@@ -124,11 +144,11 @@ def _require_cause(field: str, value: Any) -> None:
 class Binding:
     """Who a delivery is for and why: immutable once committed."""
 
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
     step_id: str = attrs.field(validator=_check(require_step_id))
-    target_pubkey: bytes = key_field()
-    definition_event_id: bytes = key_field()
-    message_event_id: bytes = key_field()
+    target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
+    definition_event_id: bytes = attrs.field(validator=is_key, repr=short_key)
+    message_event_id: bytes = attrs.field(validator=is_key, repr=short_key)
     cause: Cause = attrs.field(validator=_check(_require_cause))

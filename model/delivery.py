@@ -25,18 +25,20 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
 
 from leaseproof.model.binding import (
     Binding,
-    instant_field,
-    key_field,
+    is_instant,
+    is_key,
+    is_uuid,
     require_step_id,
     require_uuid,
-    uuid_field,
+    short_key,
+    to_utc,
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
@@ -63,24 +65,24 @@ class CommunityState(enum.Enum):
     DELETED = "deleted"
 
 
-def _lease_seconds(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _lease_seconds(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidValue(attribute.name, value, "must be an integer number of seconds")
     if not 0 < value <= MAX_LEASE_SECONDS:
         raise InvalidValue(attribute.name, value, f"must be positive and at most {MAX_LEASE_SECONDS}")
 
 
-def _step_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _step_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     require_step_id(attribute.name, value)
 
 
-def _optional_uuid(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_uuid(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         require_uuid(attribute.name, value)
 
 
 def _instance_of(*types: type) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, types):
             names = " or ".join(t.__name__ for t in types)
             raise InvalidValue(attribute.name, value, f"must be {names}")
@@ -95,7 +97,7 @@ def _instance_of(*types: type) -> Any:
 class Delivery:
     """One delivery row, every persisted field."""
 
-    id: uuid.UUID = uuid_field()
+    id: uuid.UUID = attrs.field(validator=is_uuid)
     binding: Binding = attrs.field(validator=_instance_of(Binding))
     status: Status
     lease_generation: int
@@ -113,14 +115,14 @@ class Delivery:
 class Lease:
     """A target-scoped capability to act on one delivery at one generation."""
 
-    community_id: uuid.UUID = uuid_field()
-    delivery_id: uuid.UUID = uuid_field()
-    target_pubkey: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    delivery_id: uuid.UUID = attrs.field(validator=is_uuid)
+    target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
     lease_generation: int = attrs.field()
-    lease_until: dt.datetime = instant_field()
+    lease_until: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
 
     @lease_generation.validator
-    def _generation(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _generation(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidValue("lease_generation", value, "must be a non-negative integer")
 
@@ -129,7 +131,7 @@ class Lease:
 class NewDelivery:
     """One target of a commit: the producer-chosen id and its binding."""
 
-    id: uuid.UUID = uuid_field()
+    id: uuid.UUID = attrs.field(validator=is_uuid)
     binding: Binding = attrs.field(validator=_instance_of(Binding))
 
 
@@ -138,18 +140,18 @@ class NewDelivery:
 
 @attrs.frozen
 class CreateCommunity:
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class SetCommunityState:
     """Move a live community between active, quiescing and fenced."""
 
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
     state: CommunityState = attrs.field()
 
     @state.validator
-    def _not_deleted(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _not_deleted(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, CommunityState) or value is CommunityState.DELETED:
             raise InvalidValue("state", value, "must be active, quiescing or fenced (use DeleteCommunity)")
 
@@ -158,59 +160,64 @@ class SetCommunityState:
 class DeleteCommunity:
     """Mark the community deleted and purge every row it owns."""
 
-    community_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class CreateWorkflow:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class DeleteWorkflow:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class CreateRun:
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class DeleteRun:
-    community_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
 class PublishEvent:
     """Record a (message) event that deliveries may reference."""
 
-    community_id: uuid.UUID = uuid_field()
-    event_id: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
 
 
 @attrs.frozen
 class DeleteEvent:
-    community_id: uuid.UUID = uuid_field()
-    event_id: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
+
+
+def _as_tuple(value: Iterable[NewDelivery]) -> tuple[NewDelivery, ...]:
+    # `converter=tuple` itself would leave the element type unknown to mypy.
+    return tuple(value)
 
 
 @attrs.frozen
 class CommitDeliveries:
     """The only insert path: every target of one step, all or nothing."""
 
-    community_id: uuid.UUID = uuid_field()
-    run_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    run_id: uuid.UUID = attrs.field(validator=is_uuid)
     step_id: str = attrs.field(validator=_step_id)
-    deliveries: tuple[NewDelivery, ...] = attrs.field(converter=tuple)
+    deliveries: tuple[NewDelivery, ...] = attrs.field(converter=_as_tuple)
 
     @deliveries.validator
-    def _same_step(self, attribute: attrs.Attribute, value: tuple[NewDelivery, ...]) -> None:
+    def _same_step(self, attribute: attrs.Attribute[Any], value: tuple[NewDelivery, ...]) -> None:
         if not value:
             raise InvalidValue("deliveries", value, "must name at least one delivery")
         for index, new in enumerate(value):
@@ -229,8 +236,8 @@ class CommitDeliveries:
 class Claim:
     """Claim the oldest matching pending delivery for an authenticated target."""
 
-    community_id: uuid.UUID = uuid_field()
-    target_pubkey: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
     lease_seconds: int = attrs.field(validator=_lease_seconds)
     delivery_id: uuid.UUID | None = attrs.field(default=None, validator=_optional_uuid)
     expected: Binding | None = attrs.field(default=None, validator=attrs.validators.optional(_instance_of(Binding)))
@@ -248,7 +255,7 @@ class Finish:
     outcome: Status = attrs.field()
 
     @outcome.validator
-    def _terminal(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _terminal(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, Status) or not value.terminal:
             raise InvalidValue("outcome", value, "must be finished or failed")
 
@@ -263,15 +270,15 @@ class AdvanceClock:
     by: dt.timedelta = attrs.field()
 
     @by.validator
-    def _positive(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _positive(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
             raise InvalidValue("by", value, "must be a positive timedelta")
 
 
 @attrs.frozen
 class GetDelivery:
-    community_id: uuid.UUID = uuid_field()
-    delivery_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    delivery_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 Command: TypeAlias = (
@@ -477,7 +484,7 @@ CommunityKey: TypeAlias = tuple[uuid.UUID, uuid.UUID]  # (community, workflow | 
 class DeliverySystem:
     """Everything the machine persists, and the clock."""
 
-    now: dt.datetime = instant_field()
+    now: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     communities: FrozenMap[uuid.UUID, CommunityState] = FrozenMap()
     workflows: frozenset[CommunityKey] = frozenset()
     runs: FrozenMap[CommunityKey, uuid.UUID] = FrozenMap()  # (community, run) -> workflow
@@ -884,8 +891,9 @@ def _renew(s: DeliverySystem, c: Renew) -> Decided:
     row = _held(s, c.lease)
     if row is None:
         return s, LeaseLost(), "not-held"
-    renewed = attrs.evolve(row, lease_until=s.now + dt.timedelta(seconds=c.lease_seconds))
-    return s.with_delivery(renewed), Renewed(renewed.lease_until), "held"
+    lease_until = s.now + dt.timedelta(seconds=c.lease_seconds)
+    renewed = attrs.evolve(row, lease_until=lease_until)
+    return s.with_delivery(renewed), Renewed(lease_until), "held"
 
 
 def _finish(s: DeliverySystem, c: Finish) -> Decided:

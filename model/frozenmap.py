@@ -12,7 +12,7 @@ V = TypeVar("V")
 class FrozenMap(Mapping[K, V], Generic[K, V]):
     """A mapping that never changes; `set`/`remove` return new maps."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_hash", "_items")
 
     def __init__(self, items: Mapping[K, V] | Iterable[tuple[K, V]] = ()) -> None:
         self._items: dict[K, V] = dict(items)

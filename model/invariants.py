@@ -92,7 +92,7 @@ def rows_reference_live_parents(s: DeliverySystem) -> Violations:
 @INVARIANTS.state
 def identities_are_unique(s: DeliverySystem) -> Violations:
     """No two deliveries share an identity (community, run, step, target)."""
-    identities: dict[tuple, object] = {}
+    identities: dict[tuple[object, ...], object] = {}
     for key, d in s.deliveries.items():
         identity = (key[0], d.binding.run_id, d.binding.step_id, d.binding.target_pubkey)
         if identity in identities:
@@ -165,7 +165,8 @@ def rows_move_only_along_the_transitions(before: DeliverySystem, after: Delivery
 
 @INVARIANTS.step
 def exactly_claim_and_reap_move_the_fence(before: DeliverySystem, after: DeliverySystem, outcome: object) -> Violations:
-    """The generation never falls, and rises by exactly one on pending → claimed and claimed → pending, and only then."""
+    """The generation never falls, and rises by exactly one on pending → claimed
+    and claimed → pending, and only then."""
     for key, old in before.deliveries.items():
         new = after.deliveries.get(key)
         if new is None:

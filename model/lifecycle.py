@@ -27,7 +27,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from leaseproof.model.binding import instant_field, key_field, uuid_field
+from leaseproof.model.binding import is_instant, is_key, is_uuid, short_key, to_utc
 from leaseproof.model.delivery import (
     COMMUNITY_NOT_ACTIVE,
     COMMUNITY_UNKNOWN,
@@ -64,7 +64,7 @@ ALTERNATE_DELETIONS = (
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
-    def validator(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def validator(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in choices:
             raise InvalidValue(attribute.name, value, f"must be one of {', '.join(choices)}")
 
@@ -76,7 +76,7 @@ def _as_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _actions(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, tuple) or not 0 < len(value) <= MAX_ACTIONS:
         raise InvalidValue(attribute.name, value, f"must be 1 to {MAX_ACTIONS} actions")
     for action in value:
@@ -88,12 +88,12 @@ def _actions(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise InvalidValue(attribute.name, value, "each action must be valid Unicode text") from None
 
 
-def _optional_bool(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _optional_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, bool):
         raise InvalidValue(attribute.name, value, "must be true, false or omitted")
 
 
-def _run_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _run_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InvalidValue(attribute.name, value, "must be a positive integer")
 
@@ -124,12 +124,12 @@ class Definition:
 class DefinitionEvent:
     """A signed save of one coordinate (kind 30620)."""
 
-    event_id: bytes = key_field()
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    author: bytes = key_field()
-    channel_id: uuid.UUID = uuid_field()
-    created_at: dt.datetime = instant_field()
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    author: bytes = attrs.field(validator=is_key, repr=short_key)
+    channel_id: uuid.UUID = attrs.field(validator=is_uuid)
+    created_at: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     definition: Definition = attrs.field(validator=_instance_of(Definition))
 
 
@@ -137,10 +137,10 @@ class DefinitionEvent:
 class Head:
     """The signed head of a coordinate: the newest accepted save."""
 
-    event_id: bytes = key_field()
-    author: bytes = key_field()
-    channel_id: uuid.UUID = uuid_field()
-    created_at: dt.datetime = instant_field()
+    event_id: bytes = attrs.field(validator=is_key, repr=short_key)
+    author: bytes = attrs.field(validator=is_key, repr=short_key)
+    channel_id: uuid.UUID = attrs.field(validator=is_uuid)
+    created_at: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     definition: Definition = attrs.field(validator=_instance_of(Definition))
 
 
@@ -154,15 +154,15 @@ class Record:
     is a new revision, even one that restores earlier content.
     """
 
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    owner: bytes = key_field()
-    channel_id: uuid.UUID = uuid_field()
-    hash: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    owner: bytes = attrs.field(validator=is_key, repr=short_key)
+    channel_id: uuid.UUID = attrs.field(validator=is_uuid)
+    hash: bytes = attrs.field(validator=is_key, repr=short_key)
     enabled: bool = attrs.field(validator=_instance_of(bool))
-    incarnation: dt.datetime = instant_field()
+    incarnation: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     actions: tuple[str, ...] = attrs.field(converter=_as_tuple, validator=_actions)
-    revision: bytes = key_field()
+    revision: bytes = attrs.field(validator=is_key, repr=short_key)
 
     @property
     def coordinate(self) -> tuple[uuid.UUID, uuid.UUID]:
@@ -194,9 +194,9 @@ class Run:
 class SetAuthority:
     """Grant (`active=True`) or revoke a member's authority in a channel."""
 
-    community_id: uuid.UUID = uuid_field()
-    channel_id: uuid.UUID = uuid_field()
-    member: bytes = key_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    channel_id: uuid.UUID = attrs.field(validator=is_uuid)
+    member: bytes = attrs.field(validator=is_key, repr=short_key)
     active: bool = attrs.field(validator=_instance_of(bool))
 
 
@@ -211,18 +211,18 @@ class SaveDefinition:
 class DeleteDefinition:
     """The canonical deletion, signed by the definition's author at `created_at`."""
 
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
-    author: bytes = key_field()
-    created_at: dt.datetime = instant_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
+    author: bytes = attrs.field(validator=is_key, repr=short_key)
+    created_at: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
 
 
 @attrs.frozen
 class AlternateDelete:
     """A deletion through a path other than the author's canonical one."""
 
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
     path: str = attrs.field(validator=_one_of(ALTERNATE_DELETIONS))
 
 
@@ -237,8 +237,8 @@ class Fire:
 
     replica: str = attrs.field(validator=_instance_of(str))
     door: str = attrs.field(validator=_one_of(DOORS))
-    community_id: uuid.UUID = uuid_field()
-    workflow_id: uuid.UUID = uuid_field()
+    community_id: uuid.UUID = attrs.field(validator=is_uuid)
+    workflow_id: uuid.UUID = attrs.field(validator=is_uuid)
 
 
 @attrs.frozen
@@ -400,7 +400,7 @@ Coordinate: TypeAlias = tuple[uuid.UUID, uuid.UUID]
 class LifecycleSystem:
     """Everything the lifecycle persists, the replicas' caches, and the clock."""
 
-    now: dt.datetime = instant_field()
+    now: dt.datetime = attrs.field(converter=to_utc, validator=is_instant)
     communities: FrozenMap[uuid.UUID, CommunityState] = FrozenMap()
     # (community, channel, member) of every member with active authority.
     authority: frozenset[tuple[uuid.UUID, uuid.UUID, bytes]] = frozenset()
@@ -472,14 +472,18 @@ RULES: dict[type, tuple[Rule, ...]] = {
     ),
     SetAuthority: (
         *_COMMUNITY_RULES,
-        Rule("set", "otherwise", ("Ok",), "the member's authority in the channel is granted or revoked", ("authority",)),
+        Rule(
+            "set", "otherwise", ("Ok",), "the member's authority in the channel is granted or revoked", ("authority",)
+        ),
     ),
     SaveDefinition: (
         *_COMMUNITY_RULES,
         Rule("no-authority", "the author lacks active authority in the event's channel", ("NoAuthority",)),
         Rule("not-author", "a head exists with another author or channel", ("NotAuthor",)),
         Rule("not-newer", "a head exists and the event's created_at <= the head's", ("Superseded",)),
-        Rule("before-cutoff", "no head exists and the event's created_at <= the coordinate's cutoff", ("BeforeCutoff",)),
+        Rule(
+            "before-cutoff", "no head exists and the event's created_at <= the coordinate's cutoff", ("BeforeCutoff",)
+        ),
         Rule(
             "create",
             "no head exists",
@@ -509,7 +513,9 @@ RULES: dict[type, tuple[Rule, ...]] = {
             ("heads", "runtime", "cutoffs"),
         ),
     ),
-    AlternateDelete: (Rule("always", "always: only the author's canonical deletion exists", ("AlternateDeletionRejected",)),),
+    AlternateDelete: (
+        Rule("always", "always: only the author's canonical deletion exists", ("AlternateDeletionRejected",)),
+    ),
     RefreshCache: (
         Rule("unknown-replica", "no replica has this name", ("UnknownReplica",)),
         Rule("reload", "otherwise", ("Ok",), "the cache holds every enabled record, loaded now", ("caches",)),

@@ -164,7 +164,11 @@ def admitted_runs_stay(before: LifecycleSystem, after: LifecycleSystem, outcome:
 def cutoffs_are_never_revived(before: LifecycleSystem, after: LifecycleSystem, outcome: object) -> Violations:
     """A deleted coordinate is never revived by an event at or before its cutoff."""
     for coordinate, cutoff in before.cutoffs.items():
-        if coordinate not in before.heads and coordinate in after.heads and after.heads[coordinate].created_at <= cutoff:
+        if (
+            coordinate not in before.heads
+            and coordinate in after.heads
+            and after.heads[coordinate].created_at <= cutoff
+        ):
             yield f"{coordinate} was revived by an event at or before its cutoff"
 
 

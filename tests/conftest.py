@@ -40,7 +40,9 @@ def delivery_template(pg_server: Server) -> Iterator[str]:
     with scratch_database(pg_server, prefix="lp_template") as dsn:
         with connect(dsn) as conn:
             migrate(conn)
-        yield conninfo_to_dict(dsn)["dbname"]  # type: ignore[misc]
+        name = conninfo_to_dict(dsn)["dbname"]
+        assert isinstance(name, str), dsn
+        yield name
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ def parse_table(text: str, header: str) -> list[list[str]]:
     start = starts[0]
     width = header.count("|") - 1
     separator = lines[start + 1].strip() if start + 1 < len(lines) else ""
-    if not re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|){%d}" % width, separator):
+    if not re.fullmatch(rf"\|(\s*:?-{{3,}}:?\s*\|){{{width}}}", separator):
         raise SpecFormatError(f"the table headed {header!r} lacks a {width}-column separator line: {separator!r}")
     rows: list[list[str]] = []
     for number, line in enumerate(lines[start + 2 :], start=start + 3):

@@ -83,7 +83,8 @@ class _CoreOnly:
     operations = CORE_OPERATIONS
 
     def __init__(self, inner: PostgresDeliveryAdapter) -> None:
-        self.inner, self.name, self.sent = inner, "core-only", set()
+        self.inner, self.name = inner, "core-only"
+        self.sent: set[str] = set()
 
     def reset(self, start: Any) -> None:
         self.inner.reset(start)

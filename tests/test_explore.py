@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def test_the_clock_stops_at_its_bound() -> None:
 # -- broken models ---------------------------------------------------------------
 
 
-def _broken(spec: ex.ExplorationSpec, bug: Any) -> ex.ExplorationSpec:
+def _broken(spec: ex.ExplorationSpec, bug: Callable[[Any, Any, Decision[Any]], Decision[Any]]) -> ex.ExplorationSpec:
     """The spec with `bug(state, command, decision)` rewriting the real decision."""
     real = spec.decide
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
@@ -59,7 +60,12 @@ def test_server_text_numbers_each_placeholder_once() -> None:
 
 def test_the_method_is_sound(server: psycopg.Connection[tuple[object, ...]]) -> None:
     """Every original statement prepares and plans, and a broken one does not."""
-    originals = [(f"{s.owner.__name__}.{s.attribute}", text) for machine in MACHINES for s in statements(machine) for _, text in s.texts()]
+    originals = [
+        (f"{s.owner.__name__}.{s.attribute}", text)
+        for machine in MACHINES
+        for s in statements(machine)
+        for _, text in s.texts()
+    ]
     assert len(originals) > 40
     refused = {name: why for name, text in originals if (why := refusal(server, text)) is not None}
     assert refused == {}

@@ -36,15 +36,15 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.lifecycle_machine import describe_difference
 from leaseproof.conformance.schedules import (
     CLAIM,
+    D1,
+    D2,
     LEASE,
     ONE_ROW,
     R1,
     SECOND,
-    C,
-    D1,
-    D2,
-    Race,
     W1,
+    C,
+    Race,
     a_second_sweep_then_a_claim,
     delivery_races,
     new,
@@ -61,13 +61,13 @@ from leaseproof.impl.race_mutants import (
     LIFECYCLE_RACE_MUTANTS,
     RACE_FINDINGS,
     AdmissionWithoutRowLock,
+    AuthorityCheckUnlocked,
     ClaimReadThenUpdate,
     CommitWithoutIdentityLock,
     FinishCheckThenAct,
     ReapReadThenUpdate,
     ReconcileOutsideTransaction,
     SweepsOverlap,
-    AuthorityCheckUnlocked,
 )
 from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.model import delivery as d
@@ -84,7 +84,9 @@ def test_delivery_race_mutant_passes_sequential_lockstep(delivery_dsn: str, name
         verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=1, scenarios=True)
     finally:
         adapter.close()
-    assert verdict.conforms, f"{name} is visible sequentially:\n{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
+    assert verdict.conforms, (
+        f"{name} is visible sequentially:\n{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(LIFECYCLE_RACE_MUTANTS))
@@ -94,7 +96,9 @@ def test_lifecycle_race_mutant_passes_sequential_lockstep(delivery_dsn: str, nam
         verdict = run_conformance(adapter, machine="lifecycle", max_examples=20, seed_value=1, scenarios=True)
     finally:
         adapter.close()
-    assert verdict.conforms, f"{name} is visible sequentially:\n{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
+    assert verdict.conforms, (
+        f"{name} is visible sequentially:\n{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
+    )
 
 
 def test_every_race_mutant_names_its_bug_class() -> None:
@@ -119,7 +123,9 @@ def test_a_pause_the_client_passes_by_fails_at_once(schedule: Schedule) -> None:
 def test_a_wait_that_cannot_be_satisfied_fails_naming_what_it_awaited(schedule: Schedule) -> None:
     client = schedule.client("c")
     at_commit = client.gate.pause_before_commit()
-    with pytest.raises(AssertionError, match="timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"):
+    with pytest.raises(
+        AssertionError, match=r"timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"
+    ):
         at_commit.wait_parked(timeout=0.1)
 
     def commit() -> None:
@@ -128,7 +134,7 @@ def test_a_wait_that_cannot_be_satisfied_fails_naming_what_it_awaited(schedule: 
 
     client.start(commit)
     at_commit.wait_parked()
-    with pytest.raises(AssertionError, match="before the COMMIT .*: parked there instead of blocking on a lock"):
+    with pytest.raises(AssertionError, match=r"before the COMMIT .*: parked there instead of blocking on a lock"):
         client.wait_blocked()
     at_commit.release()
     with pytest.raises(AssertionError, match="client 'c' finished instead of blocking on a lock"):
@@ -172,7 +178,7 @@ class Impl:
     """An implementation under a race, and whether it must conform (the bundled one) or be caught."""
 
     name: str
-    cls: type
+    cls: type[Any]  # a store's or an engine's class: the tests read its SQL_* statements
     conforms: bool
 
 
@@ -181,7 +187,7 @@ BUNDLED_ENGINE = Impl("bundled", ReplicaEngine, True)
 
 
 def caught(cls: type) -> Impl:
-    names = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
+    names: dict[object, str] = {v: k for k, v in DELIVERY_RACE_MUTANTS.items()}
     names.update({cls: k for k, classes in LIFECYCLE_RACE_MUTANTS.items() for cls in classes.values()})
     names[ReconcileUnfenced] = "reconcile-unfenced"
     return Impl(names[cls], cls, False)
@@ -284,7 +290,7 @@ def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race
 
 # -- the holder and the reaper at expiry ----------------------------------------------------------
 
-HOLDER_COMMANDS = {
+HOLDER_COMMANDS: dict[str, Callable[[d.Lease], d.Finish | d.Renew]] = {
     "finish": lambda lease: d.Finish(lease, d.Status.FINISHED),
     "renew": lambda lease: d.Renew(lease, LEASE),
 }
@@ -293,7 +299,9 @@ HOLDER_COMMANDS = {
 @pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
 @pytest.mark.parametrize("expired", [False, True], ids=["at-deadline", "past-deadline"])
 @pytest.mark.parametrize("paused", ["holder", "reaper"])
-def test_holder_races_the_reaper(delivery_race: Callable[[type], Race], operation: str, expired: bool, paused: str) -> None:
+def test_holder_races_the_reaper(
+    delivery_race: Callable[[type], Race], operation: str, expired: bool, paused: str
+) -> None:
     """At lease_until == now the lease still governs and the reaper must not take it;
     one second later the reaper takes it and the holder has lost it, whichever of
     the two is parked before its COMMIT while the other runs."""
@@ -324,7 +332,9 @@ def test_holder_races_the_reaper(delivery_race: Callable[[type], Race], operatio
 
 
 @pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
-def test_reaper_waits_for_a_holder_that_wrote_at_the_deadline(delivery_race: Callable[[type], Race], operation: str) -> None:
+def test_reaper_waits_for_a_holder_that_wrote_at_the_deadline(
+    delivery_race: Callable[[type], Race], operation: str
+) -> None:
     """The holder wrote at lease_until == now and is parked before its COMMIT; the clock
     moves past the deadline and the reaper, whose snapshot still shows the claim
     expired, blocks on the holder's row lock, then re-checks the new row and leaves it."""
@@ -409,7 +419,9 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(SweepsOverlap)], ids=impl_id)
-def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(delivery_race: Callable[[type], Race], impl: Impl) -> None:
+def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(
+    delivery_race: Callable[[type], Race], impl: Impl
+) -> None:
     """The schedule `a_second_sweep_then_a_claim` (conformance/schedules.py, where the
     kill matrix runs it too): a claim after two sweeps must take the oldest pending
     row. Found by `leaseproof stress`."""
@@ -477,7 +489,9 @@ STEP_TWO_TARGETS = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1"), new(D2, "T2")
 
 @pytest.mark.parametrize("paused", ["after-identity-read", "before-commit"])
 @pytest.mark.parametrize("impl", [BUNDLED, caught(CommitWithoutIdentityLock)], ids=impl_id)
-def test_producer_retries_race_for_the_identity_lock(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+def test_producer_retries_race_for_the_identity_lock(
+    delivery_race: Callable[[type], Race], impl: Impl, paused: str
+) -> None:
     """Two producers commit the same step at once: the rows exist once, and exactly one
     of them is told the identity did not exist yet (so only one signs a message)."""
     race = delivery_race(impl.cls)
@@ -506,7 +520,9 @@ def test_producer_retries_race_for_the_identity_lock(delivery_race: Callable[[ty
     [(BUNDLED, "fence"), (BUNDLED, "delete"), (caught(ReconcileOutsideTransaction), "delete")],
     ids=lambda v: v.name if isinstance(v, Impl) else v,
 )
-def test_reconciliation_races_a_community_change(delivery_race: Callable[[type], Race], impl: Impl, change: str) -> None:
+def test_reconciliation_races_a_community_change(
+    delivery_race: Callable[[type], Race], impl: Impl, change: str
+) -> None:
     """The schedule `reconciliation_races_a_community_change` (conformance/schedules.py,
     where the kill matrix runs it too): the retry's reconciliation read holds the
     community share-locked, so a fence or deletion waits for it, and the retry is
@@ -549,7 +565,7 @@ def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], 
     and refreshes on the adapter's replica engines (one of them may be gated too)."""
 
     def bind(client: Client) -> Callable[[Any], Any]:
-        gate = client.gate
+        gate = client.gate.as_connection()
         communities, clock = PostgresDeliveryStore(gate), PinnedClock(gate)
         store, resumer = adapter.store_class(gate), adapter.resumer_class(gate)
         handlers: dict[type, Callable[[Any], Any]] = {
@@ -590,10 +606,10 @@ class LifecycleRace(Race):
 
 
 @pytest.fixture
-def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], LifecycleRace]]:
+def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[..., LifecycleRace]]:
     adapters: list[PostgresLifecycleAdapter] = []
 
-    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: type) -> LifecycleRace:
+    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: Any) -> LifecycleRace:
         adapter = PostgresLifecycleAdapter(delivery_dsn, engine_class=engine_class, **classes)
         adapters.append(adapter)
         adapter.reset(w.START)
@@ -628,7 +644,7 @@ CHANGES = {
 @pytest.mark.parametrize("first", ["admission", "writer"])
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_admission_races_a_definition_change(
-    lifecycle_race: Callable[[type], LifecycleRace], change: str, first: str, writer_ends: str
+    lifecycle_race: Callable[..., LifecycleRace], change: str, first: str, writer_ends: str
 ) -> None:
     """Admission parked before its COMMIT while the writer runs (the writer waits for the
     admission's share lock on the runtime row), or the writer parked before its COMMIT
@@ -687,7 +703,9 @@ STALE_CHANGES = {
 
 @pytest.mark.parametrize("change", sorted(STALE_CHANGES))
 @pytest.mark.parametrize("impl", [BUNDLED_ENGINE, caught(AdmissionWithoutRowLock)], ids=impl_id)
-def test_a_later_admission_exposes_a_stale_one(lifecycle_race: Callable[[type], LifecycleRace], impl: Impl, change: str) -> None:
+def test_a_later_admission_exposes_a_stale_one(
+    lifecycle_race: Callable[..., LifecycleRace], impl: Impl, change: str
+) -> None:
     """Replica r1 selects the first revision R1 and its admission is parked before the
     statement that inserts the run (the bundled engine: before its one locking
     INSERT ... SELECT; the mutant: after its unlocked read). The writer changes the
@@ -724,7 +742,9 @@ def test_a_later_admission_exposes_a_stale_one(lifecycle_race: Callable[[type], 
 # expected failures so that they are visible, reproducible, and noticed when fixed.
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: SKIP LOCKED misses a row whose claim then rolls back")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="finding: SKIP LOCKED misses a row whose claim then rolls back"
+)
 def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Callable[[type], Race]) -> None:
     """Claimer one locks the only pending row and is parked before its COMMIT; claimer
     two skips the locked row and misses; claimer one's transaction then fails (a lost
@@ -742,7 +762,9 @@ def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Ca
     race.assert_linearizable()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim"
+)
 def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: Callable[[type], Race]) -> None:
     """Claimer one locks the only pending row and is parked before its COMMIT; claimer
     two skips it and misses (as if it were claimed); then a reader still finds it
@@ -785,7 +807,7 @@ def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable
 
 @pytest.mark.parametrize("impl", [Impl("bundled", LifecycleStore, True), caught(AuthorityCheckUnlocked)], ids=impl_id)
 def test_a_save_racing_the_revocation_of_its_authors_authority(
-    lifecycle_race: Callable[[type], LifecycleRace], impl: Impl
+    lifecycle_race: Callable[..., LifecycleRace], impl: Impl
 ) -> None:
     """A save has checked its author's channel authority and is parked before it
     writes; the authority is revoked, and then replica r2 reloads its cache. The
@@ -820,8 +842,12 @@ def test_a_save_racing_the_revocation_of_its_authors_authority(
     race.judge_in_real_time(intervals, impl.conforms)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a rolled-back admission leaves a gap in run ids")
-def test_finding_a_rolled_back_admission_leaves_a_gap_in_run_ids(lifecycle_race: Callable[[type], LifecycleRace]) -> None:
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="finding: a rolled-back admission leaves a gap in run ids"
+)
+def test_finding_a_rolled_back_admission_leaves_a_gap_in_run_ids(
+    lifecycle_race: Callable[..., LifecycleRace],
+) -> None:
     """An admission inserts its run and is parked before its COMMIT; its transaction then
     fails and rolls back, but the identity value it drew is spent, so the next
     admission is run 2. The model numbers runs 1..n in admission order, so the only

@@ -52,7 +52,10 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
 
 
 def test_selection_by_name_and_machine() -> None:
-    assert [s.name for s in km.select(["cutoff-ignored", "reconcile-unfenced"])] == ["reconcile-unfenced", "cutoff-ignored"]
+    assert [s.name for s in km.select(["cutoff-ignored", "reconcile-unfenced"])] == [
+        "reconcile-unfenced",
+        "cutoff-ignored",
+    ]
     assert {s.machine for s in km.select(machine="lifecycle")} == {"lifecycle"}
     with pytest.raises(ValueError, match="no mutant named nope"):
         km.select(["nope"])
@@ -131,7 +134,7 @@ def test_the_correct_implementation_survives_every_check(pg_server: Server) -> N
 
 
 def test_the_json_document(pg_server: Server) -> None:
-    matrix = km.run_matrix(pg_server, km.select(["sweeps-overlap"]) + (BUNDLED_RACE,), fast=True)
+    matrix = km.run_matrix(pg_server, (*km.select(["sweeps-overlap"]), BUNDLED_RACE), fast=True)
     document = json.loads(json.dumps(matrix.to_json()))
     assert set(document) == {"fast", "seeds", "seconds", "counts", "survivors", "rows"}
     assert document["fast"] is True and document["seeds"] == [km.SEED]
@@ -139,7 +142,9 @@ def test_the_json_document(pg_server: Server) -> None:
     assert document["survivors"] == ["bundled-store-raced"]
     killed, survived = document["rows"]
     assert set(killed) == {f.name for f in attrs.fields(km.Row)}
-    assert killed["mutant"] == "sweeps-overlap" and killed["check"] == "forced interleaving" and killed["killed"] is True
+    assert (
+        killed["mutant"] == "sweeps-overlap" and killed["check"] == "forced interleaving" and killed["killed"] is True
+    )
     assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 3)
     assert survived["killed"] is False and survived["shrunk_length"] is None
 
@@ -148,28 +153,44 @@ def test_the_json_document(pg_server: Server) -> None:
 
 
 def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "reconcile-unfenced", "--mutant", "sweeps-overlap"])
+    status = main(
+        ["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "reconcile-unfenced", "--mutant", "sweeps-overlap"]
+    )
     captured = capsys.readouterr()
     assert status == 0, captured.out + captured.err
     lines = captured.out.splitlines()
     assert lines[0] == "| mutant | machine | finding | check | seed | killed | examples | seconds | shrunk length |"
     assert lines[2].startswith("| reconcile-unfenced | delivery | review finding 1:")
-    assert "| lockstep: scenarios+search | 20261129 | yes | 0 (scenario stale_holder_finishes_after_newer_holder) |" in lines[2]
-    assert lines[3].startswith("| sweeps-overlap | delivery |") and "| forced interleaving | - | yes | 1 schedule |" in lines[3]
+    assert (
+        "| lockstep: scenarios+search | 20261129 | yes | 0 (scenario stale_holder_finishes_after_newer_holder) |"
+        in lines[2]
+    )
+    assert (
+        lines[3].startswith("| sweeps-overlap | delivery |")
+        and "| forced interleaving | - | yes | 1 schedule |" in lines[3]
+    )
     assert lines[3].endswith("| 3 operations |")
     assert "1 of 1 sequential mutants killed, 1 of 1 race mutants killed (fast subset, seed 20261129" in captured.out
     progress = [line for line in captured.err.splitlines() if line.startswith("  ") and " · " in line]
-    assert len(progress) == 2 and "reconcile-unfenced · lockstep: scenarios+search seed 20261129: killed yes" in progress[0]
+    assert (
+        len(progress) == 2
+        and "reconcile-unfenced · lockstep: scenarios+search seed 20261129: killed yes" in progress[0]
+    )
 
 
 def test_a_surviving_mutant_makes_the_command_exit_1_naming_it(
     pg_server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(km, "SUBJECTS", (*km.SUBJECTS, BUNDLED_RACE))
-    status = main(["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "bundled-store-raced", "reconcile-unfenced"])
+    status = main(
+        ["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "bundled-store-raced", "reconcile-unfenced"]
+    )
     captured = capsys.readouterr()
     assert status == 1, captured.out + captured.err
-    assert "| bundled-store-raced | delivery | nothing: this is the bundled store | forced interleaving | - | NO |" in captured.out
+    assert (
+        "| bundled-store-raced | delivery | nothing: this is the bundled store | forced interleaving | - | NO |"
+        in captured.out
+    )
     assert "SURVIVED: bundled-store-raced" in captured.out
     assert "survived every check that ran: bundled-store-raced" in captured.err
 

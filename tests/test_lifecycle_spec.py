@@ -68,7 +68,8 @@ def _one(pattern: re.Pattern[str], text: str, what: str) -> str:
         raise SpecFormatError(f"{SPEC.name} does not state {what} (looked for {pattern.pattern!r})")
     if len(set(found)) != 1:
         raise SpecFormatError(f"{SPEC.name} states {what} inconsistently: {sorted(set(found))}")
-    return found[0]
+    value: str = found[0]
+    return value
 
 
 def _difference(what: str, spec: list[str], model: list[str]) -> str:
@@ -101,11 +102,15 @@ def model_reload_operator(step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) 
     before, at and just after t0 + ttl tells `>=` from `>`; anything else is
     reported as such.
     """
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     community, workflow, channel, author = uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3), b"\x01" * 32
     s = m.initial_state(t0)
     event = m.DefinitionEvent(b"\x02" * 32, community, workflow, author, channel, t0, m.Definition(("act",)))
-    for command in (d.CreateCommunity(community), m.SetAuthority(community, channel, author, True), m.SaveDefinition(event)):
+    for command in (
+        d.CreateCommunity(community),
+        m.SetAuthority(community, channel, author, True),
+        m.SaveDefinition(event),
+    ):
         s, outcome = step(s, command)
         assert not isinstance(outcome, d.Rejection), f"probe setup was refused: {outcome!r}"
 
@@ -122,7 +127,11 @@ def model_reload_operator(step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) 
 
 
 def _rule(operator: str) -> str:
-    return f"`now - loaded_at {operator} CACHE_TTL`" if RELOAD_PATTERN.fullmatch(f"`now - loaded_at {operator} CACHE_TTL`") else operator
+    return (
+        f"`now - loaded_at {operator} CACHE_TTL`"
+        if RELOAD_PATTERN.fullmatch(f"`now - loaded_at {operator} CACHE_TTL`")
+        else operator
+    )
 
 
 def reload_rule_difference(text: str, step: Step = m.step, ttl: dt.timedelta = m.CACHE_TTL) -> str:

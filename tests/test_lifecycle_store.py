@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 C, W, CH = uuid.UUID(int=0xC), uuid.UUID(int=0x33), uuid.UUID(int=0xCC)
 ALICE = b"\xaa" * 32
 OLD, NEW = m.Definition(("post-summary",)), m.Definition(("post-summary", "page-oncall"))
@@ -44,13 +44,14 @@ class Pods:
         self.b.refresh()  # both warm with the old revision
 
     def count(self, table: str) -> int:
-        return self.conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]  # type: ignore[index]
+        n: int = self.conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]  # type: ignore[index]  # one row
+        return n
 
     def executed(self) -> dict[int, tuple[str, ...]]:
         """Each run's executed actions, in order (the order across runs is not specified)."""
         runs: dict[int, tuple[str, ...]] = {}
         for r in self.conn.execute("SELECT run_id, action FROM executed_actions ORDER BY run_id, seq"):
-            runs[r["run_id"]] = runs.get(r["run_id"], ()) + (r["action"],)
+            runs[r["run_id"]] = (*runs.get(r["run_id"], ()), r["action"])
         return runs
 
     def fire(self, engine: ReplicaEngine, door: str = "event") -> Any:
@@ -69,7 +70,8 @@ def pods(delivery_dsn: str) -> Iterator[Pods]:
 
 
 def test_the_replicas_are_separate_engines(pods: Pods) -> None:
-    pids = {c.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] for c in (pods.conn, pods.a.conn, pods.b.conn)}  # type: ignore[index]
+    connections = (pods.conn, pods.a.conn, pods.b.conn)
+    pids = {c.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"] for c in connections}  # type: ignore[index]  # one row
     assert len(pids) == 3 and pods.a.cache is not pods.b.cache
 
 
@@ -79,11 +81,19 @@ def _delete(pods: Pods, at: int) -> None:
     )
 
 
-CHANGES = {
+def _delete_then_save(definition: m.Definition) -> Callable[[Pods], object]:
+    def change(p: Pods) -> object:
+        _delete(p, 2)
+        return p.store.save(_event(3, definition))
+
+    return change
+
+
+CHANGES: dict[str, Callable[[Pods], object]] = {
     "update": lambda p: p.store.save(_event(2, NEW)),
     "disable": lambda p: p.store.save(_event(2, m.Definition(("post-summary",), enabled=False))),
-    "delete-then-recreate": lambda p: (_delete(p, 2), p.store.save(_event(3, NEW))),
-    "identical-recreate": lambda p: (_delete(p, 2), p.store.save(_event(3, OLD))),
+    "delete-then-recreate": _delete_then_save(NEW),
+    "identical-recreate": _delete_then_save(OLD),
 }
 
 

@@ -41,7 +41,7 @@ T1, T2 = w.TARGETS["T1"], w.TARGETS["T2"]
 D1, D2 = w.DELIVERIES["d1"], w.DELIVERIES["d2"]
 
 
-def run(state: Any, *commands: Any) -> Any:
+def run(state: d.DeliverySystem, *commands: Any) -> d.DeliverySystem:
     for command in commands:
         state, _ = d.step(state, command)
     return state
@@ -175,6 +175,7 @@ def test_an_end_state_mismatch_is_a_violation_even_when_every_outcome_is_explain
     h = history(PENDING, op(1, "w1", claim(), CLAIMED, 1, 2), barriers=(Barrier(3, PENDING),))
     result = check(h, DELIVERY)
     assert (result.verdict, exhaustive_check(h, DELIVERY)) == (NOT_LINEARIZABLE, NOT_LINEARIZABLE)
+    assert result.violation is not None
     assert result.violation.reason == WRONG_END
     assert result.violation.piece.barriers  # the end state is part of the problem
     assert check(attrs.evolve(h, barriers=(Barrier(3, AFTER_CLAIM),)), DELIVERY).linearizable
@@ -186,6 +187,7 @@ def test_a_change_where_no_operation_acted_is_a_violation() -> None:
     h = history(start, op(1, "w1", claim(), CLAIMED, 1, 2), barriers=(Barrier(3, run(b_claimed, claim())),))
     result = check(h, DELIVERY)
     assert (result.verdict, exhaustive_check(h, DELIVERY)) == (NOT_LINEARIZABLE, NOT_LINEARIZABLE)
+    assert result.violation is not None
     assert result.violation.reason == UNTOUCHED
     assert result.violation.keys == frozenset({B})
     assert check(result.violation.piece, DELIVERY).verdict == NOT_LINEARIZABLE
@@ -203,6 +205,7 @@ def test_each_partition_is_held_to_its_own_part_of_the_end_state() -> None:
     h = history(start, *ops, barriers=(Barrier(5, only_a),))
     result = check(h, DELIVERY)
     assert (result.verdict, exhaustive_check(h, DELIVERY)) == (NOT_LINEARIZABLE, NOT_LINEARIZABLE)
+    assert result.violation is not None
     assert result.violation.keys == frozenset({B})
     assert result.violation.reason == WRONG_END
 
@@ -231,8 +234,8 @@ def test_a_reap_spans_communities(count: int, expected: str) -> None:
 def test_a_reap_footprint_is_exactly_where_a_reap_would_act(past: dt.timedelta) -> None:
     state = run(AFTER_CLAIM, d.AdvanceClock(dt.timedelta(seconds=30) + past))
     reaped = run(state, d.Reap())
-    acted = {key[0] for key in state.deliveries if state.deliveries[key] != reaped.deliveries[key]}
-    assert DELIVERY.footprint(state, d.Reap()) == acted == ({A} if past else set())
+    acted = frozenset(key[0] for key in state.deliveries if state.deliveries[key] != reaped.deliveries[key])
+    assert DELIVERY.footprint(state, d.Reap()) == acted == (frozenset({A}) if past else frozenset())
 
 
 def test_rows_of_a_community_the_state_does_not_list_are_still_compared() -> None:
@@ -241,7 +244,8 @@ def test_rows_of_a_community_the_state_does_not_list_are_still_compared() -> Non
     stray = attrs.evolve(row, binding=attrs.evolve(row.binding, community_id=z))
     recorded = attrs.evolve(PENDING, deliveries=PENDING.deliveries.set(stray.key, stray))
     result = check(history(PENDING, barriers=(Barrier(1, recorded),)), DELIVERY)
-    assert result.verdict == NOT_LINEARIZABLE and result.violation.keys == frozenset({z})
+    assert result.verdict == NOT_LINEARIZABLE
+    assert result.violation is not None and result.violation.keys == frozenset({z})
 
 
 def test_a_determinate_operation_must_return_before_its_barrier() -> None:
@@ -314,7 +318,9 @@ def test_the_timeline_draws_one_lane_per_client() -> None:
         op(2, "w1", claim(), claimed, 3, 6),
         op(3, "w2", claim(), claimed, 4, 5),
     )
-    text = timeline(check(h, DELIVERY).violation, DELIVERY)
+    violation = check(h, DELIVERY).violation
+    assert violation is not None
+    text = timeline(violation, DELIVERY)
     lines = text.splitlines()
     assert lines[0] == "epoch 1, partition A:"
     assert lines[1].startswith("producer |") and lines[1].endswith("Commit(A, R1/s1, T1): (outcome not needed)")
@@ -388,6 +394,7 @@ def test_lifecycle_partitions_are_held_to_their_own_part_of_the_end_state() -> N
     lost_in_b = History("lifecycle", state, ops[:1], (Barrier(5, both),))  # B changed, yet nobody saved there
     result = check(lost_in_b, LIFECYCLE)
     assert result.verdict == NOT_LINEARIZABLE
+    assert result.violation is not None
     assert (result.violation.reason, result.violation.keys) == (UNTOUCHED, frozenset({B}))
     assert exhaustive_check(lost_in_b, LIFECYCLE) == NOT_LINEARIZABLE
 
@@ -396,21 +403,21 @@ def test_lifecycle_partitions_are_held_to_their_own_part_of_the_end_state() -> N
 
 # Tiny histories that still reach the interesting corners: leases short
 # enough to expire at the next clock move, reaps and settles common.
-SMALL = dict(
-    clients=3,
-    communities=2,
-    epoch=4,
-    indeterminate=0.2,
-    stateless=0.3,
-    clock=0.5,
-    lease_seconds=(5, 10),
-    clock_moves=(10,),
-    mix=(("commit", 10), ("claim", 30), ("renew", 10), ("finish", 20), ("get", 10), ("reap", 15), ("state", 5)),
-)
+SMALL: dict[str, Any] = {  # keyword arguments of Workload
+    "clients": 3,
+    "communities": 2,
+    "epoch": 4,
+    "indeterminate": 0.2,
+    "stateless": 0.3,
+    "clock": 0.5,
+    "lease_seconds": (5, 10),
+    "clock_moves": (10,),
+    "mix": (("commit", 10), ("claim", 30), ("renew", 10), ("finish", 20), ("get", 10), ("reap", 15), ("state", 5)),
+}
 
 
 def small_history(rng: random.Random, operations: int) -> History:
-    return simulate(rng, Workload(operations, expired=rng.random() < 0.5, **SMALL))  # type: ignore[arg-type]
+    return simulate(rng, Workload(operations, expired=rng.random() < 0.5, **SMALL))
 
 
 def epoch_bounds(h: History, o: Operation) -> tuple[int, int]:
@@ -535,8 +542,9 @@ def test_a_simulated_history_is_always_linearizable(seed: int, size: int, client
 @given(perturbed())
 def test_the_minimal_piece_is_itself_a_violation_and_no_bigger(h: History) -> None:
     result = check(h, DELIVERY, max_end_states=10**6)
-    assume(result.violation is not None)
     violation = result.violation
+    assume(violation is not None)
+    assert violation is not None  # for mypy: assume() returned
     assert len(violation.operations) <= violation.partition_size <= len(h)
     assert violation.forgotten <= {o.id for o in violation.operations}
     assert check(violation.piece, DELIVERY).verdict == NOT_LINEARIZABLE
@@ -570,7 +578,9 @@ def test_the_behaviours_counted_are_those_of_the_order_that_explained_the_histor
     result = check(h, DELIVERY)
     assert result.verdict == LINEARIZABLE
     assert result.behaviours == {("Claim", "oldest-pending", "Claimed"): 1, ("Claim", "none-pending", "ClaimMiss"): 1}
-    refused = history(PENDING, op(1, "w1", d.Claim(w.COMMUNITIES["Z"], T1, 30), d.UnknownCommunity(w.COMMUNITIES["Z"]), 1, 2))
+    refused = history(
+        PENDING, op(1, "w1", d.Claim(w.COMMUNITIES["Z"], T1, 30), d.UnknownCommunity(w.COMMUNITIES["Z"]), 1, 2)
+    )
     assert check(refused, DELIVERY).behaviours == {("Claim", "community-unknown", "UnknownCommunity"): 1}
 
 

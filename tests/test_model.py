@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause, WebhookCause
 from leaseproof.model.delivery import (
+    OUTCOME_VARIANTS,
     AdvanceClock,
     AlreadyExists,
     AlreadyTerminal,
@@ -54,7 +55,6 @@ from leaseproof.model.delivery import (
     NewDelivery,
     NotFound,
     Ok,
-    OUTCOME_VARIANTS,
     PublishEvent,
     Reap,
     Reaped,
@@ -77,7 +77,7 @@ from leaseproof.model.invariants import state_violations, step_violations
 # --------------------------------------------------------------------------
 # The world
 
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECOND = dt.timedelta(seconds=1)
 MICROSECOND = dt.timedelta(microseconds=1)
 LEASE = 30  # seconds, the default lease in these tests
@@ -172,7 +172,9 @@ def tick(state: DeliverySystem, by: dt.timedelta) -> DeliverySystem:
     return must(state, AdvanceClock(by), Ok())
 
 
-def claim(state: DeliverySystem, target: bytes = ALICE, community: uuid.UUID = C1, seconds: int = LEASE, **kw: Any):
+def claim(
+    state: DeliverySystem, target: bytes = ALICE, community: uuid.UUID = C1, seconds: int = LEASE, **kw: Any
+) -> tuple[DeliverySystem, Lease]:
     after, outcome = apply(state, Claim(community, target, seconds, **kw))
     assert isinstance(outcome, Claimed), outcome
     assert after.deliveries[outcome.delivery.key] == outcome.delivery
@@ -218,7 +220,9 @@ def one_finished(outcome: Status = Status.FINISHED) -> tuple[DeliverySystem, Lea
 
 def expire_and_reap(s: DeliverySystem, lease: Lease) -> DeliverySystem:
     """Move one microsecond past the lease's row expiry and reap it."""
-    s = tick(s, row(s, lease.delivery_id, lease.community_id).lease_until - s.now + MICROSECOND)
+    lease_until = row(s, lease.delivery_id, lease.community_id).lease_until
+    assert lease_until is not None
+    s = tick(s, lease_until - s.now + MICROSECOND)
     after, outcome = apply(s, Reap())
     assert isinstance(outcome, Reaped) and outcome.count >= 1
     return after
@@ -305,7 +309,7 @@ class TestIds:
         raises_invalid(f"{field}_id", lambda: binding(**{field: bad}))
 
     def test_commands_reject_non_uuid(self) -> None:
-        text = str(D1)
+        text: Any = str(D1)  # deliberately not a UUID: the validators must refuse it
         raises_invalid("invocation_id", lambda: WebhookCause(text))
         raises_invalid("id", lambda: NewDelivery(text, binding()))
         raises_invalid("community_id", lambda: Claim(text, ALICE, LEASE))
@@ -339,7 +343,7 @@ class TestInstants:
     def test_schedule_cause_normalises_to_utc(self) -> None:
         plus_two = dt.timezone(dt.timedelta(hours=2))
         cause = ScheduleCause(dt.datetime(2026, 1, 1, 2, tzinfo=plus_two))
-        assert cause.scheduled_for.tzinfo is dt.timezone.utc
+        assert cause.scheduled_for.tzinfo is dt.UTC
         assert cause == ScheduleCause(T0)
 
     def test_state_clock_is_stored_in_utc(self) -> None:
@@ -368,7 +372,7 @@ class TestCause:
 
 
 class TestLeaseSeconds:
-    BAD = [0, -1, True, False, 86401, 1.5, 30.0, "30", None]
+    BAD = (0, -1, True, False, 86401, 1.5, 30.0, "30", None)
 
     @pytest.mark.parametrize("bad", BAD, ids=repr)
     def test_claim_rejects(self, bad: Any) -> None:
@@ -421,7 +425,9 @@ class TestCommitShape:
         ("field", "change"),
         [("community_id", {"community": C2}), ("run_id", {"run": RUN2}), ("step_id", {"step_id": "s2"})],
     )
-    def test_every_binding_must_name_the_commits_community_run_and_step(self, field: str, change: dict) -> None:
+    def test_every_binding_must_name_the_commits_community_run_and_step(
+        self, field: str, change: dict[str, Any]
+    ) -> None:
         error = raises_invalid(
             f"deliveries[1].binding.{field}",
             lambda: CommitDeliveries(C1, RUN, "s1", [new(D1), new(D2, target=BOB, **change)]),
@@ -434,13 +440,13 @@ class TestCommitShape:
         )
 
     def test_elements_must_be_new_deliveries(self) -> None:
-        raises_invalid("deliveries[0]", lambda: CommitDeliveries(C1, RUN, "s1", [binding()]))
+        raises_invalid("deliveries[0]", lambda: CommitDeliveries(C1, RUN, "s1", [cast(Any, binding())]))
 
     def test_deliveries_are_stored_as_a_tuple(self) -> None:
         assert CommitDeliveries(C1, RUN, "s1", [new(D1)]).deliveries == (new(D1),)
 
     def test_new_delivery_needs_a_binding(self) -> None:
-        raises_invalid("binding", lambda: NewDelivery(D1, "binding"))
+        raises_invalid("binding", lambda: NewDelivery(D1, cast(Any, "binding")))
 
 
 # ==========================================================================
@@ -795,7 +801,7 @@ class TestCommit:
         must(world(), commit_of(new(D1, definition=DEFINITION2, cause=EventCause(TRIGGER2))), Committed((D1,), False))
 
     def test_check_order_community_then_run_then_workflow_then_event(self) -> None:
-        bad_everything = dict(run=RUN_NEW, workflow=WF2, message=MSG_NEW)
+        bad_everything = {"run": RUN_NEW, "workflow": WF2, "message": MSG_NEW}
         refused(world(), commit_of(new(D1, community=C_UNKNOWN, **bad_everything)), UnknownCommunity(C_UNKNOWN))
         refused(world(), commit_of(new(D1, **bad_everything)), NotFound("run", C1, RUN_NEW))
         refused(world(), commit_of(new(D1, workflow=WF2, message=MSG_NEW)), WorkflowMismatch(RUN, WF, WF2))
@@ -873,7 +879,7 @@ class TestClaim:
         refused(s, Claim(C1, ALICE, LEASE, delivery_id=D5), ClaimMiss())
 
     def test_expected_binding_that_matches_claims(self) -> None:
-        s, lease = claim(one_pending(), expected=binding(), delivery_id=D1)
+        _s, lease = claim(one_pending(), expected=binding(), delivery_id=D1)
         assert lease == Lease(C1, D1, ALICE, 1, T0 + LEASE * SECOND)
 
     def test_expected_binding_selects_a_younger_row(self) -> None:
@@ -898,17 +904,17 @@ class TestClaim:
         ],
         ids=lambda change: "-".join(f"{k}={v!r}"[:40] for k, v in change.items()),
     )
-    def test_expected_binding_differing_in_one_field_is_a_miss(self, change: dict) -> None:
+    def test_expected_binding_differing_in_one_field_is_a_miss(self, change: dict[str, Any]) -> None:
         refused(one_pending(), Claim(C1, ALICE, LEASE, expected=binding(**change)), ClaimMiss())
 
-    CAUSES = [
+    CAUSES = (
         EventCause(TRIGGER),
         EventCause(TRIGGER2),
         ScheduleCause(T0),
         ScheduleCause(T0 + SECOND),
         WebhookCause(INVOCATION),
         WebhookCause(INVOCATION2),
-    ]
+    )
 
     @pytest.mark.parametrize(
         ("stored", "expected"), list(itertools.product(CAUSES, CAUSES)), ids=lambda c: repr(c)[:40]
@@ -1153,7 +1159,7 @@ class TestReap:
         s, _ = claim(s, delivery_id=D1, seconds=10)
         s, _ = claim(s, target=BOB, seconds=10)
         s, _ = claim(s, community=C2, seconds=10)
-        s, long = claim(s, delivery_id=D3, seconds=100)
+        s, _long = claim(s, delivery_id=D3, seconds=100)
         s, done = claim(s, delivery_id=D4, seconds=1)
         s = must(s, Finish(done, Status.FAILED), Settled(Status.FAILED))
         s = tick(s, 11 * SECOND)
@@ -1394,14 +1400,16 @@ class TestStateViolations:
         ],
         ids=lambda v: v if isinstance(v, str) else None,
     )
-    def test_row_field_corruption(self, delivery_id: uuid.UUID, fields: dict, fragment: str) -> None:
+    def test_row_field_corruption(self, delivery_id: uuid.UUID, fields: dict[str, Any], fragment: str) -> None:
         s, _ = _rich_world()
         only(state_violations(corrupt(s, delivery_id, **fields)), fragment)
 
     @pytest.mark.parametrize("missing", ["lease_until", "claimed_at"])
     def test_claimed_row_missing_a_lease_field(self, missing: str) -> None:
         s, _ = _rich_world()
-        only(state_violations(corrupt(s, D1, **{missing: None})), "lease fields must be set iff claimed (status claimed)")
+        only(
+            state_violations(corrupt(s, D1, **{missing: None})), "lease fields must be set iff claimed (status claimed)"
+        )
 
     def test_claimed_at_after_now(self) -> None:
         s, _ = _rich_world()
@@ -1448,7 +1456,9 @@ class TestStateViolations:
     def test_a_retired_id_of_a_deleted_community(self) -> None:
         s = attrs.evolve(initial_state(T0), communities=FrozenMap({C1: CommunityState.DELETED}))
         only(state_violations(attrs.evolve(s, retired=frozenset({(C1, D1)}))), "but still owns rows")
-        only(state_violations(attrs.evolve(initial_state(T0), retired=frozenset({(C1, D1)}))), "None but still owns rows")
+        only(
+            state_violations(attrs.evolve(initial_state(T0), retired=frozenset({(C1, D1)}))), "None but still owns rows"
+        )
 
     def test_deleted_community_still_owning_rows(self) -> None:
         s = attrs.evolve(world(), communities=world().communities.set(C2, CommunityState.DELETED))
@@ -1484,7 +1494,9 @@ class TestStepViolations:
         before, _ = _rich_world()
         after = corrupt(before, D3, created_at=T0 - SECOND)
         for outcome in (ClaimMiss(), LeaseLost(), AlreadyTerminal(Status.FINISHED)):
-            assert any(f"the no-op outcome {outcome!r} changed the state" in v for v in step_violations(before, after, outcome))
+            assert any(
+                f"the no-op outcome {outcome!r} changed the state" in v for v in step_violations(before, after, outcome)
+            )
 
     def test_a_terminal_row_changing(self) -> None:
         before, _ = _rich_world()

@@ -111,9 +111,8 @@ def test_the_json_document_lists_the_score_by_check(pg_server: Server, monkeypat
 
 
 def _refused(dsn: str, sql: str) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.IntegrityError) as refused:
-            conn.execute(sql)
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.errors.IntegrityError) as refused:
+        conn.execute(sql)
     return str(refused.value)
 
 

@@ -16,22 +16,26 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 NODE = shutil.which("node")
 ADAPTER = Path(__file__).resolve().parent.parent / "conformance" / "examples" / "node" / "delivery-adapter.js"
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run")
+pytestmark = pytest.mark.skipif(
+    NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run"
+)
 
 
 def _verify(adapter_args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     command = f"{shlex.quote(str(NODE))} {shlex.quote(str(ADAPTER))}{adapter_args}"
+    argv = [
+        sys.executable, "-m", "leaseproof.conformance.cli", "verify",
+        "--adapter-cmd", command, "--max-examples", "30", "--seed", "5",
+    ]  # fmt: skip
     return subprocess.run(
-        [
-            sys.executable, "-m", "leaseproof.conformance.cli", "verify",
-            "--adapter-cmd", command, "--max-examples", "30", "--seed", "5",
-        ],  # fmt: skip
+        argv,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -57,7 +61,7 @@ def test_verify_catches_the_node_mutant(tmp_path: Path) -> None:
     assert "LeaseLost" in run.stdout and "implementation: AlreadyTerminal" in run.stdout
 
 
-def _exchange(*requests: dict[str, object], args: tuple[str, ...] = ()) -> tuple[list[dict[str, object]], int]:
+def _exchange(*requests: dict[str, object], args: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], int]:
     lines = "".join(json.dumps(r) + "\n" for r in requests)
     run = subprocess.run([str(NODE), str(ADAPTER), *args], input=lines, capture_output=True, text=True, timeout=60)
     return [json.loads(line) for line in run.stdout.splitlines()], run.returncode
@@ -73,10 +77,10 @@ def test_a_bad_request_is_a_fault_reply_not_a_crash() -> None:
     assert code == 0
     assert [r["id"] for r in replies] == [1, 2, 3, 4]
     hello = replies[0]["result"]
-    assert hello["protocol"] == 1 and hello["implementation"] == "node in-memory delivery"  # type: ignore[index]
-    assert len(hello["machines"]["delivery"]) == 16  # type: ignore[index]
-    assert "unknown method" in replies[1]["fault"]["message"]  # type: ignore[index]
-    assert "message" in replies[2]["fault"]  # type: ignore[operator]
+    assert hello["protocol"] == 1 and hello["implementation"] == "node in-memory delivery"
+    assert len(hello["machines"]["delivery"]) == 16
+    assert "unknown method" in replies[1]["fault"]["message"]
+    assert "message" in replies[2]["fault"]
     assert replies[3] == {"id": 4, "result": None}
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import pwd
 import contextlib
 import importlib.util
+import os
+import pwd
 import shutil
 import socketserver
 import stat
-import threading
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +26,6 @@ from leaseproof.impl.provision import (
     postgres_server,
     scratch_database,
 )
-
 
 # --------------------------------------------------------------------------
 # Fixtures and small probes
@@ -124,11 +123,10 @@ def test_embedded_server_answers_and_leaves_nothing_behind(embedded_only: None) 
 
 
 def test_embedded_server_is_removed_when_the_body_raises(embedded_only: None) -> None:
-    with pytest.raises(RuntimeError, match="boom"):
-        with postgres_server() as server:
-            data_dir = _data_directory(server.dsn)
-            pid = _postmaster_pid(data_dir)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), postgres_server() as server:
+        data_dir = _data_directory(server.dsn)
+        pid = _postmaster_pid(data_dir)
+        raise RuntimeError("boom")
     assert not _alive(pid)
     assert not data_dir.parent.exists()
 
@@ -272,12 +270,11 @@ def test_scratch_databases_are_isolated_and_dropped(pg_server: Server, scratch_d
 def test_scratch_database_is_dropped_on_error_despite_open_connections(pg_server: Server) -> None:
     lingering: psycopg.Connection | None = None
     try:
-        with pytest.raises(RuntimeError, match="test body failed"):
-            with scratch_database(pg_server, prefix="lp_err") as dsn:
-                name = _dbname(dsn)
-                assert name.startswith("lp_err_")
-                lingering = psycopg.connect(dsn)  # left open on purpose
-                raise RuntimeError("test body failed")
+        with pytest.raises(RuntimeError, match="test body failed"), scratch_database(pg_server, prefix="lp_err") as dsn:
+            name = _dbname(dsn)
+            assert name.startswith("lp_err_")
+            lingering = psycopg.connect(dsn)  # left open on purpose
+            raise RuntimeError("test body failed")
         assert not _database_exists(pg_server, name)
     finally:
         if lingering is not None:
@@ -317,9 +314,8 @@ def test_unreachable_dsn_fails_fast_naming_source_and_fix(
         argument = dsn
 
     started = time.monotonic()
-    with pytest.raises(ProvisioningError) as info:
-        with postgres_server(argument):
-            pytest.fail("an unreachable DSN was yielded")
+    with pytest.raises(ProvisioningError) as info, postgres_server(argument):
+        pytest.fail("an unreachable DSN was yielded")
     assert time.monotonic() - started < 6
 
     message = str(info.value)
@@ -334,9 +330,8 @@ def test_broken_pg_bin_without_docker_names_every_source_tried(
     embedded_only: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(provision.PG_BIN_ENV, str(tmp_path))
-    with pytest.raises(ProvisioningError) as info:
-        with postgres_server():
-            pytest.fail("a server was yielded from an empty bin directory")
+    with pytest.raises(ProvisioningError) as info, postgres_server():
+        pytest.fail("a server was yielded from an empty bin directory")
 
     message = str(info.value)
     assert "\n" not in message
@@ -390,9 +385,8 @@ def test_postgres_dying_at_startup_reports_its_log_and_cleans_up(
         monkeypatch.setenv(provision.PG_BIN_ENV, str(fake_root / "bin"))
 
         messages: list[str] = []
-        with pytest.raises(ProvisioningError) as info:
-            with postgres_server(log=messages.append):
-                pytest.fail("a dead server was yielded")
+        with pytest.raises(ProvisioningError) as info, postgres_server(log=messages.append):
+            pytest.fail("a dead server was yielded")
     finally:
         shutil.rmtree(fake)
 
@@ -414,6 +408,5 @@ def _postgres_ids() -> tuple[int, int]:
 
 
 def test_scratch_database_refuses_a_name_postgres_would_truncate(pg_server: Server) -> None:
-    with pytest.raises(ValueError, match="63 bytes"):
-        with scratch_database(pg_server, prefix="p" * 60):
-            pytest.fail("a truncated database name was yielded")
+    with pytest.raises(ValueError, match="63 bytes"), scratch_database(pg_server, prefix="p" * 60):
+        pytest.fail("a truncated database name was yielded")

@@ -30,7 +30,9 @@ def test_the_machine_runs_inside_the_services_pytest_run(pytester: pytest.Pytest
 
 
 def test_a_nonconforming_adapter_fails_with_the_counterexample(pytester: pytest.Pytester, pg_server: Server) -> None:
-    command = f"{sys.executable} -m leaseproof.impl.serve --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
+    command = (
+        f"{sys.executable} -m leaseproof.impl.serve --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
+    )
     _project(pytester, leaseproof_adapter_cmd=command, leaseproof_max_examples="5")
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, failed=1)

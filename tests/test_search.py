@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
@@ -18,12 +19,12 @@ from leaseproof.conformance.lockstep import ShrinkBound
 from leaseproof.conformance.swarm import EveryRule, Swarm, swarm, values, weighted
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.mutants import MUTANTS, Mutant
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 
 
-def _mutant(name: str):  # type: ignore[no-untyped-def]
+def _mutant(name: str) -> Mutant:
     return next(mu for mu in MUTANTS if mu.name == name)
 
 
@@ -34,7 +35,7 @@ def test_the_machines_turn_off_hypothesis_rule_level_swarm(adapter: PostgresDeli
     """Their own swarm switches the rules; Hypothesis's lazily drawn flags would
     otherwise sit inside the first step that asks, where deleting it redraws them."""
     machine = dm.machine_for(adapter)()
-    flags = find(machine._rules_strategy.enabled_rules_strategy, lambda _: True)  # type: ignore[attr-defined]
+    flags = find(machine._rules_strategy.enabled_rules_strategy, lambda _: True)
     assert isinstance(flags, EveryRule)
 
 
@@ -61,7 +62,8 @@ def test_a_family_left_out_entirely_falls_back_to_every_value() -> None:
 def test_every_feature_of_each_machine_is_used_by_a_rule_or_a_value() -> None:
     """A feature no rule or value names would be drawn and switch nothing."""
     for module in (dm, lm):
-        source = open(module.__file__, encoding="utf-8").read()  # type: ignore[arg-type]
+        assert module.__file__ is not None
+        source = Path(module.__file__).read_text(encoding="utf-8")
         for feature in module.FEATURES:
             assert source.count(f'"{feature}"') >= 2, f"{module.__name__}: {feature} switches nothing"
 

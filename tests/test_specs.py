@@ -121,7 +121,9 @@ def test_a_malformed_page_is_refused_and_no_page_is_written(pages: Path, old: st
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "leaseproof.conformance.cli", "spec", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "leaseproof.conformance.cli", "spec", *args], capture_output=True, text=True
+    )
 
 
 def test_the_command_checks_and_rewrites(pages: Path) -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.mutation.catalogue import (
     MACHINES,
@@ -206,7 +207,9 @@ def test_lock_operators() -> None:
         assert befores("drop-lock", f"SELECT x FROM t WHERE y {clause}") == [clause]
     assert of("drop-lock", "CREATE TRIGGER x AFTER DELETE ON t FOR EACH ROW EXECUTE FUNCTION f()") == []
     lock = "SELECT pg_advisory_xact_lock(hashtextextended('k', 0))"
-    assert [m.sql for m in of("try-advisory-lock", lock)] == ["SELECT pg_try_advisory_xact_lock(hashtextextended('k', 0))"]
+    assert [m.sql for m in of("try-advisory-lock", lock)] == [
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('k', 0))"
+    ]
 
 
 def test_drop_assignment_keeps_the_old_value() -> None:
@@ -274,9 +277,9 @@ def test_left_join_only_where_the_lock_allows_it() -> None:
 
 
 def test_drop_on_conflict_only_do_nothing() -> None:
-    assert [m.sql for m in of("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT DO NOTHING RETURNING a")] == [
-        "INSERT INTO t (a) VALUES (1) RETURNING a"
-    ]
+    assert [
+        m.sql for m in of("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT DO NOTHING RETURNING a")
+    ] == ["INSERT INTO t (a) VALUES (1) RETURNING a"]
     assert befores("drop-on-conflict", "INSERT INTO t (a) VALUES (1) ON CONFLICT ON CONSTRAINT k DO NOTHING") == [
         "ON CONFLICT ON CONSTRAINT k DO NOTHING"
     ]
@@ -337,7 +340,11 @@ def test_claim_named_arguments_and_assignments_never_flip() -> None:
         "lease_until = d.lease_until",
         "claimed_at = d.claimed_at",
     ]
-    assert befores("drop-disjunct", claim)[:3] == ["%(delivery_id)s::uuid IS NULL OR", "OR id = %(delivery_id)s::uuid", "NOT %(match)s OR"]
+    assert befores("drop-disjunct", claim)[:3] == [
+        "%(delivery_id)s::uuid IS NULL OR",
+        "OR id = %(delivery_id)s::uuid",
+        "NOT %(match)s OR",
+    ]
     assert afters("reverse-order-key", claim) == ["created_at DESC", "id DESC"]
     assert [m.before for m in of("drop-lock", claim)] == ["FOR UPDATE SKIP LOCKED"]
 
@@ -380,8 +387,9 @@ def one_site_replaced(sql: str, m: Mutation) -> bool:
     text = collapse_whitespace(sql)
     occurrences = [i for i in range(len(text)) if text.startswith(m.before, i)]
     candidates = {unspaced(text[:i] + m.after + text[i + len(m.before) :]) for i in occurrences}
-    prefix = len(os.path.commonprefix([sql, m.sql]))
-    suffix = len(os.path.commonprefix([sql[prefix:][::-1], m.sql[prefix:][::-1]]))
+    # Character by character on purpose: the common prefix and suffix of two texts, not of paths.
+    prefix = len(os.path.commonprefix([sql, m.sql]))  # noqa: RUF071
+    suffix = len(os.path.commonprefix([sql[prefix:][::-1], m.sql[prefix:][::-1]]))  # noqa: RUF071
     changed = sql[prefix : len(sql) - suffix]
     return unspaced(m.sql) in candidates and len(unspaced(changed)) <= len(unspaced(m.before))
 
@@ -402,7 +410,9 @@ def test_statements_each_machine_runs() -> None:
         "PostgresDeliveryStore.SQL_SET_COMMUNITY_STATE",
     }
     # The hand-written mutants' own statements are no statement of the bundled machines.
-    assert not any(name.endswith(("SQL_CURRENT", "SQL_TOMBSTONE", "SQL_CLAIM_CANDIDATE")) for name in delivery | lifecycle)
+    assert not any(
+        name.endswith(("SQL_CURRENT", "SQL_TOMBSTONE", "SQL_CLAIM_CANDIDATE")) for name in delivery | lifecycle
+    )
 
 
 def test_catalogue_names_kinds_and_tuples() -> None:
@@ -432,10 +442,16 @@ def test_unknown_name_lists_near_names() -> None:
 
 
 def test_catalogue_order_does_not_depend_on_hashing() -> None:
-    script = "from leaseproof.impl.mutation.catalogue import generated_mutants; print([m.name for m in generated_mutants()])"
+    script = (
+        "from leaseproof.impl.mutation.catalogue import generated_mutants; print([m.name for m in generated_mutants()])"
+    )
     runs = {
         subprocess.run(
-            [sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         for seed in ("1", "2")
     }

@@ -17,7 +17,7 @@ from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause
 from leaseproof.model.errors import InvalidValue, Refused
 
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 A, B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
 T1, T2 = b"\x01" * 32, b"\x02" * 32
@@ -54,7 +54,8 @@ class World:
 
     def commit(self, community: uuid.UUID, *targets: tuple[uuid.UUID, bytes], step: str = "s1") -> m.Committed:
         news = [m.NewDelivery(i, binding(community, t, step)) for i, t in targets]
-        return self.store.execute(m.CommitDeliveries(community, RUN, step, news))
+        committed: m.Committed = self.store.execute(m.CommitDeliveries(community, RUN, step, news))
+        return committed
 
     def claim(self, community: uuid.UUID, target: bytes, seconds: int = 10, **kw: Any) -> m.Lease:
         outcome = self.store.execute(m.Claim(community, target, seconds, **kw))
@@ -147,7 +148,9 @@ def test_commit_is_atomic_per_step_and_idempotent_per_identity(world: World) -> 
     before = world.store.snapshot()
     # T2 would be new, but D1 is taken by another identity: nothing commits.
     rejection = world.refusal(
-        m.CommitDeliveries(A, RUN, "s2", [m.NewDelivery(D2, binding(A, T2, "s2")), m.NewDelivery(D1, binding(A, T1, "s2"))])
+        m.CommitDeliveries(
+            A, RUN, "s2", [m.NewDelivery(D2, binding(A, T2, "s2")), m.NewDelivery(D1, binding(A, T1, "s2"))]
+        )
     )
     assert rejection == m.DeliveryIdTaken(A, D1)
     assert world.store.snapshot() == before
@@ -214,7 +217,7 @@ def test_unknown_and_fenced_tenants_are_refused_without_writes(world: World) -> 
 
 # -- the schema makes malformed rows unrepresentable --------------------------
 
-_GOOD_ROW = {
+_GOOD_ROW: dict[str, Any] = {
     "community_id": A,
     "id": uuid.UUID(int=77),
     "workflow_id": WORKFLOW,
@@ -234,7 +237,7 @@ _GOOD_ROW = {
     "finished_at": None,
 }
 
-_MALFORMED = {
+_MALFORMED: dict[str, dict[str, Any]] = {
     "empty step": {"step_id": ""},
     "whitespace step": {"step_id": " \t\n"},
     "65-character step": {"step_id": "x" * 65},
@@ -243,7 +246,11 @@ _MALFORMED = {
     "no cause identity": {"cause_event_id": None},
     "two cause identities": {"cause_invocation_id": uuid.UUID(int=5)},
     "identity of another kind": {"cause_kind": "webhook"},
-    "fractional schedule": {"cause_kind": "schedule", "cause_event_id": None, "cause_scheduled_for": START + dt.timedelta(microseconds=5)},
+    "fractional schedule": {
+        "cause_kind": "schedule",
+        "cause_event_id": None,
+        "cause_scheduled_for": START + dt.timedelta(microseconds=5),
+    },
     "lease on a pending row": {"lease_until": START},
     "claimed without lease": {"status": "claimed", "lease_generation": 1},
     "terminal without finished_at": {"status": "finished"},
@@ -301,7 +308,9 @@ def test_a_deleted_deliverys_id_is_retired_so_its_lease_governs_nothing(world: W
     old = world.claim(A, T1)
     world.store.execute(m.DeleteRun(A, RUN))
     world.store.execute(m.CreateRun(A, WORKFLOW, RUN))
-    assert world.refusal(m.CommitDeliveries(A, RUN, "s1", [m.NewDelivery(D1, binding(A, T1))])) == m.DeliveryIdTaken(A, D1)
+    assert world.refusal(m.CommitDeliveries(A, RUN, "s1", [m.NewDelivery(D1, binding(A, T1))])) == m.DeliveryIdTaken(
+        A, D1
+    )
     assert world.commit(A, (D2, T1)) == m.Committed((D2,), identity_existed=False)
     assert world.commit(A, (D1, T1)) == m.Committed((), identity_existed=True)  # a retry of a live identity
     fresh = world.claim(A, T1)

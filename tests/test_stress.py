@@ -81,7 +81,7 @@ def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> 
     source = (Path(__file__).parent / "test_interleavings.py").read_text()
     for name in CAUGHT_ONLY_BY_FORCED_INTERLEAVING:
         store = next(mu for mu in RACE_MUTANTS if mu.name == name)
-        assert f"caught({getattr(store, 'store').__name__})" in source, name
+        assert f"caught({store.store.__name__})" in source, name
 
 
 # CI runs these kills with the fast kill matrix (`leaseproof mutants --fast`, .ci/run),
@@ -93,7 +93,9 @@ def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> 
 def test_every_race_mutant_is_caught_by_the_runner_and_the_checker(delivery_dsn: str, mutant: Any) -> None:
     adapter, machine = mutant.adapter(delivery_dsn), mutant.machine
     try:
-        report = stress(adapter, machine=machine, workers=WORKERS, duration=900, seed=SEED, repeats=3, max_programs=1000)
+        report = stress(
+            adapter, machine=machine, workers=WORKERS, duration=900, seed=SEED, repeats=3, max_programs=1000
+        )
     finally:
         adapter.close()
     assert report.finding is not None, f"{mutant.name} survived {report.progress.programs} programs"
@@ -115,7 +117,13 @@ def test_lease_references_resolve_to_the_clients_own_lease_first() -> None:
     program = GENERATORS["delivery"](random.Random(3), 8)
     steps = [s for r in program.rounds for b in r.branches for s in b if isinstance(s, Finishing | Renewal)]
     assert steps, "the generator never drew a lease operation"
-    mine = d.Lease(steps[0].lease.fallback.community_id, steps[0].lease.fallback.delivery_id, b"\x01" * 32, 9, steps[0].lease.fallback.lease_until)
+    mine = d.Lease(
+        steps[0].lease.fallback.community_id,
+        steps[0].lease.fallback.delivery_id,
+        b"\x01" * 32,
+        9,
+        steps[0].lease.fallback.lease_until,
+    )
     for step in steps:
         resolved = step.resolve(mine)
         assert resolved.lease == (mine if step.lease.own else step.lease.fallback)
@@ -123,7 +131,9 @@ def test_lease_references_resolve_to_the_clients_own_lease_first() -> None:
 
 
 def test_stress_cli_reports_a_linearizable_run(delivery_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["stress", "--dsn", delivery_dsn, "--machine", "delivery", "--workers", "4", "--duration", "3", "--seed", "5"])
+    status = main(
+        ["stress", "--dsn", delivery_dsn, "--machine", "delivery", "--workers", "4", "--duration", "3", "--seed", "5"]
+    )
     out = capsys.readouterr().out
     assert status == 0, out
     assert "stressing the delivery machine against postgres:PostgresDeliveryStore: 4 workers" in out
@@ -131,7 +141,9 @@ def test_stress_cli_reports_a_linearizable_run(delivery_dsn: str, capsys: pytest
     assert "checker:" in out and "operations:" in out
     # Every program claims, and the claims are counted by the rule that decided them.
     line = next(x for x in out.splitlines() if x.startswith("behaviours exercised concurrently: "))
-    exercised, declared = (int(n) for n in re.match(r"behaviours exercised concurrently: (\d+) of the (\d+) ", line).groups())
+    counts = re.match(r"behaviours exercised concurrently: (\d+) of the (\d+) ", line)
+    assert counts is not None, line
+    exercised, declared = (int(n) for n in counts.groups())
     assert 0 < exercised <= declared and "Claim/oldest-pending" not in line.split("never: ")[1]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import subprocess
@@ -18,7 +19,7 @@ from leaseproof.conformance.verify import run_conformance
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.mutants import MUTANTS, Mutant
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
@@ -32,7 +33,7 @@ SEED = 20261129
 def _stale_holder_program() -> list[m.Command]:
     """Review finding 1, as plain commands: the stale holder's finish after a reap and a newer holder."""
     binding = w.binding("A", "W1", "R1", "s1", "T1", "D1", "M1", "event:E1")
-    lease = m.Lease(A, D1, T1, 1, w.START + w.dt.timedelta(seconds=5))
+    lease = m.Lease(A, D1, T1, 1, w.START + dt.timedelta(seconds=5))
     return [
         m.CreateCommunity(A),
         m.CreateWorkflow(A, w.WORKFLOWS["W1"]),
@@ -40,10 +41,10 @@ def _stale_holder_program() -> list[m.Command]:
         m.PublishEvent(A, w.MESSAGES["M1"]),
         m.CommitDeliveries(A, w.RUNS["R1"], "s1", [m.NewDelivery(D1, binding)]),
         m.Claim(A, T1, 5),
-        m.AdvanceClock(w.dt.timedelta(seconds=6)),
+        m.AdvanceClock(dt.timedelta(seconds=6)),
         m.Reap(),
         m.Claim(A, T1, 30),
-        m.Finish(m.Lease(A, D1, T1, 3, w.START + w.dt.timedelta(seconds=36)), m.Status.FINISHED),
+        m.Finish(m.Lease(A, D1, T1, 3, w.START + dt.timedelta(seconds=36)), m.Status.FINISHED),
         m.Finish(lease, m.Status.FINISHED),
     ]
 
@@ -105,7 +106,10 @@ def test_check_trace_reports_the_first_step_the_model_disagrees_with(trace_file:
         ("", "empty"),
         ("not json\n", ":1: not JSON"),
         ('{"trace": 2, "machine": "delivery"}\n', ":1: the header must be"),
-        ('{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n{"command": 1}\n', ':2: a step needs "command" and "outcome"'),
+        (
+            '{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n{"command": 1}\n',
+            ':2: a step needs "command" and "outcome"',
+        ),
         (
             '{"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}\n'
             '{"command": {"type": "Reap"}, "outcome": {"type": "Reaped", "count": "two"}}\n',
@@ -139,27 +143,27 @@ def test_the_corpus_holds_one_trace_per_shipped_mutant() -> None:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
-def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(mutant: object, delivery_dsn: str) -> None:
-    trace = read(CORPUS / f"{mutant.name}.jsonl")  # type: ignore[attr-defined]
+def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(mutant: Mutant, delivery_dsn: str) -> None:
+    trace = read(CORPUS / f"{mutant.name}.jsonl")
     assert check(trace) is None, "the recorded expectations no longer match the model: regenerate the corpus"
     real = PostgresDeliveryAdapter(delivery_dsn)
     try:
         assert replay(trace, real) is None
     finally:
         real.close()
-    buggy = PostgresDeliveryAdapter(delivery_dsn, mutant.store)  # type: ignore[attr-defined]
+    buggy = PostgresDeliveryAdapter(delivery_dsn, mutant.store)
     try:
         caught = replay(trace, buggy) is not None
     except Exception:  # noqa: BLE001 - the mutant raised instead of answering: caught too
         caught = True
     finally:
         buggy.close()
-    assert caught, f"the corpus trace of {mutant.name} no longer catches it"  # type: ignore[attr-defined]
+    assert caught, f"the corpus trace of {mutant.name} no longer catches it"
 
 
 # -- lifecycle traces --------------------------------------------------------------------
 
-SECOND = w.dt.timedelta(seconds=1)
+SECOND = dt.timedelta(seconds=1)
 W1, ALICE, GENERAL = w.WORKFLOWS["W1"], w.AUTHORS["alice"], w.CHANNELS["general"]
 
 
@@ -205,7 +209,7 @@ def _lifecycle_adapter(dsn: str, mutant: LifecycleMutant | None = None) -> Postg
     return PostgresLifecycleAdapter(dsn) if mutant is None else mutant.adapter(dsn)
 
 
-def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | None | Exception:
+def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> Divergence | Exception | None:
     """The trace replayed on the bundled lifecycle implementation (or a mutant): its divergence, or what it raised."""
     adapter = _lifecycle_adapter(dsn, mutant)
     try:
@@ -225,9 +229,16 @@ def test_a_lifecycle_trace_names_its_machine_and_survives_its_file(lifecycle_tra
     assert trace == record("stale replica", w.START, _stale_replica_program(), machine="lifecycle")
     assert trace.machine == "lifecycle"
     assert [lc.variant(s.outcome) for s in trace.steps] == STALE_REPLICA_OUTCOMES
-    assert dict(trace.steps[-1].state.executed) == {1: ("post-summary",), 2: ("post-summary", "page-oncall") * 2}
+    last = trace.steps[-1].state
+    assert last is not None
+    assert dict(last.executed) == {1: ("post-summary",), 2: ("post-summary", "page-oncall") * 2}
     header = json.loads(lifecycle_trace_file.read_text().splitlines()[0])
-    assert header == {"trace": 1, "machine": "lifecycle", "start": "2026-01-01T00:00:00.000000Z", "name": "stale replica"}
+    assert header == {
+        "trace": 1,
+        "machine": "lifecycle",
+        "start": "2026-01-01T00:00:00.000000Z",
+        "name": "stale replica",
+    }
     assert json.loads(lifecycle_trace_file.read_text().splitlines()[1])["state"]["type"] == "LifecycleSystem"
     assert check(trace) is None
 
@@ -246,7 +257,9 @@ def test_a_lifecycle_trace_replays_cleanly_on_the_bundled_implementation_and_fin
     assert _replayed(trace, delivery_dsn) is None
     divergence = _replayed(trace, delivery_dsn, _mutant("admission-ignores-hash"))
     assert isinstance(divergence, Divergence) and divergence.step == 8
-    assert divergence.report().startswith("first divergence at step 8: Fire(replica='r2', door='manual', community_id=A")
+    assert divergence.report().startswith(
+        "first divergence at step 8: Fire(replica='r2', door='manual', community_id=A"
+    )
     assert divergence.expected == "model:          AdmissionRefused()"
     assert divergence.actual.startswith("implementation: Admitted(run_id=2, record=Record(")
     assert "7. SaveDefinition(" in divergence.report()
@@ -318,9 +331,11 @@ def test_check_trace_on_the_command_line_takes_a_lifecycle_trace(lifecycle_trace
 def test_a_trace_replayed_against_another_machines_implementation_is_a_trace_error(
     lifecycle_trace_file: Path, trace_file: Path, adapter: PostgresDeliveryAdapter
 ) -> None:
-    with pytest.raises(TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"):
+    with pytest.raises(
+        TraceError, match="a lifecycle trace, but postgres:PostgresDeliveryStore answers with a DeliverySystem"
+    ):
         replay(read(lifecycle_trace_file), adapter)
-    with pytest.raises(TraceError, match="a delivery trace, but .* answers with a LifecycleSystem"):
+    with pytest.raises(TraceError, match=r"a delivery trace, but .* answers with a LifecycleSystem"):
         _raise(_replayed(read(trace_file), adapter.dsn))
 
 

@@ -23,17 +23,18 @@ from typing import Any
 import pytest
 
 from leaseproof.conformance import codec
+from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
 from leaseproof.conformance.delivery_machine import RunAborted, machine_for
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.conformance.wire import ALL_OPERATIONS, CORE_OPERATIONS, AdapterFault, SubprocessAdapter, serve
+from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter, serve
 from leaseproof.impl.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import MUTANTS
 from leaseproof.impl.provision import Server, scratch_database
 from leaseproof.model import delivery as m
 
 SEED = 20261129
-START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 COMMUNITY = uuid.UUID("00000000-0000-4000-8000-00000000000c")
 PYTHON = shlex.quote(sys.executable)
 # A liveness bound, not a benchmark: a misbehaving child must not hang the harness.
@@ -93,6 +94,7 @@ def test_the_bundled_server_conforms_over_the_wire(delivery_dsn: str) -> None:
 
 def _kill(adapter: Any) -> tuple[str, str, str] | None:
     """How the fixed scenarios kill `adapter`: (how, which scenario, what was said); None if it survives."""
+    exc: BaseException
     try:
         run_scenarios(machine_for(adapter))
     except RunAborted as aborted:
@@ -111,7 +113,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
     for mutant in (None, *MUTANTS):  # None: the bundled store, which both paths must pass
         name = mutant.name if mutant else None
         with scratch_database(pg_server, template=delivery_template) as dsn:
-            local = PostgresDeliveryAdapter(dsn, *([mutant.store] if mutant else []))
+            local = PostgresDeliveryAdapter(dsn, mutant.store) if mutant else PostgresDeliveryAdapter(dsn)
             try:
                 in_process[name] = _kill(local)
             finally:
@@ -125,7 +127,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
     killed_over_wire = {name for name, result in over_wire.items() if result}
     assert killed_in_process == {mu.name for mu in MUTANTS}  # and the bundled store (None) survives both
     assert killed_over_wire == killed_in_process
-    for name in sorted(killed_in_process):
+    for name in sorted(killed_in_process, key=str):  # every name is a str: None survived
         (how, where, said), (wire_how, wire_where, wire_said) = in_process[name], over_wire[name]
         assert (wire_how, wire_where) == (how, where), (name, in_process[name], over_wire[name])
         if how == "nonconformance":
@@ -501,7 +503,7 @@ def test_an_outcome_with_an_impossible_instant_is_a_fault(tmp_path: Path) -> Non
     try:
         adapter.reset(START)
         lease = m.Lease(COMMUNITY, COMMUNITY, b"\x01" * 32, 1, START)
-        with pytest.raises(AdapterFault, match="its outcome for Renew is malformed: .lease_until: "):
+        with pytest.raises(AdapterFault, match=r"its outcome for Renew is malformed: .lease_until: "):
             adapter.execute(m.Renew(lease, 30))
     finally:
         adapter.close()
@@ -679,7 +681,11 @@ def test_serve_answers_each_request_in_order() -> None:
     assert replies == [
         {
             "id": 1,
-            "result": {"protocol": 1, "implementation": "model under test", "machines": {"delivery": sorted(ALL_OPERATIONS)}},
+            "result": {
+                "protocol": 1,
+                "implementation": "model under test",
+                "machines": {"delivery": sorted(ALL_OPERATIONS)},
+            },
         },
         {"id": 2, "result": None},
         {"id": 3, "result": {"type": "Ok"}},
@@ -768,7 +774,12 @@ def test_serve_hands_the_adapter_model_values() -> None:
 
 @pytest.mark.parametrize(
     ("line", "says"),
-    [("this is not json", "not JSON"), ("[1, 2]", "not a JSON object"), ("", "not JSON"), ('"hello"', "not a JSON object")],
+    [
+        ("this is not json", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ("", "not JSON"),
+        ('"hello"', "not a JSON object"),
+    ],
     ids=["not JSON", "an array", "blank line", "a string"],
 )
 def test_serve_answers_a_malformed_request_with_a_fault_and_goes_on(line: str, says: str) -> None:

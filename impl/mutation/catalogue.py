@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
 from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.mutation.sql import Mutation, collapse_whitespace, mutations
 from leaseproof.impl.store import PostgresDeliveryStore
@@ -189,19 +190,19 @@ def _generated(machine: str) -> tuple[GeneratedMutant, ...]:
             if element is not None and collapse_whitespace(text) != DROPPED_STATEMENT:
                 dropped = collapse_whitespace(text)
                 site_mutations.append(Mutation("drop-statement", 1, dropped, DROPPED_STATEMENT, DROPPED_STATEMENT))
-            for mutation in site_mutations:
-                found.append(
-                    GeneratedMutant(
-                        name=f"{prefix}{statement.owner.__name__}.{label}/{mutation.operator}/{mutation.site}",
-                        machine=machine,
-                        owner=statement.owner.__name__,
-                        attribute=statement.attribute,
-                        element=element,
-                        mutation=mutation,
-                        kind="race" if mutation.operator in RACE_OPERATORS else "sequential",
-                        stands_for=f"{label}: {describe(mutation, text)}",
-                    )
+            found.extend(
+                GeneratedMutant(
+                    name=f"{prefix}{statement.owner.__name__}.{label}/{mutation.operator}/{mutation.site}",
+                    machine=machine,
+                    owner=statement.owner.__name__,
+                    attribute=statement.attribute,
+                    element=element,
+                    mutation=mutation,
+                    kind="race" if mutation.operator in RACE_OPERATORS else "sequential",
+                    stands_for=f"{label}: {describe(mutation, text)}",
                 )
+                for mutation in site_mutations
+            )
     return tuple(found)
 
 
