@@ -359,7 +359,8 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
     coverage = verdict.coverage
     examples = f"{coverage.examples:,}"
     if coverage.generated > coverage.examples and coverage.first_failure is None:
-        examples += f" (and {coverage.generated - coverage.examples:,} repeats of a program already sent, not sent again)"
+        repeats = coverage.generated - coverage.examples
+        examples += f" (and {repeats:,} repeats of a program already sent, not sent again)"
     if coverage.first_failure == 0:
         examples = "none (a fixed scenario failed first)"
     elif coverage.first_failure is not None:

@@ -296,7 +296,8 @@ class LockstepMachine(RuleBasedStateMachine):
         program, and a state that went wrong in it is still wrong at its end).
         Returns the outcomes (the model's, which the implementation's equal)."""
         try:
-            state, decisions = self.model, []
+            state = self.model
+            decisions: list[tuple[Any, Decision[Any]] | None] = []
             for command in commands:
                 if self.coverage.offers(type(command).__name__):
                     decision = self.spec.decide(state, command)
