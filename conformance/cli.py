@@ -96,7 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(MACHINES),
         help="verify one machine (default: both, or the one a --mutant or external adapter implies)",
     )
-    verify.add_argument("--max-examples", type=_positive, default=300, help="programs generated per machine (default: 300); one that repeats a program already sent is not sent again")
+    verify.add_argument(
+        "--max-examples",
+        type=_positive,
+        default=300,
+        help="programs generated per machine (default: 300); one that repeats a program already sent is not sent again",
+    )
     verify.add_argument("--steps", type=_positive, default=50, help="most steps per program (default: 50)")
     verify.add_argument("--seed", type=_seed, help="random seed, to reproduce a run (default: a fresh one, printed)")
     verify.add_argument("--no-shrink", action="store_true", help="report the first failing program unshrunk")
