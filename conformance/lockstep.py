@@ -222,10 +222,10 @@ _Programs = dict[tuple[Any, ...], "_Programs"]
 
 
 @attrs.frozen
-class _Held:
-    """A step checked against the model alone, not yet sent: its commands, each with the
-    model's state before it and decision (None: the adapter does not offer it), and
-    the step's label."""
+class _Step:
+    """A step as the model took it: its commands, each with the model's state before
+    it and decision (None: the adapter does not offer it), and the step's label. Held
+    while it repeats a program sent before; sent and checked with `_check`."""
 
     commands: tuple[Any, ...]
     decisions: tuple[tuple[Any, Decision[Any]] | None, ...]
@@ -260,7 +260,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.commands: list[Any] = []  # this example's commands so far
         self.coverage.last_commands = self.commands
         self._sent_at = self.programs  # this program's place in the trie of programs sent
-        self._held: list[_Held] = []  # its steps so far, while it repeats a program sent before
+        self._held: list[_Step] = []  # its steps so far, while it repeats a program sent before
         self._live = False  # whether the implementation has been reset for it
 
     def begin(self) -> None:
@@ -307,7 +307,7 @@ class LockstepMachine(RuleBasedStateMachine):
                 else:  # never generated for this adapter: neither side runs it
                     self.coverage.skipped[type(command).__name__] += 1
                     decisions.append(None)
-            step = _Held(tuple(commands), tuple(decisions), label)
+            step = _Step(tuple(commands), tuple(decisions), label)
             if not self._live and step.commands in self._sent_at:
                 self._sent_at = self._sent_at[step.commands]
                 self._held.append(step)
@@ -325,7 +325,7 @@ class LockstepMachine(RuleBasedStateMachine):
                     self.shrink_bound.started = time.monotonic()
             raise
 
-    def _check(self, step: _Held) -> None:
+    def _check(self, step: _Step) -> None:
         """Send `step` to the implementation and check it; add it to the programs sent."""
         for command, decided in zip(step.commands, step.decisions, strict=True):
             if decided is not None:

@@ -70,12 +70,11 @@ def _check(rule: Callable[[str, Any], None]) -> Validator:
     return validator
 
 
-# The three kinds of field every record uses. Records spell them out as
+# The three kinds of field every record uses, spelled out in each record as
 # `attrs.field(validator=is_uuid)`, `attrs.field(validator=is_key, repr=short_key)`
-# and `attrs.field(converter=to_utc, validator=is_instant)` rather than calling
-# the helpers below: mypy's attrs plugin recognises only a literal `attrs.field`
-# call, and reads any other right-hand side as a default value (so every such
-# field would look optional, and the classes ill-ordered).
+# and `attrs.field(converter=to_utc, validator=is_instant)`: mypy's attrs plugin
+# recognises only a literal `attrs.field` call, and reads a helper returning one
+# as a default value (every such field would look optional, the classes ill-ordered).
 is_uuid = _check(require_uuid)
 is_key = _check(require_key)
 is_instant = _check(require_instant)
@@ -84,18 +83,6 @@ is_instant = _check(require_instant)
 def short_key(value: bytes) -> str:
     """How a key appears in a record's repr: its first four bytes, in hex."""
     return f"{value.hex()[:8]}…"
-
-
-def uuid_field() -> Any:
-    return attrs.field(validator=is_uuid)
-
-
-def key_field() -> Any:
-    return attrs.field(validator=is_key, repr=short_key)
-
-
-def instant_field() -> Any:
-    return attrs.field(converter=to_utc, validator=is_instant)
 
 
 # -- cause: exactly one of three kinds -------------------------------------
