@@ -172,7 +172,7 @@ FEATURES = (
     "community-B", "community-Z", "absent-run", "odd-steps", "named-ids", "unpublished-message",
     "wrong-workflow", "other-agents", "expected-bindings", "binding-forgeries", "lease-forgeries",
     "short-leases", "longest-lease", "deadline-moves", "short-moves", "long-moves",
-    "fences", "lineage", "reads", "tenant-lifecycle",
+    "fences", "lineage", "reads", "tenant-lifecycle", "beside-live",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="delivery swarm")
 
@@ -212,6 +212,11 @@ target_specs = st.tuples(
     st.sampled_from(sorted(w.DEFINITIONS)),
     st.sampled_from(sorted(w.CAUSES)),
 )
+# A commit may take its identity one field away from the community's newest
+# live delivery: its run, step or target drawn, the other two that row's (so
+# ids retired or taken meet an identity that nearly matches a live one).
+BESIDE = ("run", "step", "target")
+beside_live = _among(*[(None, None)] * 6, *[(field, "beside-live") for field in BESIDE])
 # How a claim's expected binding relates to the row it names: the real
 # binding, or the real one with a single field forged ("cause": another cause
 # of the same kind, so only its identity column differs; "cause-kind": a cause
@@ -247,6 +252,11 @@ tenant_actions = _among(
     *[("quiesce", "fences"), ("fence", "fences")] * 2,
     *[("create", "tenant-lifecycle"), ("delete", "tenant-lifecycle")] * 2,
 )
+
+
+def _name(names: dict[str, Any], value: Any) -> str:
+    """The world name of `value`."""
+    return next(name for name, known in names.items() if known == value)
 
 
 def _colliding_id(
@@ -360,11 +370,26 @@ class DeliveryConformance(LockstepMachine):
         step=steps,
         recipients=st.lists(target_specs, min_size=1, max_size=3),
         wrong_workflow=_among(*weighted([False], [True], 7, "wrong-workflow")),
+        beside=beside_live,
     )
     @precondition(lambda self: self.swarm.on("commit"))
     def commit(
-        self, community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
+        self,
+        community: str,
+        run: str,
+        step: str,
+        recipients: list[tuple[str, ...]],
+        wrong_workflow: bool,
+        beside: str | None = None,
     ) -> None:
+        rows = [d for key, d in self.model.deliveries.items() if key[0] == w.COMMUNITIES[community]]
+        if beside is not None and rows:
+            live = max(rows, key=lambda d: (d.created_at, d.id)).binding
+            names = (_name(w.RUNS, live.run_id), _name(w.STEPS, live.step_id), _name(w.TARGETS, live.target_pubkey))
+            run = run if beside == "run" else names[0]
+            step = step if beside == "step" else names[1]
+            if beside != "target":
+                recipients = [(r[0], names[2], *r[2:]) for r in recipients]
         self.run(self.commit_command(community, run, step, recipients, wrong_workflow, self.model))
 
     @rule(
