@@ -175,6 +175,7 @@ FEATURES = (
     "fences", "lineage", "reads", "tenant-lifecycle", "beside-live",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="delivery swarm")
+HOLDING = "holding"  # a tenant action's community: that of the first standing claim to expire (else A)
 
 
 def _among(*options: Option) -> st.SearchStrategy[Any]:
@@ -182,6 +183,10 @@ def _among(*options: Option) -> st.SearchStrategy[Any]:
 
 
 communities = _among(*[("A", None)] * 4, *[("B", "community-B")] * 3, ("Z", "community-Z"))
+# A tenant action lands on the community of a standing claim (the one whose
+# deadline comes first) as often as on a named one: fences, deletions and
+# lineage changes while a lease is held.
+tenant_communities = st.one_of(communities, st.just(HOLDING))
 targets = st.sampled_from(sorted(w.TARGETS))
 runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
 # Beside plain ids, step ids that probe the value rules: 64 characters (the
@@ -508,7 +513,7 @@ class DeliveryConformance(LockstepMachine):
 
     # -- tenants, lineage and reads -------------------------------------------
 
-    @rule(community=communities, action=tenant_actions)
+    @rule(community=tenant_communities, action=tenant_actions)
     @precondition(lambda self: self.swarm.on("tenant"))
     def tenant(self, community: str, action: str) -> None:
         """Everything around the deliveries, in one rule so it stays in the
@@ -516,7 +521,11 @@ class DeliveryConformance(LockstepMachine):
         lineage ("delete R1", "create M3", ...; "delete the newest's run": the
         run of the community's newest delivery, which retires its ids) and
         reads ("get d2")."""
-        cid = w.COMMUNITIES[community]
+        if community == HOLDING:
+            held = sorted(self._claimed_rows(), key=lambda d: (d.lease_until, d.created_at, d.id))
+            cid = held[0].key[0] if held else w.COMMUNITIES["A"]
+        else:
+            cid = w.COMMUNITIES[community]
         verb, _, what = action.partition(" ")
         if what == "the newest's run":
             rows = [d for key, d in self.model.deliveries.items() if key[0] == cid]
