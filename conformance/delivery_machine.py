@@ -259,6 +259,11 @@ tenant_actions = _among(
 )
 
 
+def _by_age(d: m.Delivery) -> tuple[Any, ...]:
+    """The order deliveries were committed in: created_at, then id (the tie-break)."""
+    return (d.created_at, d.id)
+
+
 def _name(names: dict[str, Any], value: Any) -> str:
     """The world name of `value`."""
     return next(name for name, known in names.items() if known == value)
@@ -387,9 +392,9 @@ class DeliveryConformance(LockstepMachine):
         wrong_workflow: bool,
         beside: str | None = None,
     ) -> None:
-        rows = [d for key, d in self.model.deliveries.items() if key[0] == w.COMMUNITIES[community]]
-        if beside is not None and rows:
-            live = max(rows, key=lambda d: (d.created_at, d.id)).binding
+        newest = max(self._rows(w.COMMUNITIES[community]), key=_by_age, default=None)
+        if beside is not None and newest is not None:
+            live = newest.binding
             names = (_name(w.RUNS, live.run_id), _name(w.STEPS, live.step_id), _name(w.TARGETS, live.target_pubkey))
             run = run if beside == "run" else names[0]
             step = step if beside == "step" else names[1]
@@ -421,9 +426,8 @@ class DeliveryConformance(LockstepMachine):
         if delivery in (None, "newest"):
             # The row a plain claim takes, or ("newest") the newest pending row:
             # claimed by no id, so only its binding can pick it out from older ones.
-            pending = [d for d in self.model.deliveries.values() if d.key[0] == cid and d.status is m.Status.PENDING]
             pick = max if delivery == "newest" else min
-            row = pick(pending, key=lambda d: (d.created_at, d.id), default=None)
+            row = pick(self._rows(cid, m.Status.PENDING), key=_by_age, default=None)
         else:
             row = self.model.deliveries.get((cid, w.delivery_named(delivery)))
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
@@ -488,6 +492,10 @@ class DeliveryConformance(LockstepMachine):
     def _claimed_rows(self) -> list[m.Delivery]:
         return [d for d in self.model.deliveries.values() if d.status is m.Status.CLAIMED]
 
+    def _rows(self, cid: Any, status: m.Status | None = None) -> list[m.Delivery]:
+        """The model's deliveries in community `cid` (with `status`, if given)."""
+        return [d for (c, _), d in self.model.deliveries.items() if c == cid and status in (None, d.status)]
+
     # With nothing claimed a sweep is a no-op, and so it is in a program whose
     # swarm leaves sweeps out: send nothing. Deliberately not a precondition:
     # Hypothesis orders this rule first (fewest arguments), so the shrinker
@@ -528,9 +536,8 @@ class DeliveryConformance(LockstepMachine):
             cid = w.COMMUNITIES[community]
         verb, _, what = action.partition(" ")
         if what == "the newest's run":
-            rows = [d for key, d in self.model.deliveries.items() if key[0] == cid]
-            if rows:
-                newest = max(rows, key=lambda d: (d.created_at, d.id))
+            newest = max(self._rows(cid), key=_by_age, default=None)
+            if newest is not None:
                 self.run(m.DeleteRun(cid, newest.binding.run_id))
             return
         if not what:
