@@ -172,9 +172,10 @@ FEATURES = (
     "community-B", "community-Z", "absent-run", "odd-steps", "named-ids", "unpublished-message",
     "wrong-workflow", "other-agents", "expected-bindings", "binding-forgeries", "lease-forgeries",
     "short-leases", "longest-lease", "deadline-moves", "short-moves", "long-moves",
-    "fences", "lineage", "reads", "tenant-lifecycle",
+    "fences", "lineage", "reads", "tenant-lifecycle", "beside-live",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="delivery swarm")
+HOLDING = "holding"  # a tenant action's community: that of the first standing claim to expire (else A)
 
 
 def _among(*options: Option) -> st.SearchStrategy[Any]:
@@ -182,6 +183,10 @@ def _among(*options: Option) -> st.SearchStrategy[Any]:
 
 
 communities = _among(*[("A", None)] * 4, *[("B", "community-B")] * 3, ("Z", "community-Z"))
+# A tenant action lands on the community of a standing claim (the one whose
+# deadline comes first) as often as on a named one: fences, deletions and
+# lineage changes while a lease is held.
+tenant_communities = st.one_of(communities, st.just(HOLDING))
 targets = st.sampled_from(sorted(w.TARGETS))
 runs = _among(*weighted(list(w.INITIAL_RUNS), ["R4"], 3, "absent-run"))
 # Beside plain ids, step ids that probe the value rules: 64 characters (the
@@ -212,6 +217,11 @@ target_specs = st.tuples(
     st.sampled_from(sorted(w.DEFINITIONS)),
     st.sampled_from(sorted(w.CAUSES)),
 )
+# A commit may take its identity one field away from the community's newest
+# live delivery: its run, step or target drawn, the other two that row's (so
+# ids retired or taken meet an identity that nearly matches a live one).
+BESIDE = ("run", "step", "target")
+beside_live = _among(*[(None, None)] * 6, *[(field, "beside-live") for field in BESIDE])
 # How a claim's expected binding relates to the row it names: the real
 # binding, or the real one with a single field forged ("cause": another cause
 # of the same kind, so only its identity column differs; "cause-kind": a cause
@@ -247,6 +257,16 @@ tenant_actions = _among(
     *[("quiesce", "fences"), ("fence", "fences")] * 2,
     *[("create", "tenant-lifecycle"), ("delete", "tenant-lifecycle")] * 2,
 )
+
+
+def _by_age(d: m.Delivery) -> tuple[Any, ...]:
+    """The order deliveries were committed in: created_at, then id (the tie-break)."""
+    return (d.created_at, d.id)
+
+
+def _name(names: dict[str, Any], value: Any) -> str:
+    """The world name of `value`."""
+    return next(name for name, known in names.items() if known == value)
 
 
 def _colliding_id(
@@ -360,11 +380,26 @@ class DeliveryConformance(LockstepMachine):
         step=steps,
         recipients=st.lists(target_specs, min_size=1, max_size=3),
         wrong_workflow=_among(*weighted([False], [True], 7, "wrong-workflow")),
+        beside=beside_live,
     )
     @precondition(lambda self: self.swarm.on("commit"))
     def commit(
-        self, community: str, run: str, step: str, recipients: list[tuple[str, ...]], wrong_workflow: bool
+        self,
+        community: str,
+        run: str,
+        step: str,
+        recipients: list[tuple[str, ...]],
+        wrong_workflow: bool,
+        beside: str | None = None,
     ) -> None:
+        newest = max(self._rows(w.COMMUNITIES[community]), key=_by_age, default=None)
+        if beside is not None and newest is not None:
+            live = newest.binding
+            names = (_name(w.RUNS, live.run_id), _name(w.STEPS, live.step_id), _name(w.TARGETS, live.target_pubkey))
+            run = run if beside == "run" else names[0]
+            step = step if beside == "step" else names[1]
+            if beside != "target":
+                recipients = [(r[0], names[2], *r[2:]) for r in recipients]
         self.run(self.commit_command(community, run, step, recipients, wrong_workflow, self.model))
 
     @rule(
@@ -391,9 +426,8 @@ class DeliveryConformance(LockstepMachine):
         if delivery in (None, "newest"):
             # The row a plain claim takes, or ("newest") the newest pending row:
             # claimed by no id, so only its binding can pick it out from older ones.
-            pending = [d for d in self.model.deliveries.values() if d.key[0] == cid and d.status is m.Status.PENDING]
             pick = max if delivery == "newest" else min
-            row = pick(pending, key=lambda d: (d.created_at, d.id), default=None)
+            row = pick(self._rows(cid, m.Status.PENDING), key=_by_age, default=None)
         else:
             row = self.model.deliveries.get((cid, w.delivery_named(delivery)))
         target = w.TARGETS.get(agent) or (row.binding.target_pubkey if row is not None else w.TARGETS["T1"])
@@ -458,6 +492,10 @@ class DeliveryConformance(LockstepMachine):
     def _claimed_rows(self) -> list[m.Delivery]:
         return [d for d in self.model.deliveries.values() if d.status is m.Status.CLAIMED]
 
+    def _rows(self, cid: Any, status: m.Status | None = None) -> list[m.Delivery]:
+        """The model's deliveries in community `cid` (with `status`, if given)."""
+        return [d for (c, _), d in self.model.deliveries.items() if c == cid and status in (None, d.status)]
+
     # With nothing claimed a sweep is a no-op, and so it is in a program whose
     # swarm leaves sweeps out: send nothing. Deliberately not a precondition:
     # Hypothesis orders this rule first (fewest arguments), so the shrinker
@@ -483,7 +521,7 @@ class DeliveryConformance(LockstepMachine):
 
     # -- tenants, lineage and reads -------------------------------------------
 
-    @rule(community=communities, action=tenant_actions)
+    @rule(community=tenant_communities, action=tenant_actions)
     @precondition(lambda self: self.swarm.on("tenant"))
     def tenant(self, community: str, action: str) -> None:
         """Everything around the deliveries, in one rule so it stays in the
@@ -491,12 +529,15 @@ class DeliveryConformance(LockstepMachine):
         lineage ("delete R1", "create M3", ...; "delete the newest's run": the
         run of the community's newest delivery, which retires its ids) and
         reads ("get d2")."""
-        cid = w.COMMUNITIES[community]
+        if community == HOLDING:
+            held = sorted(self._claimed_rows(), key=lambda d: (d.lease_until, d.created_at, d.id))
+            cid = held[0].key[0] if held else w.COMMUNITIES["A"]
+        else:
+            cid = w.COMMUNITIES[community]
         verb, _, what = action.partition(" ")
         if what == "the newest's run":
-            rows = [d for key, d in self.model.deliveries.items() if key[0] == cid]
-            if rows:
-                newest = max(rows, key=lambda d: (d.created_at, d.id))
+            newest = max(self._rows(cid), key=_by_age, default=None)
+            if newest is not None:
                 self.run(m.DeleteRun(cid, newest.binding.run_id))
             return
         if not what:

@@ -108,6 +108,38 @@ def test_step_ids_probe_the_value_rules() -> None:
     assert w.STEPS["nbsp"].strip() == "" and w.STEPS["nbsp"].strip(" \t\n\r\f\v") != ""
 
 
+def test_tenant_actions_may_land_where_a_lease_is_held(adapter: PostgresDeliveryAdapter) -> None:
+    """"holding": the community of the standing claim whose deadline comes first."""
+    machine = dm.machine_for(adapter)()
+    machine.setup()
+    machine.claim(community="B", agent="recipient", delivery=None, expected=None, seconds=5)
+    machine.claim(community="A", agent="recipient", delivery=None, expected=None, seconds=30)
+    machine.tenant(community=dm.HOLDING, action="fence")
+    assert machine.model.communities[w.COMMUNITIES["B"]] is m.CommunityState.FENCED
+    assert machine.model.communities[w.COMMUNITIES["A"]] is m.CommunityState.ACTIVE
+
+
+def test_a_commit_may_name_an_identity_one_field_from_a_live_delivery(adapter: PostgresDeliveryAdapter) -> None:
+    machine = dm.machine_for(adapter)()
+    machine.setup()
+    recipient = ("fresh", "T1", "M1", "D1", "event:E1")
+    for beside, run, step in (("step", "R2", "s2"), ("run", "R2", "s2"), ("target", "R2", "s2")):
+        newest = max(
+            (d for key, d in machine.model.deliveries.items() if key[0] == w.COMMUNITIES["A"]),
+            key=lambda d: (d.created_at, d.id),
+        ).binding
+        machine.commit(community="A", run=run, step=step, recipients=[recipient], wrong_workflow=False, beside=beside)
+        command = machine.commands[-1]
+        assert isinstance(command, m.CommitDeliveries)
+        (delivery,) = command.deliveries
+        expected = {
+            "step": (newest.run_id, w.STEPS["s2"], newest.target_pubkey),
+            "run": (w.RUNS["R2"], newest.step_id, newest.target_pubkey),
+            "target": (newest.run_id, newest.step_id, w.TARGETS["T1"]),
+        }[beside]
+        assert (command.run_id, command.step_id, delivery.binding.target_pubkey) == expected, beside
+
+
 # -- programs already sent ---------------------------------------------------------------
 
 
