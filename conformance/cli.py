@@ -40,12 +40,12 @@ from leaseproof.conformance.trace import read as read_trace
 from leaseproof.conformance.trace import write as write_trace
 from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
-from leaseproof.impl.race_mutants import RACE_MUTANTS
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).

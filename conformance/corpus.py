@@ -16,8 +16,8 @@ from pathlib import Path
 
 from leaseproof.conformance.trace import write
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.provision import postgres_server, scratch_database
 
 SEED = 20261129

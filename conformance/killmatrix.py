@@ -1,8 +1,8 @@
 """The kill matrix: every shipped mutant against every check that applies to it.
 
 A check is only as good as the bugs it catches, so the matrix runs each
-known-buggy variant of the bundled implementation (impl/mutants.py,
-impl/lifecycle_mutants.py, impl/race_mutants.py) against its checks and
+known-buggy variant of the bundled implementation (impl/mutants/delivery.py,
+impl/mutants/lifecycle.py, impl/mutants/race.py) against its checks and
 records, per (mutant, check), whether the check killed it, after how many
 examples (programs, schedules) and seconds, and how short the evidence was:
 
@@ -44,12 +44,12 @@ from leaseproof.conformance.lockstep import Coverage
 from leaseproof.conformance.schedules import INTERLEAVINGS, Interleaving, run_interleaving
 from leaseproof.conformance.stress import StressFault, stress
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.provision import Server, scratch_database
-from leaseproof.impl.race_mutants import RACE_MUTANTS
-from leaseproof.impl.store import connect
 
 SEED = 20261129  # the kill tests' seed
 SEQUENTIAL, RACE = "sequential", "race"

@@ -31,11 +31,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.provision import Server, postgres_server, scratch_database
-from leaseproof.impl.store import connect
 
 # One entry of the log: (connection number, what, statement, parameters).
 # `what` is "execute", "BEGIN", "COMMIT" or "ROLLBACK" for a transaction's

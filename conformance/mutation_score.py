@@ -1,7 +1,7 @@
 """The mutation score: how many mechanically generated bugs the checks find.
 
 The shipped mutants were written by people who knew the scenarios; the
-generated ones (`impl/mutation/`: one site of one named statement changed)
+generated ones (`impl/mutants/generated/`: one site of one named statement changed)
 were not, so they measure what an implementation written elsewhere can rely
 on. Each generated mutant runs through the checks that can see it:
 
@@ -12,7 +12,7 @@ on. Each generated mutant runs through the checks that can see it:
   at a time), through `leaseproof stress` on every seed.
 
 A mutant that survives every check is either *equivalent* (no program can
-tell it from the bundled implementation: `impl/mutation/equivalent.py` says
+tell it from the bundled implementation: `impl/mutants/generated/equivalent.py` says
 why, next to its name) or a weakness of the checks. The score is killed /
 non-equivalent, per check; an equivalence claim that a check disproves (the
 "equivalent" mutant was killed) is reported as loudly as a survivor.
@@ -41,11 +41,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.stress import StressFault, stress
 from leaseproof.conformance.verify import run_conformance
+from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.mutation.catalogue import GeneratedMutant, by_name, generated_mutants
-from leaseproof.impl.mutation.equivalent import EQUIVALENT
+from leaseproof.impl.mutants.generated.catalogue import GeneratedMutant, by_name, generated_mutants
+from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 from leaseproof.impl.provision import Server, scratch_database
-from leaseproof.impl.store import connect
 
 SEEDS = (1, 2, 3, 4, 5)  # the full score's seeds
 SEARCH_ALONE = "search alone"
@@ -264,7 +264,7 @@ def report(score: Score) -> str:
         killers = [r for r in score.of(mutant.name) if r.killed]
         lines.append(
             f"NOT EQUIVALENT {mutant.name}: listed as equivalent, but {killers[0].check} killed it "
-            f"({killers[0].detail}); remove it from impl/mutation/equivalent.py"
+            f"({killers[0].detail}); remove it from impl/mutants/generated/equivalent.py"
         )
     if equivalent:
         lines.append(f"equivalent ({len(equivalent)}), each with why no program can tell it apart:")

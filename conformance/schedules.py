@@ -1,7 +1,7 @@
 """Forced interleavings of the delivery store, judged against the model.
 
 A `Race` sets a world up in lockstep with the model, then runs gated clients
-(`impl/gate.py`), each on its own connection to the same database, and
+(`impl/hooks/gate.py`), each on its own connection to the same database, and
 records each client's operations and outcomes. A schedule parks one client
 at a named point, runs the others, and lets it go on; it returns what it
 fixed (`Forced`): the serial order it implies, or the real-time intervals of
@@ -31,9 +31,9 @@ from leaseproof.conformance.delivery_machine import describe_state_difference
 from leaseproof.conformance.history import Barrier, History, Operation
 from leaseproof.conformance.linear_models import SPECS
 from leaseproof.conformance.linearizability import CheckResult, check
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.gate import Aborted, Client, Schedule
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused
@@ -368,7 +368,7 @@ class Interleaving:
 
 
 # Race mutants that random scheduling does not catch reliably, each with the
-# schedule that does (keyed by the race mutant's name, impl/race_mutants.py).
+# schedule that does (keyed by the race mutant's name, impl/mutants/race.py).
 INTERLEAVINGS: dict[str, Interleaving] = {
     "reconcile-outside-transaction": Interleaving(
         "reconciliation races a community deletion",

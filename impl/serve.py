@@ -14,10 +14,10 @@ import contextlib
 import sys
 
 from leaseproof.conformance.wire import serve, stdout_for_protocol
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.provision import postgres_server, scratch_database
-from leaseproof.impl.store import PostgresDeliveryStore
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,8 @@ from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
 from leaseproof.conformance.delivery_machine import Coverage, NonConformance, RunAborted, machine_for
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 
 # The randomized search must find each mutant within this many programs.
 # Runs are seeded, so they are reproducible; the figure is a budget, and

@@ -2,7 +2,7 @@
 
 Each (generated mutant, seed) of `leaseproof mutants --generated` is one
 test of the search alone (stress, for a lock mutant): a non-equivalent mutant
-must be killed, an equivalent one (impl/mutation/equivalent.py) must not be. `leaseproof mutants
+must be killed, an equivalent one (impl/mutants/generated/equivalent.py) must not be. `leaseproof mutants
 --generated` runs the same work on one machine's cores; when it outgrows one
 machine, pytest-xdist spreads these tests over processes or hosts (execnet
 gateways), each worker with its own server and databases:
@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from leaseproof.conformance import mutation_score as ms
-from leaseproof.impl.mutation.equivalent import EQUIVALENT
+from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 
 pytestmark = pytest.mark.mutation
 

@@ -18,17 +18,17 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
-from leaseproof.impl.mutation.catalogue import (
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.mutants.generated.catalogue import (
     MACHINES,
     by_name,
     generated_mutants,
     statements,
 )
-from leaseproof.impl.mutation.sql import server_text
-from leaseproof.impl.store import PostgresDeliveryStore
+from leaseproof.impl.mutants.generated.sql import server_text
 from leaseproof.model import delivery as m
 
 

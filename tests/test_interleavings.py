@@ -1,4 +1,4 @@
-"""The seeds' races, forced deterministically with the statement gate (impl/gate.py).
+"""The seeds' races, forced deterministically with the statement gate (impl/hooks/gate.py).
 
 Each test sets a world up in lockstep with the model, then runs concurrent
 clients, each on its own gated connection to the same database: it parks one
@@ -51,12 +51,13 @@ from leaseproof.conformance.schedules import (
     reconciliation_races_a_community_change,
 )
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.gate import Aborted, Client, Schedule
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine
-from leaseproof.impl.mutants import ReconcileUnfenced
-from leaseproof.impl.race_mutants import (
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
+from leaseproof.impl.mutants.delivery import ReconcileUnfenced
+from leaseproof.impl.mutants.race import (
     DELIVERY_RACE_MUTANTS,
     LIFECYCLE_RACE_MUTANTS,
     RACE_FINDINGS,
@@ -69,7 +70,6 @@ from leaseproof.impl.race_mutants import (
     ReconcileOutsideTransaction,
     SweepsOverlap,
 )
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused

@@ -14,11 +14,11 @@ import pytest
 from leaseproof.conformance import killmatrix as km
 from leaseproof.conformance.cli import main
 from leaseproof.conformance.schedules import INTERLEAVINGS
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.provision import Server
-from leaseproof.impl.race_mutants import RACE_MUTANTS
-from leaseproof.impl.store import PostgresDeliveryStore
 
 # The correct store, dressed as a mutant: nothing can kill it.
 BUNDLED = Mutant("bundled-store", "nothing: this is the bundled store", PostgresDeliveryStore)

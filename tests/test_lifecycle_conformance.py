@@ -10,8 +10,8 @@ from leaseproof.conformance.lifecycle_scenarios import LIFECYCLE_SCENARIOS
 from leaseproof.conformance.lockstep import Coverage, NonConformance, RunAborted
 from leaseproof.conformance.scenarios import run_scenarios
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 
 SEARCH_BUDGET = 1000  # the latest kill was admission-ignores-hash, at program 577 (`leaseproof mutants` shows each)
 SEED = 20261129

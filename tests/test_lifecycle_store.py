@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 

@@ -17,8 +17,8 @@ import pytest
 
 from leaseproof.conformance import mutation_score as ms
 from leaseproof.conformance.cli import main
-from leaseproof.impl.mutation.catalogue import by_name, generated_mutants
-from leaseproof.impl.mutation.equivalent import EQUIVALENT
+from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutants
+from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 from leaseproof.impl.provision import Server
 
 KILLED = "PostgresDeliveryStore.SQL_CLAIM/flip-arithmetic/1"  # a claim lowers the generation: dies at once

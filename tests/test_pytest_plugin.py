@@ -19,7 +19,7 @@ def _project(pytester: pytest.Pytester, **ini: str) -> None:
 def test_the_machine_runs_inside_the_services_pytest_run(pytester: pytest.Pytester, pg_server: Server) -> None:
     _project(
         pytester,
-        leaseproof_adapter="leaseproof.impl.adapter:PostgresDeliveryAdapter",
+        leaseproof_adapter="leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter",
         leaseproof_dsn=pg_server.dsn,
         leaseproof_max_examples="5",
     )

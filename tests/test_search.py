@@ -18,8 +18,8 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.lockstep import ShrinkBound
 from leaseproof.conformance.swarm import EveryRule, Swarm, swarm, values, weighted
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 

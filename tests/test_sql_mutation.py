@@ -12,15 +12,16 @@ import sys
 
 import pytest
 
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
-from leaseproof.impl.mutation.catalogue import (
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.mutants.generated.catalogue import (
     MACHINES,
     RACE_OPERATORS,
     by_name,
     generated_mutants,
     statements,
 )
-from leaseproof.impl.mutation.sql import (
+from leaseproof.impl.mutants.generated.sql import (
     OPERATORS,
     Kind,
     Mutation,
@@ -29,7 +30,6 @@ from leaseproof.impl.mutation.sql import (
     schema_enums,
     tokenize,
 )
-from leaseproof.impl.store import PostgresDeliveryStore
 
 
 def of(operator: str, sql: str) -> list[Mutation]:
@@ -443,7 +443,8 @@ def test_unknown_name_lists_near_names() -> None:
 
 def test_catalogue_order_does_not_depend_on_hashing() -> None:
     script = (
-        "from leaseproof.impl.mutation.catalogue import generated_mutants; print([m.name for m in generated_mutants()])"
+        "from leaseproof.impl.mutants.generated.catalogue import generated_mutants; "
+        "print([m.name for m in generated_mutants()])"
     )
     runs = {
         subprocess.run(

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.impl.migrate import available, migrate
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause
 from leaseproof.model.errors import InvalidValue, Refused

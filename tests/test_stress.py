@@ -17,9 +17,9 @@ from leaseproof.conformance.linearizability import read_history, write_history
 from leaseproof.conformance.programs import GENERATORS, Finishing, Renewal
 from leaseproof.conformance.schedules import INTERLEAVINGS
 from leaseproof.conformance.stress import Runner, stress
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.race_mutants import RACE_MUTANTS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 

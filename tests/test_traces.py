@@ -16,10 +16,10 @@ from leaseproof.conformance import world as w
 from leaseproof.conformance.lifecycle_machine import CONTENTS
 from leaseproof.conformance.trace import Divergence, Trace, TraceError, check, read, record, replay, write
 from leaseproof.conformance.verify import run_conformance
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_mutants import LIFECYCLE_MUTANTS, LifecycleMutant
-from leaseproof.impl.mutants import MUTANTS, Mutant
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc

@@ -28,8 +28,8 @@ from leaseproof.conformance.delivery_machine import RunAborted, machine_for
 from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.verify import run_conformance
 from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter, serve
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants import MUTANTS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.provision import Server, scratch_database
 from leaseproof.model import delivery as m
 
@@ -605,7 +605,7 @@ def test_verify_exits_2_on_an_adapter_fault(tmp_path: Path, name: str, says: lis
 def test_verify_loads_an_in_process_adapter_and_gives_it_a_database(tmp_path: Path, pg_server: Server) -> None:
     run, _ = run_verify(
         tmp_path,
-        "--adapter", "leaseproof.impl.adapter:PostgresDeliveryAdapter",
+        "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter",
         "--dsn", pg_server.dsn, "--max-examples", "5", "--seed", "7",
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
@@ -615,11 +615,11 @@ def test_verify_loads_an_in_process_adapter_and_gives_it_a_database(tmp_path: Pa
 
 USAGE_ERRORS = [
     (["--adapter", "no.such.module:f"], "--adapter 'no.such.module:f': cannot load it"),
-    (["--adapter", "leaseproof.impl.adapter"], "expected MODULE:FACTORY"),
-    (["--adapter", "leaseproof.impl.adapter:NoSuchFactory"], "cannot load it"),
-    (["--adapter", "leaseproof.impl.adapter:RESET"], "RESET is not callable"),
+    (["--adapter", "leaseproof.impl.delivery.adapter"], "expected MODULE:FACTORY"),
+    (["--adapter", "leaseproof.impl.delivery.adapter:NoSuchFactory"], "cannot load it"),
+    (["--adapter", "leaseproof.impl.delivery.adapter:RESET"], "RESET is not callable"),
     (["--mutant", MUTANTS[0].name, "--adapter-cmd", "anything"], "--mutant applies to the bundled implementation"),
-    (["--mutant", MUTANTS[0].name, "--adapter", "leaseproof.impl.adapter:PostgresDeliveryAdapter"], "--mutant applies"),
+    (["--mutant", MUTANTS[0].name, "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter"], "--mutant applies"),
     (["--adapter", "x:y", "--adapter-cmd", "z"], "not allowed with argument"),
     (["--adapter-cmd", "/no/such/adapter"], "could not start the adapter '/no/such/adapter'"),
     (["--adapter-cmd", "x", "--reply-timeout", "0"], "--reply-timeout: must be positive"),

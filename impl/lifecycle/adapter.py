@@ -12,10 +12,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from leaseproof.impl.adapter import Connect, reset_database
-from leaseproof.impl.lifecycle_store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
+from leaseproof.impl.delivery.adapter import Connect, reset_database
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.lifecycle.store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect, read_consistently
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused

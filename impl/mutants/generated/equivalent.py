@@ -1,6 +1,6 @@
 """Generated mutants that no program can tell from the bundled implementation.
 
-Each entry names a mutant (`impl/mutation/catalogue.py`) and says why it is
+Each entry names a mutant (`impl/mutants/generated/catalogue.py`) and says why it is
 equivalent: which constraint, cascade, earlier statement or later check makes
 the changed site unable to change any outcome or persisted field. The
 mutation score leaves them out of its denominator and reports an entry here

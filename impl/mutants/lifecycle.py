@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 import attrs
 
-from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
-from leaseproof.impl.mutants import _swap
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
+from leaseproof.impl.mutants.delivery import _swap
 from leaseproof.model import lifecycle as m
 
 

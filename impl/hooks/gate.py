@@ -3,7 +3,7 @@
 A race is forced by holding one client's transaction open at a named point
 while other clients run, then letting it go on. Three pieces:
 
-- `Gate` wraps a connection as `leaseproof.impl.store.connect` returns it and
+- `Gate` wraps a connection as `leaseproof.impl.delivery.store.connect` returns it and
   is handed to a store's constructor in its place. The stores use only
   `execute(...)` (and `.fetchone()`/`.fetchall()`/iteration of its cursor)
   and `transaction()`; the gate passes both through, and can park the
@@ -37,7 +37,7 @@ from typing import Any, cast
 
 import psycopg
 
-from leaseproof.impl.store import connect
+from leaseproof.impl.delivery.store import connect
 
 TIMEOUT = 30.0  # seconds, for every wait of a test
 _POLL = 0.005  # seconds between two checks of a polled condition

@@ -1,7 +1,7 @@
 """Mechanical mutation of one SQL statement, one site at a time.
 
 A conformance suite is only as good as the bugs it catches, and the bugs a
-reviewer happens to think of (the hand-written mutants in `impl/mutants.py`)
+reviewer happens to think of (the hand-written mutants in `impl/mutants/delivery.py`)
 are a sample chosen by the same mind that wrote the statements. This module
 generates the rest mechanically, in the spirit of SQLMutation (Tuya, Suárez-
 Cabal and de la Riva) and mutmut: every operator below rewrites one *site*

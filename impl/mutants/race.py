@@ -3,8 +3,8 @@
 Each variant of the bundled store (or replica engine) runs every operation
 exactly as the real one does when nothing else runs: the sequential
 lockstep suite passes it (tests/test_interleavings.py proves that), and
-only a forced interleaving (the statement gate, `impl/gate.py`) shows it.
-They are kept apart from `impl/mutants.py` and `impl/lifecycle_mutants.py`,
+only a forced interleaving (the statement gate, `impl/hooks/gate.py`) shows it.
+They are kept apart from `impl/mutants/delivery.py` and `impl/mutants/lifecycle.py`,
 whose registries are asserted to be killed by sequential search.
 
 Most of them split one atomic statement into a read and a write. The
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from leaseproof.impl.lifecycle_mutants import LifecycleMutant
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
-from leaseproof.impl.mutants import Mutant, _swap
-from leaseproof.impl.store import _DELIVERY_COLUMNS, PostgresDeliveryStore
+from leaseproof.impl.delivery.store import _DELIVERY_COLUMNS, PostgresDeliveryStore
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
+from leaseproof.impl.mutants.delivery import Mutant, _swap
+from leaseproof.impl.mutants.lifecycle import LifecycleMutant
 from leaseproof.model import delivery as m
 
 Store = PostgresDeliveryStore

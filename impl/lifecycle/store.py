@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from leaseproof.impl.store import FencedWriter
+from leaseproof.impl.delivery.store import FencedWriter
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.errors import Refused

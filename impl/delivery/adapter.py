@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
+from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.store import PinnedClock, PostgresDeliveryStore, connect
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
 

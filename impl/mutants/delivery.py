@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from leaseproof.impl.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.store import PostgresDeliveryStore
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
 

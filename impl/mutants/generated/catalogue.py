@@ -2,7 +2,7 @@
 
 The stores name each SQL statement they run as a class attribute (`SQL_*`),
 so a mutant is the bundled class with one attribute replaced by one
-single-site mutation of its text (`impl/mutation/sql.py`). This module finds
+single-site mutation of its text (`impl/mutants/generated/sql.py`). This module finds
 the statements each machine's adapter actually runs (by walking the MRO of
 the classes the adapter is given), applies every operator to each, and
 builds, on demand, the mutant classes and the bundled adapter that runs them.
@@ -24,9 +24,9 @@ from typing import Any
 
 import attrs
 
-from leaseproof.impl.lifecycle_store import LifecycleStore, ReplicaEngine, RunResumer
-from leaseproof.impl.mutation.sql import Mutation, collapse_whitespace, mutations
-from leaseproof.impl.store import PostgresDeliveryStore
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.mutants.generated.sql import Mutation, collapse_whitespace, mutations
 
 MACHINES = ("delivery", "lifecycle")
 
@@ -140,10 +140,10 @@ class GeneratedMutant:
         """The bundled adapter of this mutant's machine running the mutated classes, on database `dsn`."""
         classes = self.classes()
         if self.machine == "delivery":
-            from leaseproof.impl.adapter import PostgresDeliveryAdapter
+            from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 
             return PostgresDeliveryAdapter(dsn, classes["store_class"])
-        from leaseproof.impl.lifecycle_adapter import PostgresLifecycleAdapter
+        from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 
         return PostgresLifecycleAdapter(
             dsn,

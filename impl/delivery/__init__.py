@@ -1,0 +1,1 @@
+"""The delivery machine's production code: its PostgreSQL store and the adapter in front of it."""

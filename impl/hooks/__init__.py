@@ -1,0 +1,1 @@
+"""Test hooks around the production code: the statement gate that forces an interleaving."""

@@ -1,0 +1,1 @@
+"""The lifecycle machine's production code: its PostgreSQL store, replica engines and adapter."""

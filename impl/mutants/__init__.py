@@ -1,0 +1,1 @@
+"""Deliberately wrong variants of the bundled machines: written by hand, racy, and generated."""
