@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from leaseproof.conformance import checker_bench
-from leaseproof.conformance.linearizability import check
+from leaseproof.conformance.concurrent import bench
+from leaseproof.conformance.concurrent.linearizability import check
 
 
 def test_the_benchmark_prints_one_row_per_size_all_linearizable(capsys: pytest.CaptureFixture[str]) -> None:
-    assert checker_bench.main(["--sizes", "200,50,400", "--seed", "3", "--clients", "4"]) == 0
+    assert bench.main(["--sizes", "200,50,400", "--seed", "3", "--clients", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "delivery histories, 4 clients, seed 3"
     assert lines[1].split() == [
@@ -29,6 +29,6 @@ def test_the_benchmark_reports_a_history_it_cannot_pass(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A checker that judges nothing linearizable must make the benchmark fail, not print a pass.
-    monkeypatch.setattr(checker_bench, "check", lambda history, spec: check(history, spec, budget=0))
-    assert checker_bench.main(["--sizes", "30"]) == 1
+    monkeypatch.setattr(bench, "check", lambda history, spec: check(history, spec, budget=0))
+    assert bench.main(["--sizes", "30"]) == 1
     assert capsys.readouterr().out.splitlines()[-1].split()[-1] == "unknown"

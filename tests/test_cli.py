@@ -7,12 +7,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from leaseproof.impl.provision import Server
+from leaseproof.conformance.harness.provision import Server
 
 
 def _verify(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", "verify", *args],
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "verify", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -22,7 +22,7 @@ def _verify(*args: str, timeout: float = 300, cwd: Path | None = None) -> subpro
 
 def test_console_script_is_installed() -> None:
     scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
-    assert scripts.get("leaseproof") == "leaseproof.conformance.cli:main"
+    assert scripts.get("leaseproof") == "leaseproof.conformance.frontends.cli:main"
 
 
 def test_verify_passes_the_bundled_implementation_and_summarises(pg_server: Server) -> None:

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaseproof.conformance import codec
-from leaseproof.conformance import world as w
-from leaseproof.conformance.codec import DecodeError, decode, decode_state, encode, encode_state
-from leaseproof.conformance.lifecycle_machine import CONTENTS
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.boundary.codec import DecodeError, decode, decode_state, encode, encode_state
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.lifecycle import CONTENTS
 from leaseproof.model import binding as b
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc

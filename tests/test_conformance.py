@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
-from leaseproof.conformance.delivery_machine import Coverage, NonConformance, RunAborted, machine_for
-from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
+from leaseproof.conformance.lockstep.delivery import Coverage, NonConformance, RunAborted, machine_for
+from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 

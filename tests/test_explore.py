@@ -19,9 +19,10 @@ from typing import Any
 import attrs
 import pytest
 
-from leaseproof.conformance import cli, trace
-from leaseproof.conformance import explore as ex
-from leaseproof.conformance import world as w
+from leaseproof.conformance.frontends import cli
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.spec import explore as ex
+from leaseproof.conformance.traces import trace
 from leaseproof.model import delivery as dm
 from leaseproof.model import lifecycle as lm
 from leaseproof.model.rules import Decision
@@ -282,7 +283,7 @@ def test_a_broken_lifecycle_model_is_caught_and_its_trace_replays(tmp_path: Path
 
 def _explore(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", "explore", *args],
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "explore", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaseproof.conformance import mutation_score as ms
+from leaseproof.conformance.evidence import score as ms
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 
 pytestmark = pytest.mark.mutation

@@ -19,7 +19,7 @@ races are the only thing that catches them.
 
 The judging (`Race`), the delivery world, and the schedules of the two race
 mutants that only a forced interleaving catches live in
-conformance/schedules.py, where the kill matrix (`leaseproof mutants`) runs
+conformance/concurrent/schedules.py, where the kill matrix (`leaseproof mutants`) runs
 them too.
 """
 
@@ -32,9 +32,7 @@ from typing import Any
 import attrs
 import pytest
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.lifecycle_machine import describe_difference
-from leaseproof.conformance.schedules import (
+from leaseproof.conformance.concurrent.schedules import (
     CLAIM,
     D1,
     D2,
@@ -50,7 +48,9 @@ from leaseproof.conformance.schedules import (
     new,
     reconciliation_races_a_community_change,
 )
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.lifecycle import describe_difference
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
@@ -170,7 +170,7 @@ def test_a_parked_client_holds_its_transaction_open_until_released(schedule: Sch
     assert reader.run(probe) == [0, 1]
 
 
-# -- judging a history against the model (Race: conformance/schedules.py) ---------------------
+# -- judging a history against the model (Race: conformance/concurrent/schedules.py) ---------------------
 
 
 @attrs.frozen
@@ -422,7 +422,7 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
 def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(
     delivery_race: Callable[[type], Race], impl: Impl
 ) -> None:
-    """The schedule `a_second_sweep_then_a_claim` (conformance/schedules.py, where the
+    """The schedule `a_second_sweep_then_a_claim` (conformance/concurrent/schedules.py, where the
     kill matrix runs it too): a claim after two sweeps must take the oldest pending
     row. Found by `leaseproof stress`."""
     race = delivery_race(impl.cls)
@@ -523,7 +523,7 @@ def test_producer_retries_race_for_the_identity_lock(
 def test_reconciliation_races_a_community_change(
     delivery_race: Callable[[type], Race], impl: Impl, change: str
 ) -> None:
-    """The schedule `reconciliation_races_a_community_change` (conformance/schedules.py,
+    """The schedule `reconciliation_races_a_community_change` (conformance/concurrent/schedules.py,
     where the kill matrix runs it too): the retry's reconciliation read holds the
     community share-locked, so a fence or deletion waits for it, and the retry is
     told the recorded terminal."""

@@ -11,14 +11,14 @@ import sys
 import attrs
 import pytest
 
-from leaseproof.conformance import killmatrix as km
-from leaseproof.conformance.cli import main
-from leaseproof.conformance.schedules import INTERLEAVINGS
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
+from leaseproof.conformance.evidence import killmatrix as km
+from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.harness.provision import Server
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.impl.mutants.race import RACE_MUTANTS
-from leaseproof.impl.provision import Server
 
 # The correct store, dressed as a mutant: nothing can kill it.
 BUNDLED = Mutant("bundled-store", "nothing: this is the bundled store", PostgresDeliveryStore)
@@ -207,7 +207,7 @@ def test_usage_and_provisioning_errors_exit_2(capsys: pytest.CaptureFixture[str]
 
 def test_mutants_json_from_a_real_process(pg_server: Server) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", "mutants", "--fast", "--json", "--seed", "7",
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "mutants", "--fast", "--json", "--seed", "7",
          "--dsn", pg_server.dsn, "--machine", "lifecycle", "--mutant", "cutoff-ignored"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from leaseproof.conformance.lifecycle_machine import lifecycle_machine_for
-from leaseproof.conformance.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep import Coverage, NonConformance, RunAborted
-from leaseproof.conformance.scenarios import run_scenarios
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.lockstep.core import Coverage, NonConformance, RunAborted
+from leaseproof.conformance.lockstep.delivery_scenarios import run_scenarios
+from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
+from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 

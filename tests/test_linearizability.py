@@ -16,11 +16,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.checker_bench import Workload, simulate
-from leaseproof.conformance.history import Barrier, History, Indeterminate, Operation
-from leaseproof.conformance.linear_models import DELIVERY, LIFECYCLE
-from leaseproof.conformance.linearizability import (
+from leaseproof.conformance.concurrent.bench import Workload, simulate
+from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation
+from leaseproof.conformance.concurrent.linearizability import (
     LINEARIZABLE,
     NO_ORDER,
     NOT_LINEARIZABLE,
@@ -33,6 +31,8 @@ from leaseproof.conformance.linearizability import (
     timeline,
     write_history,
 )
+from leaseproof.conformance.concurrent.models import DELIVERY, LIFECYCLE
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from leaseproof.conformance import mutation_score as ms
-from leaseproof.conformance.cli import main
+from leaseproof.conformance.evidence import score as ms
+from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.harness.provision import Server
 from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutants
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
-from leaseproof.impl.provision import Server
 
 KILLED = "PostgresDeliveryStore.SQL_CLAIM/flip-arithmetic/1"  # a claim lowers the generation: dies at once
 EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5"
@@ -96,8 +96,7 @@ def test_workers_on_their_own_databases_give_the_same_verdicts(pg_server: Server
 def test_the_json_document_lists_the_score_by_check(pg_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEASEPROOF_DSN", pg_server.dsn)
     out, err = io.StringIO(), io.StringIO()
-    from leaseproof.conformance import cli
-
+    from leaseproof.conformance.frontends import cli
     args = cli.build_parser().parse_args(
         ["mutants", "--generated", "--json", "--mutant", KILLED, "--seed", "3", "--jobs", "1", "--max-examples", "5"]
     )
@@ -195,7 +194,8 @@ def _gone(group: int) -> bool:
 
 
 def _score_run(server: Server) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "leaseproof.conformance.cli", "mutants", "--generated", "--mutant", *_LONG]
+    command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "mutants", "--generated"]
+    command += ["--mutant", *_LONG]
     command += ["--seed", "1", "2", "--jobs", "2", "--dsn", server.dsn]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 def _verify(adapter_args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     command = f"{shlex.quote(str(NODE))} {shlex.quote(str(ADAPTER))}{adapter_args}"
     argv = [
-        sys.executable, "-m", "leaseproof.conformance.cli", "verify",
+        sys.executable, "-m", "leaseproof.conformance.frontends.cli", "verify",
         "--adapter-cmd", command, "--max-examples", "30", "--seed", "5",
     ]  # fmt: skip
     return subprocess.run(

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.impl import provision
-from leaseproof.impl.provision import (
+from leaseproof.conformance.harness import provision
+from leaseproof.conformance.harness.provision import (
     ProvisioningError,
     Server,
     postgres_server,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from leaseproof.impl.provision import Server
+from leaseproof.conformance.harness.provision import Server
 
 
 def _project(pytester: pytest.Pytester, **ini: str) -> None:
@@ -31,7 +31,8 @@ def test_the_machine_runs_inside_the_services_pytest_run(pytester: pytest.Pytest
 
 def test_a_nonconforming_adapter_fails_with_the_counterexample(pytester: pytest.Pytester, pg_server: Server) -> None:
     command = (
-        f"{sys.executable} -m leaseproof.impl.serve --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
+        f"{sys.executable} -m leaseproof.conformance.boundary.serve"
+        f" --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
     )
     _project(pytester, leaseproof_adapter_cmd=command, leaseproof_max_examples="5")
     result = pytester.runpytest_subprocess()

@@ -12,15 +12,15 @@ from pathlib import Path
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from leaseproof.conformance import delivery_machine as dm
-from leaseproof.conformance import lifecycle_machine as lm
-from leaseproof.conformance import world as w
-from leaseproof.conformance.lockstep import ShrinkBound
-from leaseproof.conformance.swarm import EveryRule, Swarm, swarm, values, weighted
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.lockstep import delivery as dm
+from leaseproof.conformance.lockstep import lifecycle as lm
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.core import ShrinkBound
+from leaseproof.conformance.lockstep.swarm import EveryRule, Swarm, swarm, values, weighted
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
-from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 
 
@@ -226,7 +226,8 @@ def test_shrinking_stops_at_its_time_bound_and_says_the_program_may_differ(deliv
 
 
 def _counterexample(mutant: str, seed: int, server: Server) -> str:
-    command = [sys.executable, "-m", "leaseproof.conformance.cli", "verify", "--mutant", mutant, "--dsn", server.dsn]
+    command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "verify", "--mutant", mutant]
+    command += ["--dsn", server.dsn]
     command += ["--no-scenarios", "--seed", str(seed), "--trace-out", os.devnull]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 1, run.stdout + run.stderr

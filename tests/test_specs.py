@@ -18,7 +18,7 @@ import attrs
 import pytest
 from spec_tables import headings
 
-from leaseproof.conformance import specgen
+from leaseproof.conformance.spec import pages as spec_pages
 from leaseproof.model import delivery, invariants, lifecycle
 from leaseproof.model.rules import Invariants
 
@@ -28,7 +28,7 @@ SPECS = Path(__file__).parent.parent / "specs"
 @pytest.fixture
 def pages(tmp_path: Path) -> Path:
     """A copy of the spec pages to drift."""
-    for page in specgen.PAGES:
+    for page in spec_pages.PAGES:
         shutil.copy(SPECS / page.filename, tmp_path / page.filename)
     return tmp_path
 
@@ -40,7 +40,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def test_the_checked_in_pages_are_generated_from_the_current_models() -> None:
-    stale = specgen.stale_pages(SPECS)
+    stale = spec_pages.stale_pages(SPECS)
     assert not stale, "run `leaseproof spec`:\n" + "\n".join(stale.values())
 
 
@@ -59,15 +59,15 @@ def test_a_hand_edit_inside_a_block_is_stale_and_rewriting_keeps_the_prose(pages
     page = pages / "delivery.md"
     _edit(page, "| `oldest-pending` | otherwise | Claimed |", "| `oldest-pending` | otherwise | ClaimMiss |")
     _edit(page, "A terminal row never changes again.", "A terminal row never changes again, as edited by hand.")
-    stale = specgen.stale_pages(pages)
+    stale = spec_pages.stale_pages(pages)
     assert list(stale) == [page]
     assert "-| 5 | `oldest-pending` | otherwise | ClaimMiss |" in stale[page]
     assert "+| 5 | `oldest-pending` | otherwise | Claimed |" in stale[page]
     assert "edited by hand" not in stale[page]  # prose is the author's, outside every block
-    assert specgen.write_pages(pages) == [page]
-    assert specgen.stale_pages(pages) == {}
+    assert spec_pages.write_pages(pages) == [page]
+    assert spec_pages.stale_pages(pages) == {}
     assert "as edited by hand" in page.read_text(encoding="utf-8")
-    assert specgen.write_pages(pages) == []  # idempotent
+    assert spec_pages.write_pages(pages) == []  # idempotent
 
 
 def test_a_changed_rule_makes_its_page_stale(pages: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +75,7 @@ def test_a_changed_rule_makes_its_page_stale(pages: Path, monkeypatch: pytest.Mo
     first = rules[lifecycle.Fire][0]
     rules[lifecycle.Fire] = (attrs.evolve(first, when="no replica answers to this name"), *rules[lifecycle.Fire][1:])
     monkeypatch.setattr(lifecycle, "RULES", rules)
-    stale = specgen.stale_pages(pages)
+    stale = spec_pages.stale_pages(pages)
     assert list(stale) == [pages / "lifecycle.md"]
     assert "no replica answers to this name" in stale[pages / "lifecycle.md"]
 
@@ -91,7 +91,7 @@ def test_a_new_invariant_makes_its_page_stale(pages: Path, monkeypatch: pytest.M
         return []
 
     monkeypatch.setattr(invariants, "INVARIANTS", registry)
-    stale = specgen.stale_pages(pages)
+    stale = spec_pages.stale_pages(pages)
     assert list(stale) == [pages / "delivery.md"]
     assert "+| `nothing-is-ever-pending` | No row is pending. |" in stale[pages / "delivery.md"]
 
@@ -100,7 +100,7 @@ def test_a_changed_transition_makes_its_page_stale(pages: Path, monkeypatch: pyt
     transitions = dict(delivery.TRANSITION_RULES)
     transitions[(delivery.Status.CLAIMED, delivery.Status.PENDING)] = ("Reap/sweep", "Renew/held")
     monkeypatch.setattr(delivery, "TRANSITION_RULES", transitions)
-    stale = specgen.stale_pages(pages)
+    stale = spec_pages.stale_pages(pages)
     assert "+    claimed --> pending: Reap/sweep, Renew/held" in stale[pages / "delivery.md"]
 
 
@@ -115,14 +115,14 @@ def test_a_malformed_page_is_refused_and_no_page_is_written(pages: Path, old: st
     _edit(pages / "delivery.md", "| Reap | Reaped |", "| Reap | Reaped, Ok |")  # stale, and first in order
     _edit(pages / "lifecycle.md", old, new)
     before = {page: page.read_text(encoding="utf-8") for page in pages.iterdir()}
-    with pytest.raises(specgen.SpecPageError, match=complaint):
-        specgen.write_pages(pages)
+    with pytest.raises(spec_pages.SpecPageError, match=complaint):
+        spec_pages.write_pages(pages)
     assert {page: page.read_text(encoding="utf-8") for page in pages.iterdir()} == before
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", "spec", *args], capture_output=True, text=True
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "spec", *args], capture_output=True, text=True
     )
 
 

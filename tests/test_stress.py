@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from leaseproof.conformance.cli import main
-from leaseproof.conformance.history import History, Indeterminate
-from leaseproof.conformance.linearizability import read_history, write_history
-from leaseproof.conformance.programs import GENERATORS, Finishing, Renewal
-from leaseproof.conformance.schedules import INTERLEAVINGS
-from leaseproof.conformance.stress import Runner, stress
+from leaseproof.conformance.concurrent.history import History, Indeterminate
+from leaseproof.conformance.concurrent.linearizability import read_history, write_history
+from leaseproof.conformance.concurrent.programs import GENERATORS, Finishing, Renewal
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
+from leaseproof.conformance.concurrent.stress import Runner, stress
+from leaseproof.conformance.frontends.cli import main
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.race import RACE_MUTANTS
@@ -71,7 +71,7 @@ def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any)
 # Overlapping sweeps need two sweeps and a claim to meet on one row while a lock
 # is held for a failed re-check; stress found it once in 643 programs, too rarely
 # for a test, so the forced interleaving (a second sweep, then a claim) proves it.
-# Both schedules live in conformance/schedules.py (INTERLEAVINGS), where the kill
+# Both schedules live in conformance/concurrent/schedules.py (INTERLEAVINGS), where the kill
 # matrix runs them; tests/test_interleavings.py runs them against the bundled store too.
 CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction", "sweeps-overlap"}
 

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from leaseproof.conformance import codec
-from leaseproof.conformance import world as w
-from leaseproof.conformance.lifecycle_machine import CONTENTS
-from leaseproof.conformance.trace import Divergence, Trace, TraceError, check, read, record, replay, write
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.lifecycle import CONTENTS
+from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.traces.trace import Divergence, Trace, TraceError, check, read, record, replay, write
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
-from leaseproof.impl.provision import Server
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 
-CORPUS = Path(__file__).parent.parent / "conformance" / "corpus"
+CORPUS = Path(__file__).parent.parent / "conformance" / "traces" / "corpus"
 A, T1, T2 = w.COMMUNITIES["A"], w.TARGETS["T1"], w.TARGETS["T2"]
 D1 = w.DELIVERIES["d1"]
 SEED = 20261129
@@ -58,7 +58,7 @@ def trace_file(tmp_path: Path) -> Path:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
     )
 
 

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from leaseproof.conformance import codec
-from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS
-from leaseproof.conformance.delivery_machine import RunAborted, machine_for
-from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
-from leaseproof.conformance.verify import run_conformance
-from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter, serve
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
+from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter, serve
+from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
+from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.provision import Server, scratch_database
 from leaseproof.model import delivery as m
 
 SEED = 20261129
@@ -43,7 +43,7 @@ CLI_WITHIN = 15.0
 
 
 def serve_command(dsn: str, mutant: str | None = None) -> str:
-    command = f"{PYTHON} -m leaseproof.impl.serve --dsn {shlex.quote(dsn)}"
+    command = f"{PYTHON} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(dsn)}"
     return command + (f" --mutant {shlex.quote(mutant)}" if mutant else "")
 
 
@@ -450,7 +450,7 @@ def test_a_noisy_but_guarded_adapter_conforms_and_its_noise_goes_to_stderr(tmp_p
     source = textwrap.dedent(inspect.getsource(ModelAdapter))
     body = f"""
 import datetime as dt
-from leaseproof.conformance.wire import serve, stdout_for_protocol
+from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
 from leaseproof.model import delivery as m
 {source}
 class Noisy(ModelAdapter):
@@ -571,7 +571,7 @@ def run_verify(cwd: Path, *args: str, timeout: float = 120) -> tuple[subprocess.
     """`leaseproof verify ARGS` in `cwd` (where it writes any trace), and how long it took."""
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.cli", "verify", *args],
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "verify", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,10 +1,10 @@
 """The concurrent runner: many clients against one implementation, judged by the model.
 
 Each client is a thread with its own session (its own database
-connection). For every program (conformance/programs.py) the runner resets
+connection). For every program (conformance/concurrent/programs.py) the runner resets
 the implementation, runs the prefix, then each round's branches truly
 concurrently, and records every invocation and response in one history
-(conformance/history.py). Between rounds the coordinator waits until no
+(conformance/concurrent/history.py). Between rounds the coordinator waits until no
 operation is in flight, reads the implementation's full state (a barrier),
 and may move the controlled clock, so every transaction sees one instant,
 as PostgreSQL's `now()` does. The history is then checked for
@@ -35,12 +35,18 @@ from typing import Any
 import attrs
 import psycopg
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.history import History, Indeterminate, Recorder
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import DEFAULT_BUDGET, NOT_LINEARIZABLE, UNKNOWN, CheckResult, check
-from leaseproof.conformance.programs import GENERATORS, Program, resolve
-from leaseproof.conformance.trace import SPECS as LOCKSTEP
+from leaseproof.conformance.concurrent.history import History, Indeterminate, Recorder
+from leaseproof.conformance.concurrent.linearizability import (
+    DEFAULT_BUDGET,
+    NOT_LINEARIZABLE,
+    UNKNOWN,
+    CheckResult,
+    check,
+)
+from leaseproof.conformance.concurrent.models import SPECS
+from leaseproof.conformance.concurrent.programs import GENERATORS, Program, resolve
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 

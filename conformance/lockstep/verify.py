@@ -12,13 +12,13 @@ from hypothesis.errors import FlakyFailure
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.delivery_machine import machine_for
-from leaseproof.conformance.lifecycle_machine import lifecycle_machine_for
-from leaseproof.conformance.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep import Coverage, RunAborted, ShrinkBound
-from leaseproof.conformance.scenarios import SCENARIOS, run_scenarios
-from leaseproof.conformance.trace import Trace, record
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound
+from leaseproof.conformance.lockstep.delivery import machine_for
+from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
+from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
+from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
+from leaseproof.conformance.traces.trace import Trace, record
 
 
 @attrs.frozen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from leaseproof.conformance.lifecycle_machine import LifecycleConformance
+from leaseproof.conformance.lockstep.lifecycle import LifecycleConformance
 from leaseproof.model import lifecycle as m
 
 Scenario = Callable[[LifecycleConformance], None]

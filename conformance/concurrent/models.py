@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.history import Indeterminate
-from leaseproof.conformance.linearizability import Ambiguous, Spec
+from leaseproof.conformance.concurrent.history import Indeterminate
+from leaseproof.conformance.concurrent.linearizability import Ambiguous, Spec
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.frozenmap import FrozenMap

@@ -1,6 +1,6 @@
 """The regression corpus: the minimal counterexample of every shipped mutant, as traces.
 
-    python -m leaseproof.conformance.corpus DIR [--dsn DSN]
+    python -m leaseproof.conformance.traces.corpus DIR [--dsn DSN]
 
 rewrites DIR/<mutant>.jsonl from a seeded, shrunk search against each
 mutant (fixed scenarios off, so each trace is what the search itself found).
@@ -14,11 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from leaseproof.conformance.trace import write
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.traces.trace import write
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.provision import postgres_server, scratch_database
 
 SEED = 20261129
 BUDGET = 1000
@@ -26,7 +26,7 @@ BUDGET = 1000
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.corpus", description=__doc__.splitlines()[0]
+        prog="python -m leaseproof.conformance.traces.corpus", description=__doc__.splitlines()[0]
     )
     parser.add_argument("directory", type=Path)
     parser.add_argument("--dsn")

@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from leaseproof.conformance import codec
-from leaseproof.conformance.boundary import ALL_OPERATIONS, CORE_OPERATIONS, DeliveryAdapter
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS, DeliveryAdapter
 from leaseproof.model import delivery as m
 
 PROTOCOL_VERSION = 1

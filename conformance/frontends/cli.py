@@ -21,31 +21,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from leaseproof.conformance import explore as exploration
-from leaseproof.conformance import killmatrix, mutation_score
-from leaseproof.conformance.boundary import DeliveryAdapter
-from leaseproof.conformance.delivery_machine import Coverage
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
-from leaseproof.conformance.linearizability import check as check_linearizable
-from leaseproof.conformance.lockstep import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
-from leaseproof.conformance.progress import ProgressLine
-from leaseproof.conformance.specgen import PAGES, SpecPageError, stale_pages, write_pages
-from leaseproof.conformance.stress import Progress as StressProgress
-from leaseproof.conformance.stress import StressFault, StressReport
-from leaseproof.conformance.stress import stress as run_stress
-from leaseproof.conformance.trace import SPECS as LOCKSTEP_SPECS
-from leaseproof.conformance.trace import TraceError, check, replay
-from leaseproof.conformance.trace import read as read_trace
-from leaseproof.conformance.trace import write as write_trace
-from leaseproof.conformance.verify import MACHINES, Verdict, run_conformance
-from leaseproof.conformance.wire import AdapterFault, SubprocessAdapter
+from leaseproof.conformance.boundary.protocols import DeliveryAdapter
+from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
+from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
+from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
+from leaseproof.conformance.concurrent.models import SPECS
+from leaseproof.conformance.concurrent.stress import Progress as StressProgress
+from leaseproof.conformance.concurrent.stress import StressFault, StressReport
+from leaseproof.conformance.concurrent.stress import stress as run_stress
+from leaseproof.conformance.evidence import killmatrix
+from leaseproof.conformance.evidence import score as mutation_score
+from leaseproof.conformance.frontends.progress import ProgressLine
+from leaseproof.conformance.harness.provision import ProvisioningError, Server, postgres_server, scratch_database
+from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
+from leaseproof.conformance.lockstep.delivery import Coverage
+from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
+from leaseproof.conformance.spec import explore as exploration
+from leaseproof.conformance.spec.pages import PAGES, SpecPageError, stale_pages, write_pages
+from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
+from leaseproof.conformance.traces.trace import TraceError, check, replay
+from leaseproof.conformance.traces.trace import read as read_trace
+from leaseproof.conformance.traces.trace import write as write_trace
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
-from leaseproof.impl.provision import ProvisioningError, Server, postgres_server, scratch_database
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import world as w
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis.stateful import MultipleResults
 
-from leaseproof.conformance.delivery_machine import DeliveryConformance
+from leaseproof.conformance.lockstep.delivery import DeliveryConformance
 from leaseproof.model import delivery as m
 
 Scenario = Callable[[DeliveryConformance], None]

@@ -30,11 +30,11 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import codec
-from leaseproof.conformance import world as w
-from leaseproof.conformance.delivery_machine import DELIVERY
-from leaseproof.conformance.lifecycle_machine import LIFECYCLE
-from leaseproof.conformance.lockstep import MachineSpec
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.core import MachineSpec
+from leaseproof.conformance.lockstep.delivery import DELIVERY
+from leaseproof.conformance.lockstep.lifecycle import LIFECYCLE
 
 TRACE_VERSION = 1
 # The machines a trace can be of, by the name its header carries.

@@ -20,14 +20,14 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.boundary import DeliveryAdapter, offered_operations
-from leaseproof.conformance.lockstep import Coverage as Coverage  # re-exported for callers of this module
-from leaseproof.conformance.lockstep import LockstepMachine, MachineSpec, bind, unchanged_or
-from leaseproof.conformance.lockstep import NonConformance as NonConformance  # re-exported
-from leaseproof.conformance.lockstep import RunAborted as RunAborted  # re-exported
-from leaseproof.conformance.swarm import Option, Swarm, values, weighted
-from leaseproof.conformance.swarm import swarm as swarm_of
+from leaseproof.conformance.boundary.protocols import DeliveryAdapter, offered_operations
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.core import Coverage as Coverage  # re-exported for callers of this module
+from leaseproof.conformance.lockstep.core import LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep.core import NonConformance as NonConformance  # re-exported
+from leaseproof.conformance.lockstep.core import RunAborted as RunAborted  # re-exported
+from leaseproof.conformance.lockstep.swarm import Option, Swarm, values, weighted
+from leaseproof.conformance.lockstep.swarm import swarm as swarm_of
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding
 from leaseproof.model.invariants import state_violations, step_violations
@@ -158,7 +158,7 @@ DELIVERY = MachineSpec(
 
 # -- strategies, in world names ----------------------------------------------
 #
-# Every program draws a swarm first (`conformance/swarm.py`): the rules and the
+# Every program draws a swarm first (`conformance/lockstep/swarm.py`): the rules and the
 # families of values it leaves out. The families are the features below; a
 # value without one is always on.
 

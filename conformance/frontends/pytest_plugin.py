@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from leaseproof.conformance.boundary import DeliveryAdapter
-from leaseproof.conformance.verify import run_conformance
-from leaseproof.conformance.wire import SubprocessAdapter
+from leaseproof.conformance.boundary.protocols import DeliveryAdapter
+from leaseproof.conformance.boundary.wire import SubprocessAdapter
+from leaseproof.conformance.lockstep.verify import run_conformance
 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; pytest exports no public name
@@ -97,11 +97,12 @@ class _configured_adapter:  # noqa: N801 - used as a context manager
         if command:
             self.adapter: DeliveryAdapter = SubprocessAdapter(command)
             return self.adapter
-        from leaseproof.conformance.cli import _load_factory  # the CLI's loader, one spelling of MODULE:FACTORY
+        # The CLI's loader, one spelling of MODULE:FACTORY.
+        from leaseproof.conformance.frontends.cli import _load_factory
 
         factory = _load_factory(self.config.getini("leaseproof_adapter"))
         if "dsn" in inspect.signature(factory).parameters:
-            from leaseproof.impl.provision import scratch_database
+            from leaseproof.conformance.harness.provision import scratch_database
 
             database = scratch_database(_server(self.config))
             self.stack.append(database)
@@ -120,7 +121,7 @@ def _server(config: pytest.Config) -> Any:
     """One provisioned server per test session, stopped when the session ends."""
     global _SESSION_SERVER
     if _SESSION_SERVER is None:
-        from leaseproof.impl.provision import postgres_server
+        from leaseproof.conformance.harness.provision import postgres_server
 
         context = postgres_server(config.getini("leaseproof_dsn") or None)
         _SESSION_SERVER = (context, context.__enter__())

@@ -33,11 +33,11 @@ from typing import Any, TextIO
 
 import attrs
 
-from leaseproof.conformance import trace
-from leaseproof.conformance import world as w
-from leaseproof.conformance.delivery_machine import DELIVERY
-from leaseproof.conformance.lifecycle_machine import LIFECYCLE
-from leaseproof.conformance.progress import ProgressLine
+from leaseproof.conformance.frontends.progress import ProgressLine
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.delivery import DELIVERY
+from leaseproof.conformance.lockstep.lifecycle import LIFECYCLE
+from leaseproof.conformance.traces import trace
 from leaseproof.model import delivery as dm
 from leaseproof.model import invariants as delivery_invariants
 from leaseproof.model import lifecycle as lm

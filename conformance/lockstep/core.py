@@ -22,7 +22,7 @@ import attrs
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import RuleBasedStateMachine
 
-from leaseproof.conformance.swarm import Swarm, without_hypothesis_rule_swarm
+from leaseproof.conformance.lockstep.swarm import Swarm, without_hypothesis_rule_swarm
 from leaseproof.model.rules import Decision, Rule, behaviours
 
 

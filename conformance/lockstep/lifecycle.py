@@ -19,10 +19,10 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.lockstep import Coverage, LockstepMachine, MachineSpec, bind, unchanged_or
-from leaseproof.conformance.swarm import Option, Swarm, values, weighted
-from leaseproof.conformance.swarm import swarm as swarm_of
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.core import Coverage, LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep.swarm import Option, Swarm, values, weighted
+from leaseproof.conformance.lockstep.swarm import swarm as swarm_of
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 from leaseproof.model.lifecycle_invariants import state_violations, step_violations
@@ -131,7 +131,7 @@ def coordinate_transitions(
     return [(c, (m.coordinate_status(before, c), m.coordinate_status(after, c))) for c in sorted(changed, key=str)]
 
 
-# Every program draws a swarm first (`conformance/swarm.py`): the rules and the
+# Every program draws a swarm first (`conformance/lockstep/swarm.py`): the rules and the
 # families of values it leaves out.
 FEATURES = (
     # rules (a program whose swarm leaves clock moves out still has the rule,

@@ -36,8 +36,8 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import codec
-from leaseproof.conformance.history import Barrier, History, Indeterminate, Operation
+from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation
 
 LINEARIZABLE = "linearizable"
 NOT_LINEARIZABLE = "not linearizable"

@@ -26,11 +26,11 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.delivery_machine import describe_state_difference
-from leaseproof.conformance.history import Barrier, History, Operation
-from leaseproof.conformance.linear_models import SPECS
-from leaseproof.conformance.linearizability import CheckResult, check
+from leaseproof.conformance.concurrent.history import Barrier, History, Operation
+from leaseproof.conformance.concurrent.linearizability import CheckResult, check
+from leaseproof.conformance.concurrent.models import SPECS
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.delivery import describe_state_difference
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
 from leaseproof.impl.hooks.gate import Aborted, Client, Schedule

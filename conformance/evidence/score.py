@@ -39,13 +39,13 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.stress import StressFault, stress
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.concurrent.stress import StressFault, stress
+from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.generated.catalogue import GeneratedMutant, by_name, generated_mutants
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
-from leaseproof.impl.provision import Server, scratch_database
 
 SEEDS = (1, 2, 3, 4, 5)  # the full score's seeds
 SEARCH_ALONE = "search alone"

@@ -16,7 +16,7 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   full state after every step, already kills each one in about a second;
 - race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
   for the two that random scheduling does not meet reliably, the forced
-  interleaving that catches them (conformance/schedules.py).
+  interleaving that catches them (conformance/concurrent/schedules.py).
 
 Every check is seeded, so its programs are the same on every run. The stress
 runs are truly concurrent, so where in them a race shows can vary between
@@ -40,16 +40,16 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.lockstep import Coverage
-from leaseproof.conformance.schedules import INTERLEAVINGS, Interleaving, run_interleaving
-from leaseproof.conformance.stress import StressFault, stress
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, Interleaving, run_interleaving
+from leaseproof.conformance.concurrent.stress import StressFault, stress
+from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.lockstep.core import Coverage
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
-from leaseproof.impl.provision import Server, scratch_database
 
 SEED = 20261129  # the kill tests' seed
 SEQUENTIAL, RACE = "sequential", "race"

@@ -1,6 +1,6 @@
 """The bundled PostgreSQL store as an out-of-process adapter.
 
-    python -m leaseproof.impl.serve [--dsn DSN] [--mutant NAME]
+    python -m leaseproof.conformance.boundary.serve [--dsn DSN] [--mutant NAME]
 
 Speaks the wire protocol of `specs/adapter-protocol.md` on stdin/stdout;
 diagnostics go to stderr. Without --dsn it provisions its own server (the
@@ -13,15 +13,17 @@ import argparse
 import contextlib
 import sys
 
-from leaseproof.conformance.wire import serve, stdout_for_protocol
+from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.provision import postgres_server, scratch_database
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaseproof.impl.serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.boundary.serve", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dsn", help="server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument("--mutant", choices=[mu.name for mu in MUTANTS], help="serve a known-buggy variant")
     args = parser.parse_args(argv)

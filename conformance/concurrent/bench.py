@@ -1,6 +1,6 @@
 """How fast is the linearizability checker on long delivery histories?
 
-    python -m leaseproof.conformance.checker_bench [--sizes 1000,10000,100000] [--seed 1] [--clients 8]
+    python -m leaseproof.conformance.concurrent.bench [--sizes 1000,10000,100000] [--seed 1] [--clients 8]
 
 Each history comes from simulating concurrent clients against the model
 (`simulate`): every operation takes effect at one instant between its
@@ -29,10 +29,10 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance import world as w
-from leaseproof.conformance.history import History, Recorder
-from leaseproof.conformance.linear_models import DELIVERY
-from leaseproof.conformance.linearizability import check
+from leaseproof.conformance.concurrent.history import History, Recorder
+from leaseproof.conformance.concurrent.linearizability import check
+from leaseproof.conformance.concurrent.models import DELIVERY
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
 from leaseproof.model.binding import Binding
 
@@ -237,7 +237,7 @@ def _seeded(seed: int, size: int) -> random.Random:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.checker_bench", description=__doc__.split("\n")[0]
+        prog="python -m leaseproof.conformance.concurrent.bench", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated history sizes (operations)")
     parser.add_argument("--seed", type=int, default=1)

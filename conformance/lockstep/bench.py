@@ -1,6 +1,6 @@
 """How close `verify` runs to the speed of its own SQL.
 
-`python -m leaseproof.conformance.lockstep_bench` runs, in one process and
+`python -m leaseproof.conformance.lockstep.bench` runs, in one process and
 on one server, `verify`'s lockstep (the fixed scenarios and a seeded number
 of generated programs, against the bundled implementation) and a *bare
 replay* of exactly the SQL that run sent: every statement with its
@@ -30,12 +30,12 @@ import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.verify import run_conformance
+from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
-from leaseproof.impl.provision import Server, postgres_server, scratch_database
 
 # One entry of the log: (connection number, what, statement, parameters).
 # `what` is "execute", "BEGIN", "COMMIT" or "ROLLBACK" for a transaction's
@@ -252,7 +252,7 @@ def table(results: Sequence[Result]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.lockstep_bench",
+        prog="python -m leaseproof.conformance.lockstep.bench",
         description="Time verify's lockstep against a bare replay of the SQL it sends, interleaved; print the ratio.",
     )
     parser.add_argument("--machine", choices=sorted(ADAPTERS), help="one machine (default: both)")

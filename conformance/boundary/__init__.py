@@ -1,0 +1,1 @@
+"""The contract an implementation meets: adapter protocols, wire protocol, codec, wire server."""

@@ -1,0 +1,1 @@
+"""The concurrent path: programs run by concurrent sessions, their histories, the checker."""

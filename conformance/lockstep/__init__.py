@@ -1,0 +1,1 @@
+"""The sequential path: programs run in lockstep on the model and an implementation, compared."""

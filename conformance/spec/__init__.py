@@ -1,0 +1,1 @@
+"""The models alone: the exhaustive model explorer and the spec pages generated from them."""

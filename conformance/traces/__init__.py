@@ -1,0 +1,1 @@
+"""Recorded programs to replay or check against the model, and the regression corpus."""
