@@ -11,7 +11,7 @@ linearizability checker on those intervals.
 
 Two race mutants are caught only this way (random scheduling does not meet
 their window), so their schedules live here, where the kill matrix runs them
-(`INTERLEAVINGS`); tests/test_interleavings.py runs them too, against the
+(`INTERLEAVINGS`); tests/conformance/concurrent/test_interleavings.py runs them too, against the
 bundled store (which must conform) and the mutant (which must be caught),
 with the rest of the project's schedules.
 """

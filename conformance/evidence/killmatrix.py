@@ -61,7 +61,7 @@ STRESS = "stress"
 FORCED = "forced interleaving"
 CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED)
 
-STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/test_stress.py runs the race mutants
+STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/conformance/concurrent/test_stress.py runs the race mutants
 
 
 @attrs.frozen

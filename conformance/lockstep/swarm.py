@@ -92,7 +92,7 @@ class EveryRule:
 def without_hypothesis_rule_swarm(machine: Any) -> bool:
     """Turn off Hypothesis's own rule-level swarm on one state machine (its rules are
     switched by this module's swarm instead). True if the installed Hypothesis has
-    the hook; `tests/test_search.py` asserts it does."""
+    the hook; `tests/conformance/lockstep/test_search.py` asserts it does."""
     rules = getattr(machine, "_rules_strategy", None)
     if rules is None or not hasattr(rules, "enabled_rules_strategy"):
         return False

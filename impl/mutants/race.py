@@ -2,7 +2,7 @@
 
 Each variant of the bundled store (or replica engine) runs every operation
 exactly as the real one does when nothing else runs: the sequential
-lockstep suite passes it (tests/test_interleavings.py proves that), and
+lockstep suite passes it (tests/conformance/concurrent/test_interleavings.py proves that), and
 only a forced interleaving (the statement gate, `impl/hooks/gate.py`) shows it.
 They are kept apart from `impl/mutants/delivery.py` and `impl/mutants/lifecycle.py`,
 whose registries are asserted to be killed by sequential search.

@@ -5,7 +5,7 @@ equivalent: which constraint, cascade, earlier statement or later check makes
 the changed site unable to change any outcome or persisted field. The
 mutation score leaves them out of its denominator and reports an entry here
 that a check kills as a false claim. The facts the reasons rest on are
-tested in `tests/test_equivalent_mutants.py`.
+tested in `tests/conformance/evidence/test_mutation_score.py`.
 
 Lock-only differences (a statement that locks more rows than it needs, or a
 differently seeded advisory-lock key) are equivalent here: they can make a

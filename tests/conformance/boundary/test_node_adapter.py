@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO
 
 NODE = shutil.which("node")
-ADAPTER = Path(__file__).resolve().parent.parent / "conformance" / "examples" / "node" / "delivery-adapter.js"
+ADAPTER = REPO / "conformance" / "examples" / "node" / "delivery-adapter.js"
 
 pytestmark = pytest.mark.skipif(
     NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run"

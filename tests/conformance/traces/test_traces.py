@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.harness.provision import Server
@@ -24,7 +25,7 @@ from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 
-CORPUS = Path(__file__).parent.parent / "conformance" / "traces" / "corpus"
+CORPUS = REPO / "conformance" / "traces" / "corpus"
 A, T1, T2 = w.COMMUNITIES["A"], w.TARGETS["T1"], w.TARGETS["T2"]
 D1 = w.DELIVERIES["d1"]
 SEED = 20261129

@@ -1,8 +1,20 @@
-"""Reading the tables and headings of the Markdown specs, for the tests that keep them in sync with the models."""
+"""What the tests share, imported as `helpers` (pytest's pythonpath and mypy's mypy_path both hold tests/).
+
+- Where the checkout's own files are: the tests read the specs, the corpus
+  and the examples from the repository, not from the installed package.
+- Reading the tables and headings of the Markdown specs, for the tests that
+  keep them in sync with the models.
+"""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = REPO / "specs"
+
+# -- the spec pages ----------------------------------------------------------------------------------
 
 
 class SpecFormatError(AssertionError):

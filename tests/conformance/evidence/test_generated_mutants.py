@@ -8,7 +8,7 @@ machine, pytest-xdist spreads these tests over processes or hosts (execnet
 gateways), each worker with its own server and databases:
 
     pip install '.[dist]'
-    python -m pytest -m mutation -n auto tests/test_generated_mutants.py
+    python -m pytest -m mutation -n auto tests/conformance/evidence/test_generated_mutants.py
     python -m pytest -m mutation --dist load --tx 4*popen --tx ssh=ci-2//python=python3 ...
 
 A single seeded search can miss a mutant another seed kills; the command's

@@ -4,7 +4,7 @@
 the page states and compare it with the model:
 
 - every command class has its own heading (the tables generated from the
-  model are proved current by `tests/test_specs.py`);
+  model are proved current by `tests/conformance/spec/test_specs.py`);
 - the stated TTL equals `CACHE_TTL`, and the stated reload rule
   (`now - loaded_at >= CACHE_TTL`) is what the model does at the boundary;
 - the stated hash recipe (canonical JSON template and digest), applied to
@@ -26,17 +26,16 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
-from spec_tables import SpecFormatError, headings, parse_table
+from helpers import SPECS, SpecFormatError, headings, parse_table
 
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
 
-SPEC = Path(__file__).parent.parent / "specs" / "lifecycle.md"
+SPEC = SPECS / "lifecycle.md"
 VECTOR_HEADER = "| actions | enabled | canonical JSON | SHA-256 |"
 TTL_PATTERN = re.compile(r"`CACHE_TTL` = (\d+(?:\.\d+)?) s\b")
 RELOAD_PATTERN = re.compile(r"`now - loaded_at (>=|>|<=|<|==) CACHE_TTL`")

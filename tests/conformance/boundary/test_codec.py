@@ -11,11 +11,11 @@ import random
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 import pytest
+from helpers import SPECS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -1231,7 +1231,7 @@ def test_an_instant_in_non_ascii_digits_is_not_canonical() -> None:
 
 # -- the lifecycle examples of specs/adapter-protocol.md are the codec's own output --------------
 
-PROTOCOL_SPEC = Path(__file__).parent.parent / "specs" / "adapter-protocol.md"
+PROTOCOL_SPEC = SPECS / "adapter-protocol.md"
 
 
 def lifecycle_encoding_section() -> str:

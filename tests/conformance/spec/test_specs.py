@@ -16,13 +16,11 @@ from pathlib import Path
 
 import attrs
 import pytest
-from spec_tables import headings
+from helpers import SPECS, headings
 
 from leaseproof.conformance.spec import pages as spec_pages
 from leaseproof.model import delivery, invariants, lifecycle
 from leaseproof.model.rules import Invariants
-
-SPECS = Path(__file__).parent.parent / "specs"
 
 
 @pytest.fixture

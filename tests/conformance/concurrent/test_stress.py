@@ -72,7 +72,7 @@ def test_lost_responses_are_kept_as_indeterminate_and_still_judged(bundled: Any)
 # is held for a failed re-check; stress found it once in 643 programs, too rarely
 # for a test, so the forced interleaving (a second sweep, then a claim) proves it.
 # Both schedules live in conformance/concurrent/schedules.py (INTERLEAVINGS), where the kill
-# matrix runs them; tests/test_interleavings.py runs them against the bundled store too.
+# matrix runs them; tests/conformance/concurrent/test_interleavings.py runs them against the bundled store too.
 CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {"reconcile-outside-transaction", "sweeps-overlap"}
 
 
