@@ -2,14 +2,23 @@
 
 - Where the checkout's own files are: the tests read the specs, the corpus
   and the examples from the repository, not from the installed package.
-- Reading the tables and headings of the Markdown specs, for the tests that
-  keep them in sync with the models.
+- Reading the tables and headings of the Markdown specs, and drifting them,
+  for the tests that keep them in sync with the models.
+- Stepping a model with every step checked, for the tests of the models.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import pytest
+
+from leaseproof.model.delivery import AdvanceClock, Ok, Rejection
+from leaseproof.model.errors import InvalidValue
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
@@ -62,3 +71,68 @@ def headings(text: str) -> list[str]:
         if match:
             found.append(match.group(1))
     return found
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    """`text` with the one occurrence of `old` replaced: a drift whose fragment is not there once is a broken test."""
+    assert text.count(old) == 1, f"the fragment must occur exactly once: {old!r}"
+    return text.replace(old, new)
+
+
+# -- the models ------------------------------------------------------------------------------------
+
+S = TypeVar("S")
+
+
+class Stepping(Generic[S]):
+    """One model's `step`, with every step checked: the invariants hold, and a rejection leaves the state as it was.
+
+    `observe(state, command, after, outcome)`, if given, sees each step first
+    (to record it, or check more of it).
+    """
+
+    def __init__(
+        self,
+        step: Callable[[S, Any], tuple[S, Any]],
+        state_violations: Callable[[S], list[str]],
+        step_violations: Callable[[S, S, Any], list[str]],
+        observe: Callable[[S, Any, S, Any], None] | None = None,
+    ) -> None:
+        self.step, self.state_violations, self.step_violations = step, state_violations, step_violations
+        self.observe = observe
+
+    def apply(self, state: S, command: Any) -> tuple[S, Any]:
+        """One step, with the invariants and the rejection rule checked."""
+        after, outcome = self.step(state, command)
+        if self.observe is not None:
+            self.observe(state, command, after, outcome)
+        assert self.state_violations(after) == []
+        assert self.step_violations(state, after, outcome) == []
+        if isinstance(outcome, Rejection):
+            assert after == state
+        return after, outcome
+
+    def must(self, state: S, command: Any, expected: Any) -> S:
+        """Apply `command`, require exactly `expected` as outcome, return the new state."""
+        after, outcome = self.apply(state, command)
+        assert outcome == expected
+        return after
+
+    def unchanged(self, state: S, command: Any, expected: Any) -> S:
+        """`command` yields exactly `expected` and leaves the state exactly as it was."""
+        after, outcome = self.apply(state, command)
+        assert outcome == expected
+        assert after == state
+        return after
+
+    def tick(self, state: S, by: dt.timedelta) -> S:
+        """Advance the model's clock by `by`."""
+        return self.must(state, AdvanceClock(by), Ok())
+
+
+def raises_invalid(field: str, make: Callable[[], Any]) -> InvalidValue:
+    """`make()` raises InvalidValue, naming `field`."""
+    with pytest.raises(InvalidValue) as caught:
+        make()
+    assert caught.value.field == field
+    return caught.value

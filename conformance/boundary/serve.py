@@ -17,6 +17,7 @@ from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
 
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", choices=[mu.name for mu in MUTANTS], help="serve a known-buggy variant")
     args = parser.parse_args(argv)
     protocol = stdout_for_protocol()
-    store = next((mu.store for mu in MUTANTS if mu.name == args.mutant), PostgresDeliveryStore)
+    store = by_name(MUTANTS, args.mutant).store if args.mutant else PostgresDeliveryStore
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
         dsn = stack.enter_context(scratch_database(server))

@@ -44,6 +44,7 @@ from leaseproof.conformance.traces.trace import read as read_trace
 from leaseproof.conformance.traces.trace import write as write_trace
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
@@ -445,7 +446,7 @@ class _Servers:
 
 
 def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
-    return next((mu for mu in ALL_MUTANTS if mu.name == name), None)
+    return None if name is None else by_name(ALL_MUTANTS, name)
 
 
 def _machines(args: argparse.Namespace) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import attrs
 import pytest
+from helpers import Stepping, raises_invalid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -144,32 +145,9 @@ def pending_row(delivery_id: uuid.UUID, b: Binding, created_at: dt.datetime = T0
     )
 
 
-def apply(state: DeliverySystem, command: Any) -> tuple[DeliverySystem, Any]:
-    """One step, with the invariants and the rejection rule checked."""
-    after, outcome = step(state, command)
-    assert state_violations(after) == []
-    assert step_violations(state, after, outcome) == []
-    if isinstance(outcome, Rejection):
-        assert after == state
-    return after, outcome
-
-
-def must(state: DeliverySystem, command: Any, expected: Any) -> DeliverySystem:
-    """Apply `command`, require exactly `expected` as outcome, return the new state."""
-    after, outcome = apply(state, command)
-    assert outcome == expected
-    return after
-
-
-def refused(state: DeliverySystem, command: Any, expected: Any) -> None:
-    """`command` yields exactly `expected` and leaves the state exactly unchanged."""
-    after, outcome = apply(state, command)
-    assert outcome == expected
-    assert after == state
-
-
-def tick(state: DeliverySystem, by: dt.timedelta) -> DeliverySystem:
-    return must(state, AdvanceClock(by), Ok())
+# Every step checked: the invariants, and a rejection leaving the state unchanged.
+STEPS = Stepping(step, state_violations, step_violations)
+apply, must, refused, tick = STEPS.apply, STEPS.must, STEPS.unchanged, STEPS.tick
 
 
 def claim(
@@ -230,13 +208,6 @@ def expire_and_reap(s: DeliverySystem, lease: Lease) -> DeliverySystem:
 
 def set_state(s: DeliverySystem, community: uuid.UUID, state: CommunityState) -> DeliverySystem:
     return must(s, SetCommunityState(community, state), Ok())
-
-
-def raises_invalid(field: str, make: Any) -> InvalidValue:
-    with pytest.raises(InvalidValue) as caught:
-        make()
-    assert caught.value.field == field
-    return caught.value
 
 
 # ==========================================================================

@@ -19,6 +19,7 @@ from leaseproof.conformance.concurrent.stress import Runner, stress
 from leaseproof.conformance.frontends.cli import main
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -80,8 +81,7 @@ def test_every_race_mutant_is_caught_by_stress_or_by_a_forced_interleaving() -> 
     assert set(INTERLEAVINGS) == CAUGHT_ONLY_BY_FORCED_INTERLEAVING
     source = (Path(__file__).parent / "test_interleavings.py").read_text()
     for name in CAUGHT_ONLY_BY_FORCED_INTERLEAVING:
-        store = next(mu for mu in RACE_MUTANTS if mu.name == name)
-        assert f"caught({store.store.__name__})" in source, name
+        assert f"caught({by_name(RACE_MUTANTS, name).store.__name__})" in source, name
 
 
 # CI runs these kills with the fast kill matrix (`leaseproof mutants --fast`, .ci/run),

@@ -13,6 +13,7 @@ from leaseproof.conformance.lockstep.delivery import Coverage, NonConformance, R
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 
 # The randomized search must find each mutant within this many programs.
@@ -63,7 +64,7 @@ def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant
 
 
 def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) -> None:
-    mutant = next(mu for mu in MUTANTS if mu.name == "lease-target-unbound")
+    mutant = by_name(MUTANTS, "lease-target-unbound")
     adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(adapter, max_examples=SEARCH_BUDGET, seed_value=SEED, scenarios=False)

@@ -20,13 +20,9 @@ from leaseproof.conformance.lockstep.core import ShrinkBound
 from leaseproof.conformance.lockstep.swarm import EveryRule, Swarm, swarm, values, weighted
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants import by_name
+from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.model import delivery as m
-
-
-def _mutant(name: str) -> Mutant:
-    return next(mu for mu in MUTANTS if mu.name == name)
-
 
 # -- swarm testing ---------------------------------------------------------------------
 
@@ -199,7 +195,7 @@ def test_a_program_that_leaves_one_sent_before_is_sent_from_a_reset(delivery_dsn
 
 
 def test_shrinking_stops_at_its_attempt_budget_and_says_so(delivery_dsn: str) -> None:
-    adapter = _mutant("reconcile-unfenced").adapter(delivery_dsn)
+    adapter = by_name(MUTANTS, "reconcile-unfenced").adapter(delivery_dsn)
     try:
         verdict = run_conformance(
             adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(attempts=5)
@@ -214,7 +210,7 @@ def test_shrinking_stops_at_its_attempt_budget_and_says_so(delivery_dsn: str) ->
 
 
 def test_shrinking_stops_at_its_time_bound_and_says_the_program_may_differ(delivery_dsn: str) -> None:
-    adapter = _mutant("reconcile-unfenced").adapter(delivery_dsn)
+    adapter = by_name(MUTANTS, "reconcile-unfenced").adapter(delivery_dsn)
     try:
         verdict = run_conformance(
             adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(seconds=1e-9)
@@ -245,7 +241,7 @@ def test_the_same_seed_prints_the_same_counterexample_in_two_processes(pg_server
 
 
 def test_a_mismatch_report_shows_the_clock_and_the_rows_in_claim_order_with_their_ids(delivery_dsn: str) -> None:
-    adapter = _mutant("claim-newest-first").adapter(delivery_dsn)
+    adapter = by_name(MUTANTS, "claim-newest-first").adapter(delivery_dsn)
     try:
         verdict = run_conformance(adapter, max_examples=1, seed_value=2)
     finally:

@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 import pytest
-from helpers import SPECS, SpecFormatError, headings, parse_table
+from helpers import SPECS, SpecFormatError, headings, parse_table, replace_once
 
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as m
@@ -237,11 +237,6 @@ def test_hash_test_vectors_match_the_model() -> None:
 # -- each check fails on a drifted spec, or a drifted model ------------------
 
 
-def _drift(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"drift fragment must occur exactly once in the spec: {old!r}"
-    return text.replace(old, new)
-
-
 def _swap_lines(text: str, first: str, second: str) -> str:
     lines = text.splitlines()
     a, b = lines.index(first), lines.index(second)
@@ -269,15 +264,15 @@ _VECTOR_CANONICAL = '`{"actions":["notify","archive"],"enabled":false}`'
 SPEC_DRIFTS: dict[str, tuple[Callable[[str], str], Callable[[str], str]]] = {
     "operation heading removed": (
         missing_headings,
-        lambda t: _drift(t, "#### ResumeRun\n", ""),
+        lambda t: replace_once(t, "#### ResumeRun\n", ""),
     ),
     "operation heading only inside a code block": (
         missing_headings,
-        lambda t: _drift(t, "#### AlternateDelete\n", "```\n#### AlternateDelete\n```\n"),
+        lambda t: replace_once(t, "#### AlternateDelete\n", "```\n#### AlternateDelete\n```\n"),
     ),
     "TTL changed": (
         ttl_difference,
-        lambda t: _drift(t, "`CACHE_TTL` = 10 s", "`CACHE_TTL` = 5 s"),
+        lambda t: replace_once(t, "`CACHE_TTL` = 10 s", "`CACHE_TTL` = 5 s"),
     ),
     "TTL stated twice, inconsistently": (
         ttl_difference,
@@ -285,47 +280,47 @@ SPEC_DRIFTS: dict[str, tuple[Callable[[str], str], Callable[[str], str]]] = {
     ),
     "TTL not stated": (
         ttl_difference,
-        lambda t: _drift(t, "`CACHE_TTL` = 10 s", "a TTL"),
+        lambda t: replace_once(t, "`CACHE_TTL` = 10 s", "a TTL"),
     ),
     "reload rule made strict": (
         reload_rule_difference,
-        lambda t: _drift(t, "`now - loaded_at >= CACHE_TTL`", "`now - loaded_at > CACHE_TTL`"),
+        lambda t: replace_once(t, "`now - loaded_at >= CACHE_TTL`", "`now - loaded_at > CACHE_TTL`"),
     ),
     "reload rule not stated": (
         reload_rule_difference,
-        lambda t: _drift(t, "`now - loaded_at >= CACHE_TTL`", "the cache is old"),
+        lambda t: replace_once(t, "`now - loaded_at >= CACHE_TTL`", "the cache is old"),
     ),
     "digest changed": (
         hash_recipe_difference,
-        lambda t: _drift(t, "**Digest:** `SHA-256`", "**Digest:** `SHA-512`"),
+        lambda t: replace_once(t, "**Digest:** `SHA-256`", "**Digest:** `SHA-512`"),
     ),
     "digest unknown": (
         hash_recipe_difference,
-        lambda t: _drift(t, "**Digest:** `SHA-256`", "**Digest:** `SHA-257`"),
+        lambda t: replace_once(t, "**Digest:** `SHA-256`", "**Digest:** `SHA-257`"),
     ),
     "canonical JSON with spaces": (
         hash_recipe_difference,
-        lambda t: _drift(t, _TEMPLATE, '**Canonical JSON:** `{"actions": [...], "enabled": true|false|null}`'),
+        lambda t: replace_once(t, _TEMPLATE, '**Canonical JSON:** `{"actions": [...], "enabled": true|false|null}`'),
     ),
     "canonical JSON keys unsorted": (
         hash_recipe_difference,
-        lambda t: _drift(t, _TEMPLATE, '**Canonical JSON:** `{"enabled":true|false|null,"actions":[...]}`'),
+        lambda t: replace_once(t, _TEMPLATE, '**Canonical JSON:** `{"enabled":true|false|null,"actions":[...]}`'),
     ),
     "canonical JSON without the enabled key": (
         hash_recipe_difference,
-        lambda t: _drift(t, _TEMPLATE, '**Canonical JSON:** `{"actions":[...]}`'),
+        lambda t: replace_once(t, _TEMPLATE, '**Canonical JSON:** `{"actions":[...]}`'),
     ),
     "vector digest changed": (
         hash_vectors_difference,
-        lambda t: _drift(t, _VECTOR_DIGEST, _VECTOR_DIGEST[:-1] + "0"),
+        lambda t: replace_once(t, _VECTOR_DIGEST, _VECTOR_DIGEST[:-1] + "0"),
     ),
     "vector canonical JSON changed": (
         hash_vectors_difference,
-        lambda t: _drift(t, _VECTOR_CANONICAL, _VECTOR_CANONICAL.replace("false", "true")),
+        lambda t: replace_once(t, _VECTOR_CANONICAL, _VECTOR_CANONICAL.replace("false", "true")),
     ),
     "vector table removed": (
         hash_vectors_difference,
-        lambda t: _drift(t, VECTOR_HEADER, "| vectors |"),
+        lambda t: replace_once(t, VECTOR_HEADER, "| vectors |"),
     ),
 }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from helpers import SPECS, headings
+from helpers import SPECS, headings, replace_once
 
 from leaseproof.conformance.spec import pages as spec_pages
 from leaseproof.model import delivery, invariants, lifecycle
@@ -32,9 +32,7 @@ def pages(tmp_path: Path) -> Path:
 
 
 def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, f"the fragment must occur once in {path.name}: {old!r}"
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    path.write_text(replace_once(path.read_text(encoding="utf-8"), old, new), encoding="utf-8")
 
 
 def test_the_checked_in_pages_are_generated_from_the_current_models() -> None:

@@ -20,6 +20,7 @@ from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.conformance.traces.trace import Divergence, Trace, TraceError, check, read, record, replay, write
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.model import delivery as m
@@ -76,7 +77,7 @@ def test_replay_passes_the_real_store_and_finds_the_mutant(trace_file: Path, del
     real = PostgresDeliveryAdapter(delivery_dsn)
     assert replay(trace, real) is None
     real.close()
-    mutant = next(mu for mu in MUTANTS if mu.name == "reconcile-unfenced")
+    mutant = by_name(MUTANTS, "reconcile-unfenced")
     buggy = PostgresDeliveryAdapter(delivery_dsn, mutant.store)
     divergence = replay(trace, buggy)
     buggy.close()
@@ -221,10 +222,6 @@ def _replayed(trace: Trace, dsn: str, mutant: LifecycleMutant | None = None) -> 
         adapter.close()
 
 
-def _mutant(name: str) -> LifecycleMutant:
-    return next(mu for mu in LIFECYCLE_MUTANTS if mu.name == name)
-
-
 def test_a_lifecycle_trace_names_its_machine_and_survives_its_file(lifecycle_trace_file: Path) -> None:
     trace = read(lifecycle_trace_file)
     assert trace == record("stale replica", w.START, _stale_replica_program(), machine="lifecycle")
@@ -256,7 +253,7 @@ def test_a_lifecycle_trace_replays_cleanly_on_the_bundled_implementation_and_fin
 ) -> None:
     trace = read(lifecycle_trace_file)
     assert _replayed(trace, delivery_dsn) is None
-    divergence = _replayed(trace, delivery_dsn, _mutant("admission-ignores-hash"))
+    divergence = _replayed(trace, delivery_dsn, by_name(LIFECYCLE_MUTANTS, "admission-ignores-hash"))
     assert isinstance(divergence, Divergence) and divergence.step == 8
     assert divergence.report().startswith(
         "first divergence at step 8: Fire(replica='r2', door='manual', community_id=A"
@@ -287,7 +284,7 @@ def test_a_lifecycle_counterexample_trace_fails_its_mutant_and_passes_the_bundle
 
 def test_a_searched_and_shrunk_lifecycle_counterexample_is_a_trace(delivery_dsn: str) -> None:
     """No fixed scenarios: the trace is the minimal program the search shrank to (Coverage.last_commands)."""
-    mutant = _mutant("cache-never-expires")
+    mutant = by_name(LIFECYCLE_MUTANTS, "cache-never-expires")
     buggy = _lifecycle_adapter(delivery_dsn, mutant)
     try:
         verdict = run_conformance(buggy, machine="lifecycle", max_examples=300, seed_value=SEED, scenarios=False)
