@@ -32,7 +32,8 @@ from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.delivery import describe_state_difference
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc

@@ -8,7 +8,8 @@ from typing import Any
 
 import psycopg
 
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused

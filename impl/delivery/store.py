@@ -10,7 +10,6 @@ one in exactly the statement it names.
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -615,25 +614,4 @@ def _expected_columns(expected: Binding | None) -> dict[str, Any]:
     return {name: columns[name] for name in names}
 
 
-class PinnedClock:
-    """Test control of the DB clock: pins `lp_now()` through the same function production reads."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self.conn = conn
-
-    def pin(self, at: dt.datetime) -> None:
-        self.conn.execute(
-            "INSERT INTO lp_clock (pinned_at) VALUES (%s) ON CONFLICT (singleton) DO UPDATE SET pinned_at = excluded.pinned_at",
-            (at,),
-        )
-
-    def advance(self, by: dt.timedelta) -> None:
-        updated = self.conn.execute("UPDATE lp_clock SET pinned_at = pinned_at + %s RETURNING 1", (by,)).fetchone()
-        if updated is None:
-            raise RuntimeError("the clock is not pinned: call pin() first")
-
-    def unpin(self) -> None:
-        self.conn.execute("DELETE FROM lp_clock")
-
-
-__all__: Sequence[str] = ("PinnedClock", "PostgresDeliveryStore", "connect", "delivery_from_row")
+__all__: Sequence[str] = ("PostgresDeliveryStore", "connect", "delivery_from_row")

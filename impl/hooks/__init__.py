@@ -1,1 +1,1 @@
-"""Test hooks around the production code: the statement gate that forces an interleaving."""
+"""Test hooks around the production code: the pinned clock, and the statement gate that forces an interleaving."""

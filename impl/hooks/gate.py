@@ -24,7 +24,7 @@ while other clients run, then letting it go on. Three pieces:
 Nothing here sleeps to let time pass: every wait is for a condition, and
 fails after a generous timeout with a message naming what it awaited, so a
 broken schedule fails instead of hanging. Test tooling for the bundled
-stores; it lives in `impl/` because it wraps their connections.
+stores; it lives in `impl/hooks/`, beside them, because it wraps their connections.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from leaseproof.impl.delivery.adapter import Connect, reset_database
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle.store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as d

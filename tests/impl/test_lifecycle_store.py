@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as d

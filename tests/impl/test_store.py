@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.migrate import available, migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause

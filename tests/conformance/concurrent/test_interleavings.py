@@ -52,7 +52,8 @@ from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.lifecycle import describe_difference
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import PinnedClock, PostgresDeliveryStore
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
