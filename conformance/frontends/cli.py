@@ -49,7 +49,18 @@ from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
-EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE = 0, 1, 2
+EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, EXIT_SUBSET = 0, 1, 2, 3
+VERIFY_EXITS = (
+    "exit status: 0 conforms; 1 does not conform; 2 usage error, or the adapter failed (nothing judged); "
+    "3 conforms on a subset: the adapter leaves operations out and --accept-subset was not given"
+)
+# Of two machines' statuses, the worse is the run's: a failure to judge, then a
+# non-conformance, then a verdict on a subset.
+_SEVERITY = {EXIT_CONFORMS: 0, EXIT_SUBSET: 1, EXIT_NONCONFORMING: 2, EXIT_USAGE: 3}
+
+
+def _worse(a: int, b: int) -> int:
+    return max(a, b, key=_SEVERITY.__getitem__)
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*_SEQUENTIAL_MUTANTS, *RACE_MUTANTS)
@@ -92,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
             "unless --adapter/--adapter-cmd names another) in lockstep through fixed scenarios and randomized "
             "programs; compare every outcome and the full persisted state after every step."
         ),
+        epilog=VERIFY_EXITS,
     )
     verify.add_argument(
         "--machine",
@@ -111,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-scenarios",
         action="store_true",
         help="skip the fixed scenarios: the generated programs alone (how the search's power is measured)",
+    )
+    verify.add_argument(
+        "--accept-subset",
+        action="store_true",
+        help="accept a verdict on the operations an adapter offers when it leaves some out "
+        "(without it, such a run exits 3: CONFORMS ON A SUBSET)",
     )
     verify.add_argument(
         "--shrink-attempts",
@@ -513,7 +531,7 @@ def _each_machine(
             for machine in machines:
                 adapter = adapter_for(args, machine, servers, out)
                 try:
-                    status = max(status, judge(adapter, machine, seed_value))
+                    status = _worse(status, judge(adapter, machine, seed_value))
                 finally:
                     adapter.close()
                 out.flush()
@@ -560,6 +578,17 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
             out.write("".join(f"  {line}\n" for line in verdict.fault_program))
         _write_trace(verdict, args, out, err)
         return EXIT_USAGE
+    if verdict.conforms and verdict.subset():
+        accepted = getattr(args, "accept_subset", False)
+        out.write(f"verdict: CONFORMS ON A SUBSET — {verdict.subset()}\n")
+        if accepted:
+            out.write("the subset is accepted (--accept-subset): what the adapter offers matched the model\n")
+            return EXIT_CONFORMS
+        out.write(
+            "exit status 3: the operations left out were never checked; implement them, or pass"
+            " --accept-subset to accept a verdict on these alone\n"
+        )
+        return EXIT_SUBSET
     if verdict.conforms:
         out.write("verdict: CONFORMS — every outcome and every persisted field matched the model\n")
         return EXIT_CONFORMS

@@ -7,11 +7,16 @@ enough. A service names its adapter in its pytest configuration:
     leaseproof_adapter = "myservice.leaseproof_adapter:make"   # in-process, or
     leaseproof_adapter_cmd = "./target/release/delivery-adapter" # over the wire
     leaseproof_max_examples = "200"
+    leaseproof_seed = "12345"            # to replay a run; fresh by default, and printed
+    leaseproof_accept_subset = "true"    # if the adapter leaves operations out (printed)
 
 and the run gains one test per machine, `leaseproof::delivery`, reported
 like any other test (JUnit XML and the rest). Hypothesis settings profiles
 apply (`--hypothesis-profile`); the ini value, when set, wins for
-max_examples. The fixture `leaseproof_postgres` offers the provisioned
+max_examples. Every run draws a fresh seed unless `leaseproof_seed` fixes
+one, and says which in the terminal summary and in any failure, so a
+failure can be replayed. An adapter that leaves operations out fails unless
+`leaseproof_accept_subset` accepts a verdict on what it offers. The fixture `leaseproof_postgres` offers the provisioned
 server's DSN to the service's own tests; an in-process factory that takes a
 `dsn` parameter gets a fresh database on it.
 """
@@ -19,6 +24,7 @@ server's DSN to the service's own tests; an in-process factory that takes a
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +47,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "leaseproof_max_examples", "generated programs per machine (default: the Hypothesis profile's)", default=""
     )
-    parser.addini("leaseproof_seed", "seed of the generated programs (default: 0, for a reproducible CI)", default="0")
+    parser.addini("leaseproof_seed", "seed of the generated programs (default: a fresh one, printed)", default="")
+    parser.addini(
+        "leaseproof_accept_subset",
+        "accept a verdict on the operations an adapter offers when it leaves some out (default: false)",
+        type="bool",
+        default=False,
+    )
     parser.addini("leaseproof_dsn", "PostgreSQL server for the leaseproof_postgres fixture", default="")
 
 
@@ -55,6 +67,8 @@ class ConformanceItem(pytest.Item):
 
     def runtest(self) -> None:
         config = self.config
+        seed_value = config.stash[_SEED]
+        replay = f"(seed {seed_value}: set leaseproof_seed = \"{seed_value}\" to replay)"
         with _configured_adapter(config) as adapter:
             profile = hypothesis_settings.default
             assert profile is not None  # Hypothesis loads its default profile on import
@@ -62,17 +76,28 @@ class ConformanceItem(pytest.Item):
             verdict = run_conformance(
                 adapter,
                 max_examples=int(examples) if examples else profile.max_examples,
-                seed_value=int(config.getini("leaseproof_seed")),
+                seed_value=seed_value,
                 steps=profile.stateful_step_count,
             )
+        summary = f"leaseproof::{self.name} {replay}"
         if verdict.fault:
-            raise ConformanceFailure(f"the adapter failed, nothing was judged:\n{verdict.fault}")
+            raise ConformanceFailure(f"the adapter failed, nothing was judged {replay}:\n{verdict.fault}")
         if not verdict.conforms:
             program = "\n".join(f"  {line}" for line in verdict.counterexample.splitlines())
             raise ConformanceFailure(
-                f"{adapter.name} does not conform to the delivery model\n"
+                f"{adapter.name} does not conform to the delivery model {replay}\n"
                 f"minimal counterexample:\n{program}\n{verdict.failure}"
             )
+        if verdict.subset():
+            if not config.getini("leaseproof_accept_subset"):
+                raise ConformanceFailure(
+                    f"{adapter.name} conforms only on a subset {replay}: {verdict.subset()}\n"
+                    "implement them, or set leaseproof_accept_subset = true to accept a verdict on these alone"
+                )
+            summary += f": conforms on a subset, accepted by leaseproof_accept_subset ({verdict.subset()})"
+        else:
+            summary += ": conforms"
+        config.stash.setdefault(_SUMMARY, []).append(summary)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, ConformanceFailure):
@@ -81,6 +106,38 @@ class ConformanceItem(pytest.Item):
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return "leaseproof", None, self.name
+
+
+_SUMMARY = pytest.StashKey[list[str]]()
+_SEED = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's seed, read (a bad one is a usage error before anything runs) or drawn."""
+    config.stash[_SEED] = _seed(config)
+
+
+def _seed(config: pytest.Config) -> int:
+    """The ini's seed, else a fresh one."""
+    text = config.getini("leaseproof_seed").strip()
+    if not text:
+        return random.randrange(2**63)
+    try:
+        value = int(text)
+    except ValueError:
+        raise pytest.UsageError(f"leaseproof_seed = {text!r}: not an integer") from None
+    if not 0 <= value < 2**63:
+        raise pytest.UsageError(f"leaseproof_seed = {text}: must be between 0 and 2**63 - 1")
+    return value
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Each machine's seed and verdict, so a passing run can be replayed and a subset is seen."""
+    lines = config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.section("leaseproof")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 class ConformanceFailure(AssertionError):

@@ -50,6 +50,23 @@ class Verdict:
     trace: Trace | None = None  # the counterexample as a language-neutral trace
     shrink_stopped: str = ""  # why the shrinking of the counterexample ended early, if it did
 
+    @property
+    def not_offered(self) -> tuple[str, ...]:
+        """The machine's operations the adapter leaves out: never sent, so never checked."""
+        spec, offers = self.coverage.spec, self.coverage.offers
+        return () if spec is None else tuple(op.__name__ for op in spec.variants if not offers(op.__name__))
+
+    def subset(self) -> str:
+        """What a verdict on an adapter that leaves operations out covers ("" if it offers them all)."""
+        if not self.not_offered or self.coverage.spec is None:
+            return ""
+        declared = self.coverage.spec.behaviours()
+        checkable = sum(self.coverage.offers(operation) for operation, _, _ in declared)
+        return (
+            f"{checkable} of the {len(declared)} behaviours the rules declare are checkable through it;"
+            f" not checked: {', '.join(self.not_offered)}"
+        )
+
 
 def run_conformance(
     adapter: Any,

@@ -78,3 +78,45 @@ def test_verify_one_machine_and_a_lifecycle_mutant(pg_server: Server, tmp_path: 
     assert "in the fixed scenario delayed_and_replayed_saves" in run.stdout
     run = _verify("--machine", "delivery", "--mutant", "cutoff-ignored", timeout=60)
     assert run.returncode == 2 and "does not fit" in run.stderr
+
+
+_CORE_ONLY = '''
+from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+
+
+def make(dsn):
+    adapter = PostgresDeliveryAdapter(dsn)
+    adapter.operations = CORE_OPERATIONS
+    adapter.name = "core operations only"
+    return adapter
+'''
+
+
+def test_an_adapter_that_leaves_operations_out_conforms_only_on_a_subset(pg_server: Server, tmp_path: Path) -> None:
+    (tmp_path / "core_only.py").write_text(_CORE_ONLY)
+    args = ("--dsn", pg_server.dsn, "--max-examples", "5", "--seed", "3", "--adapter", "core_only:make")
+    run = _verify(*args, cwd=tmp_path)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "verdict: CONFORMS ON A SUBSET" in run.stdout and "verdict: CONFORMS —" not in run.stdout
+    headline = next(line for line in run.stdout.splitlines() if "ON A SUBSET" in line)
+    for left_out in ("DeleteRun", "SetCommunityState", "GetDelivery"):
+        assert left_out in headline
+    assert "--accept-subset" in run.stdout
+    accepted = _verify(*args, "--accept-subset", cwd=tmp_path)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "verdict: CONFORMS ON A SUBSET" in accepted.stdout and "accepted (--accept-subset)" in accepted.stdout
+
+
+def test_of_two_machines_a_non_conformance_outranks_a_subset() -> None:
+    from leaseproof.conformance.frontends import cli
+
+    assert cli._worse(cli.EXIT_SUBSET, cli.EXIT_NONCONFORMING) == cli.EXIT_NONCONFORMING
+    assert cli._worse(cli.EXIT_CONFORMS, cli.EXIT_SUBSET) == cli.EXIT_SUBSET
+    assert cli._worse(cli.EXIT_NONCONFORMING, cli.EXIT_USAGE) == cli.EXIT_USAGE
+
+
+def test_verify_help_states_its_exit_statuses() -> None:
+    run = _verify("--help")
+    assert run.returncode == 0
+    assert "3 conforms on a subset" in " ".join(run.stdout.split())

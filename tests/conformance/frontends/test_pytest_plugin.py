@@ -59,3 +59,52 @@ def test_the_provisioned_server_is_a_fixture(pytester: pytest.Pytester, pg_serve
     )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
+
+
+def _seed_line(result: pytest.RunResult) -> str:
+    return next(line for line in result.stdout.lines if line.startswith("leaseproof::delivery (seed "))
+
+
+def test_each_run_draws_a_fresh_seed_and_prints_it(pytester: pytest.Pytester, pg_server: Server) -> None:
+    ini = {
+        "leaseproof_adapter": "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter",
+        "leaseproof_dsn": pg_server.dsn,
+        "leaseproof_max_examples": "3",
+    }
+    _project(pytester, **ini)
+    first, second = pytester.runpytest_subprocess(), pytester.runpytest_subprocess()
+    first.assert_outcomes(passed=2)
+    assert _seed_line(first) != _seed_line(second)  # two fresh seeds out of 2**63
+    assert _seed_line(first).endswith(": conforms")
+    _project(pytester, **ini, leaseproof_seed="12345")
+    fixed = pytester.runpytest_subprocess()
+    assert _seed_line(fixed).startswith('leaseproof::delivery (seed 12345: set leaseproof_seed = "12345" to replay)')
+    _project(pytester, **ini, leaseproof_seed="twelve")
+    assert "leaseproof_seed = 'twelve': not an integer" in pytester.runpytest_subprocess().stderr.str()
+
+
+_CORE_ONLY = """
+from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+
+
+def make(dsn):
+    adapter = PostgresDeliveryAdapter(dsn)
+    adapter.operations = CORE_OPERATIONS
+    return adapter
+"""
+
+
+def test_an_adapter_that_leaves_operations_out_fails_unless_the_subset_is_accepted(
+    pytester: pytest.Pytester, pg_server: Server
+) -> None:
+    pytester.makepyfile(core_only=_CORE_ONLY)
+    ini = {"leaseproof_adapter": "core_only:make", "leaseproof_dsn": pg_server.dsn, "leaseproof_max_examples": "3"}
+    _project(pytester, **ini, pythonpath=".")
+    refused = pytester.runpytest_subprocess()
+    refused.assert_outcomes(passed=1, failed=1)
+    refused.stdout.fnmatch_lines(["*conforms only on a subset*not checked: *DeleteRun*", "*leaseproof_accept_subset*"])
+    _project(pytester, **ini, pythonpath=".", leaseproof_accept_subset="true")
+    accepted = pytester.runpytest_subprocess()
+    accepted.assert_outcomes(passed=2)
+    assert "conforms on a subset, accepted by leaseproof_accept_subset" in _seed_line(accepted)
