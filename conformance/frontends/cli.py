@@ -8,6 +8,7 @@ fault (the adapter broke; nothing was judged).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import importlib
 import inspect
@@ -157,7 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         help="replay trace files against an implementation and report the first divergence of each",
         description=(
-            "Replay each trace step by step against an implementation and the model; report the first divergence."
+            "Replay each trace step by step against an implementation and the model, and check what the trace "
+            "recorded against the model too; report each trace's first divergence. A trace that needs an operation "
+            "the adapter does not offer is not sent (n/a); an adapter fault is that trace's, and the batch goes on."
+        ),
+        epilog=(
+            "exit status: 0 every trace as expected; 1 a trace diverged (or passed though listed by --expect-fail); "
+            "2 usage error, or the adapter failed on a trace; 3 a trace needs operations the adapter does not "
+            "offer and --accept-subset was not given"
         ),
     )
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.jsonl)")
@@ -166,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="names of traces this implementation knowingly fails, one per line; an unexpected pass is an error too",
+    )
+    replay.add_argument(
+        "--accept-subset",
+        action="store_true",
+        help="traces that need operations the adapter does not offer are reported n/a without failing the run",
     )
     _add_adapter_arguments(replay)
 
@@ -576,8 +589,7 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
         if verdict.fault_program:
             out.write("where, and the program's commands up to the fault:\n")
             out.write("".join(f"  {line}\n" for line in verdict.fault_program))
-        _write_trace(verdict, args, out, err)
-        return EXIT_USAGE
+        return EXIT_USAGE  # no counterexample file: a fault is not a counterexample
     if verdict.conforms and verdict.subset():
         accepted = getattr(args, "accept_subset", False)
         out.write(f"verdict: CONFORMS ON A SUBSET — {verdict.subset()}\n")
@@ -612,8 +624,8 @@ def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: T
     except OSError as exc:
         err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
         return
-    what = "the program up to the fault" if verdict.fault else "the counterexample"
-    out.write(f"trace: {path} ({what}, {len(verdict.trace.steps)} steps; replay it with: leaseproof replay {path})\n")
+    steps = len(verdict.trace.steps)
+    out.write(f"trace: {path} (the counterexample, {steps} steps; replay it with: leaseproof replay {path})\n")
 
 
 def _expected_failures(path: Path | None) -> set[str]:
@@ -643,31 +655,51 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)
             stack.callback(adapter.close)
             out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
-            results = [(path, replay(trace, adapter)) for path, trace in traces]
+            status, tally = EXIT_CONFORMS, collections.Counter[str]()
+            for path, trace in traces:
+                listed = path.name in expected or path.stem in expected
+                one, kind = _replay_one(path, trace, adapter, listed, args, out)
+                status, tally[kind] = _worse(status, one), tally[kind] + 1
+                out.flush()
     except (ProvisioningError, UsageError, AdapterFault, TraceError) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
-    except Exception as exc:  # noqa: BLE001 - the adapter raised: a fault, not a divergence
-        err.write(f"leaseproof: the adapter failed: {type(exc).__name__}: {exc}\n")
-        return EXIT_USAGE
-    unexpected = 0
-    for path, divergence in results:
-        listed = path.name in expected or path.stem in expected
-        if divergence is None and not listed:
-            out.write(f"pass  {path}\n")
-        elif divergence is not None and listed:
-            out.write(f"xfail {path} (listed in {args.expect_fail})\n")
-        elif divergence is None:
-            unexpected += 1
-            out.write(f"XPASS {path}: listed as an expected failure but it passes; remove it from {args.expect_fail}\n")
-        else:
-            unexpected += 1
-            out.write(f"FAIL  {path}\n" + "".join(f"      {line}\n" for line in divergence.report().splitlines()))
-    unknown = expected - {p.name for p, _ in results} - {p.stem for p, _ in results}
+    unknown = expected - {p.name for p, _ in traces} - {p.stem for p, _ in traces}
     for name in sorted(unknown):
         out.write(f"note: {name} is listed in {args.expect_fail} but was not replayed\n")
-    out.write(f"{len(results) - unexpected} passed, {unexpected} failed\n")
-    return EXIT_NONCONFORMING if unexpected else EXIT_CONFORMS
+    extra = "".join(f", {tally[kind]} {kind}" for kind in ("not applicable", "faulted") if tally[kind])
+    out.write(f"{tally['passed']} passed, {tally['failed']} failed{extra}\n")
+    return status
+
+
+def _replay_one(
+    path: Path, trace: Any, adapter: Any, listed: bool, args: argparse.Namespace, out: TextIO
+) -> tuple[int, str]:
+    """Replay one trace and print its line; its exit status, and how it ended."""
+    offered = getattr(adapter, "operations", None)  # None: every operation of its machine
+    needed = {type(step.command).__name__ for step in trace.steps}
+    if offered is not None and needed - offered:
+        left_out = ", ".join(sorted(needed - offered))
+        out.write(f"n/a   {path}: needs {left_out}, which the adapter does not offer; not sent\n")
+        return (EXIT_CONFORMS if args.accept_subset else EXIT_SUBSET), "not applicable"
+    try:
+        divergence = replay(trace, adapter)
+    except (TraceError, ProvisioningError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the adapter raised: this trace's fault, not a divergence
+        out.write(f"FAULT {path}: the adapter failed, so nothing was judged: {type(exc).__name__}: {exc}\n")
+        return EXIT_USAGE, "faulted"
+    if divergence is None and not listed:
+        out.write(f"pass  {path}\n")
+        return EXIT_CONFORMS, "passed"
+    if divergence is not None and listed:
+        out.write(f"xfail {path} (listed in {args.expect_fail})\n")
+        return EXIT_CONFORMS, "passed"
+    if divergence is None:
+        out.write(f"XPASS {path}: listed as an expected failure but it passes; remove it from {args.expect_fail}\n")
+        return EXIT_NONCONFORMING, "failed"
+    out.write(f"FAIL  {path}\n" + "".join(f"      {line}\n" for line in divergence.report().splitlines()))
+    return EXIT_NONCONFORMING, "failed"
 
 
 def check_trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -123,7 +123,6 @@ def run_conformance(
             seed=seed_value,
             fault=f"{type(aborted.fault).__name__}: {aborted.fault}",
             fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
-            trace=_trace(spec, f"fault of {adapter.name}, seed {seed_value}", coverage),
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict
         failure = f"{type(exc).__name__}: {exc}"

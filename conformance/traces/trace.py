@@ -70,10 +70,13 @@ class Divergence:
     actual: str
     difference: str
     context: tuple[str, ...] = ()  # the steps before it, described
+    recorded: str = ""  # replay: what the trace recorded, a third account
+    who: str = ""  # replay: which accounts disagree with the model
 
     def report(self) -> str:
         lines = [f"first divergence at step {self.step}: {w.describe(self.command)}"]
-        lines += [f"  {self.expected}", f"  {self.actual}"]
+        lines += [f"  {self.who}"] if self.who else []
+        lines += [f"  {self.expected}", f"  {self.actual}"] + ([f"  {self.recorded}"] if self.recorded else [])
         if self.difference:
             lines += ["  " + line for line in self.difference.splitlines()]
         if self.context:
@@ -158,8 +161,9 @@ def _context(trace: Trace, index: int, width: int = 5) -> tuple[str, ...]:
 
 
 def replay(trace: Trace, adapter: Any) -> Divergence | None:
-    """Drive `adapter` (an implementation of the trace's machine) through the trace
-    against the model; the first divergence, if any.
+    """Drive `adapter` (an implementation of the trace's machine) through the trace;
+    the first step where the model, the implementation and what the trace
+    recorded (its outcomes, and its states where it has them) do not all agree.
 
     Raises `TraceError` if the adapter's snapshots are another machine's states.
     """
@@ -169,14 +173,16 @@ def replay(trace: Trace, adapter: Any) -> Divergence | None:
     for index, recorded in enumerate(trace.steps):
         state, expected = spec.step(state, recorded.command)
         actual = adapter.execute(recorded.command)
-        if actual != expected:
+        if actual != expected or recorded.outcome != expected:
             return Divergence(
                 index + 1,
                 recorded.command,
                 f"model:          {w.describe(expected)}",
-                f"implementation: {w.describe(actual)}",
+                f"implementation: {w.describe(actual)}{_differs(actual, expected)}",
                 "",
                 _context(trace, index),
+                recorded=f"recorded:       {w.describe(recorded.outcome)}{_differs(recorded.outcome, expected)}",
+                who=_who(actual != expected, recorded.outcome != expected),
             )
         snapshot = adapter.snapshot()
         if type(snapshot) is not type(state):
@@ -185,16 +191,38 @@ def replay(trace: Trace, adapter: Any) -> Divergence | None:
                 f"{type(snapshot).__name__} snapshot: "
                 f"replay it against an implementation of the {trace.machine} machine"
             )
-        if snapshot != state:
+        stale = recorded.state is not None and recorded.state != state
+        if snapshot != state or stale:
+            differences = []
+            if snapshot != state:
+                differences += ["the implementation's state, against the model's:", spec.difference(state, snapshot)]
+            if stale:
+                differences += ["the recorded state, against the model's:", spec.difference(state, recorded.state)]
             return Divergence(
                 index + 1,
                 recorded.command,
                 "model:          (state below)",
-                "implementation: a different state",
-                spec.difference(state, snapshot),
+                "implementation: " + ("a different state" if snapshot != state else "the model's state"),
+                "\n".join(differences),
                 _context(trace, index),
+                recorded="recorded:       "
+                + ("no state" if recorded.state is None else "a different state" if stale else "the model's state"),
+                who=_who(snapshot != state, stale),
             )
     return None
+
+
+def _differs(value: Any, expected: Any) -> str:
+    return "   <- not the model's" if value != expected else ""
+
+
+def _who(implementation: bool, recorded: bool) -> str:
+    """Which accounts disagree with the model."""
+    if implementation and recorded:
+        return "the implementation and the trace's record both disagree with the model"
+    if recorded:
+        return "the trace's record disagrees with the model: the trace is wrong, or was recorded against another model"
+    return "the implementation disagrees with the model"
 
 
 def check(trace: Trace) -> Divergence | None:

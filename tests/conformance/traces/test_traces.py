@@ -58,9 +58,13 @@ def trace_file(tmp_path: Path) -> Path:
     return path
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
     )
 
 
@@ -83,7 +87,9 @@ def test_replay_passes_the_real_store_and_finds_the_mutant(trace_file: Path, del
     buggy.close()
     assert divergence is not None and divergence.step == len(trace.steps)
     assert divergence.expected == "model:          LeaseLost()"
-    assert divergence.actual == "implementation: AlreadyTerminal(status=finished)"
+    assert divergence.actual == "implementation: AlreadyTerminal(status=finished)   <- not the model's"
+    assert divergence.recorded == "recorded:       LeaseLost()"
+    assert divergence.who == "the implementation disagrees with the model"
 
 
 def test_check_trace_reports_the_first_step_the_model_disagrees_with(trace_file: Path, tmp_path: Path) -> None:
@@ -364,3 +370,104 @@ def test_a_trace_of_the_wrong_machine_or_none_is_a_trace_error(tmp_path: Path, c
     with pytest.raises(TraceError) as error:
         read(path)
     assert str(error.value) == f"{path}{problem}"
+
+
+# -- replay checks the record too, sends only what is offered, and goes on past a fault -------
+
+
+def _tampered(trace_file: Path, tmp_path: Path, step: int, field: str, value: object) -> Path:
+    """The trace with one step's recorded `field` replaced by `value` (encoded)."""
+    lines = trace_file.read_text().splitlines()
+    entry = json.loads(lines[step])
+    entry[field] = value
+    lines[step] = json.dumps(entry)
+    path = tmp_path / f"tampered-{field}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_replay_finds_a_recorded_outcome_the_model_does_not_give(
+    trace_file: Path, tmp_path: Path, delivery_dsn: str, pg_server: Server
+) -> None:
+    last = len(read(trace_file).steps)
+    wrong = _tampered(trace_file, tmp_path, last, "outcome", codec.encode(m.AlreadyTerminal(m.Status.FINISHED)))
+    real = PostgresDeliveryAdapter(delivery_dsn)
+    divergence = replay(read(wrong), real)
+    real.close()
+    assert divergence is not None and divergence.step == last
+    assert divergence.who.startswith("the trace's record disagrees with the model")
+    assert divergence.recorded.endswith("<- not the model's") and not divergence.actual.endswith("<- not the model's")
+    run = _cli("replay", str(wrong), "--dsn", pg_server.dsn)
+    assert run.returncode == 1 and "FAIL" in run.stdout and "the trace's record disagrees" in run.stdout, run.stdout
+
+
+def test_replay_finds_a_recorded_state_the_model_does_not_reach(
+    trace_file: Path, tmp_path: Path, delivery_dsn: str
+) -> None:
+    trace = read(trace_file)
+    first_state = json.loads(trace_file.read_text().splitlines()[1])["state"]
+    wrong = _tampered(trace_file, tmp_path, 3, "state", first_state)  # step 3 claims step 1's state
+    real = PostgresDeliveryAdapter(delivery_dsn)
+    divergence = replay(read(wrong), real)
+    real.close()
+    assert trace.steps[2].state != trace.steps[0].state
+    assert divergence is not None and divergence.step == 3
+    assert divergence.recorded == "recorded:       a different state"
+    assert divergence.actual == "implementation: the model's state"
+    assert "the recorded state, against the model's" in divergence.difference
+
+
+_ADAPTERS = """
+from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.model import delivery as m
+
+
+def core_only(dsn):
+    adapter = PostgresDeliveryAdapter(dsn)
+    adapter.operations = CORE_OPERATIONS
+    return adapter
+
+
+class _FailsToReap(PostgresDeliveryAdapter):
+    def execute(self, command):
+        if isinstance(command, m.Reap):
+            raise RuntimeError("the sweep crashed")
+        return super().execute(command)
+
+
+def fails_to_reap(dsn):
+    return _FailsToReap(dsn)
+"""
+
+
+def test_replay_sends_only_what_the_adapter_offers(trace_file: Path, tmp_path: Path, pg_server: Server) -> None:
+    (tmp_path / "adapters.py").write_text(_ADAPTERS)
+    fenced = tmp_path / "fenced.jsonl"
+    commands = [*_stale_holder_program()[:6], m.SetCommunityState(A, m.CommunityState.FENCED), m.Reap()]
+    write(record("fenced", w.START, commands), fenced)
+    args = ("replay", str(trace_file), str(fenced), "--dsn", pg_server.dsn, "--adapter", "adapters:core_only")
+    run = _cli(*args, cwd=tmp_path)
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert f"pass  {trace_file}" in run.stdout
+    assert f"n/a   {fenced}: needs SetCommunityState, which the adapter does not offer; not sent" in run.stdout
+    assert "1 passed, 0 failed, 1 not applicable" in run.stdout
+    accepted = _cli(*args, "--accept-subset", cwd=tmp_path)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_a_fault_in_one_trace_is_that_traces_and_writes_no_counterexample(
+    trace_file: Path, tmp_path: Path, pg_server: Server
+) -> None:
+    (tmp_path / "adapters.py").write_text(_ADAPTERS)
+    quiet = tmp_path / "no-sweep.jsonl"
+    write(record("no sweep", w.START, _stale_holder_program()[:6]), quiet)
+    adapter = ("--dsn", pg_server.dsn, "--adapter", "adapters:fails_to_reap")
+    run = _cli("replay", str(trace_file), str(quiet), *adapter, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"FAULT {trace_file}: the adapter failed, so nothing was judged: RuntimeError: the sweep crashed" in run.stdout
+    assert f"pass  {quiet}" in run.stdout  # the batch went on
+    assert "1 passed, 0 failed, 1 faulted" in run.stdout
+    verify = _cli("verify", "--machine", "delivery", "--seed", "1", "--max-examples", "5", *adapter, cwd=tmp_path)
+    assert verify.returncode == 2 and "verdict: NONE" in verify.stdout, verify.stdout + verify.stderr
+    assert not list(tmp_path.glob("leaseproof-counterexample-*")), "a fault is not a counterexample"
