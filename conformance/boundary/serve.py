@@ -4,21 +4,62 @@
 
 Speaks the wire protocol of `specs/adapter-protocol.md` on stdin/stdout;
 diagnostics go to stderr. Without --dsn it provisions its own server (the
-same order as `leaseproof verify`) and works in a scratch database.
+same order as `leaseproof verify`) and works in a scratch database, which it
+drops however it ends: at end of input or "close", on SIGTERM, SIGHUP or
+Ctrl-C. One killed outright (SIGKILL) cannot; so at start it drops the
+scratch databases left by serve processes of this host that no longer run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import os
+import signal
+import socket
 import sys
 
 from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
-from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.harness.provision import (
+    Server,
+    databases_named,
+    drop_database,
+    postgres_server,
+    scratch_database,
+)
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
+
+# Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
+# on the same host can tell whose owner is gone.
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_PREFIX = "lp_serve"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _drop_orphans(server: Server) -> None:
+    """Drop the scratch databases of this host's serve processes that are gone."""
+    for name in databases_named(server, f"{_PREFIX}_{_HOST}"):
+        pid = name.split("_")[3]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            print(f"serve: dropping {name}, left by serve process {pid}, which is gone", file=sys.stderr)
+            drop_database(server, name)
+
+
+def _ended(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,12 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     protocol = stdout_for_protocol()
     store = by_name(MUTANTS, args.mutant).store if args.mutant else PostgresDeliveryStore
-    with contextlib.ExitStack() as stack:
-        server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
-        dsn = stack.enter_context(scratch_database(server))
-        adapter = PostgresDeliveryAdapter(dsn, store)
-        stack.callback(adapter.close)
-        serve(adapter, implementation=f"leaseproof bundled {adapter.name}", stdout=protocol)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _ended)  # through every `with`, as Ctrl-C does
+    try:
+        with contextlib.ExitStack() as stack:
+            server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
+            _drop_orphans(server)
+            dsn = stack.enter_context(scratch_database(server, prefix=f"{_PREFIX}_{_HOST}_{os.getpid()}"))
+            adapter = PostgresDeliveryAdapter(dsn, store)
+            stack.callback(adapter.close)
+            serve(adapter, implementation=f"leaseproof bundled {adapter.name}", stdout=protocol)
+    except KeyboardInterrupt:
+        print("serve: ended by a signal; its scratch database is dropped", file=sys.stderr)
+        return 130
     return 0
 
 

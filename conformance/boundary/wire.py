@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS, DeliveryAdapter
@@ -209,46 +209,136 @@ def _check_hello(result: Any) -> tuple[str, frozenset[str]]:
 # -- the adapter side, for any in-process adapter ---------------------------------
 
 
+class ProtocolError(Exception):
+    """A request `serve` refuses before it reaches the adapter: `code` says which
+    rule it breaks (specs/adapter-protocol.md, section 11), the message what is wrong."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id: Any = None  # the request's id, when that much of it was readable
+
+
+# Each method's params: the members it requires, and any it may also carry.
+_PARAMS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "hello": (frozenset(), frozenset({"protocol"})),
+    "reset": (frozenset({"machine", "start"}), frozenset()),
+    "execute": (frozenset({"machine", "command"}), frozenset()),
+    "snapshot": (frozenset({"machine"}), frozenset()),
+    "close": (frozenset(), frozenset()),
+}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _request(line: bytes | str) -> tuple[Any, str, dict[str, Any]]:
+    """One request line as (id, method, params), or the ProtocolError it breaks."""
+    try:
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("not-json", f"the request is not UTF-8 (byte {exc.start})") from None
+    try:
+        request = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # JSONDecodeError, or NaN / Infinity
+        raise ProtocolError("not-json", f"the request is not JSON: {getattr(exc, 'msg', exc)}") from None
+    if not isinstance(request, dict):
+        raise ProtocolError("not-an-object", "the request is not a JSON object")
+    id_ = request.get("id")
+    if not (id_ is None or isinstance(id_, str) or (isinstance(id_, int) and not isinstance(id_, bool))):
+        raise ProtocolError("bad-request", f'"id" must be an integer or a string, not {json.dumps(id_)}')
+    try:
+        unknown = sorted(set(request) - {"id", "method", "params"})
+        if unknown:
+            raise ProtocolError("bad-request", f"unknown members {unknown}: a request has id, method and params")
+        method = request.get("method")
+        if method not in _PARAMS:
+            known = ", ".join(_PARAMS)
+            raise ProtocolError("unknown-method", f"unknown method {json.dumps(method)}: the methods are {known}")
+        params = request.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ProtocolError("bad-params", f'"params" of {method} must be an object')
+        required, optional = _PARAMS[method]
+        if required - set(params):
+            raise ProtocolError("bad-params", f"{method} needs params {sorted(required - set(params))}")
+        if set(params) - required - optional:
+            raise ProtocolError("bad-params", f"{method} takes no params {sorted(set(params) - required - optional)}")
+        if "machine" in params and params["machine"] != MACHINE:
+            raise ProtocolError(
+                "wrong-machine", f"this adapter serves the {MACHINE!r} machine, not {json.dumps(params['machine'])}"
+            )
+    except ProtocolError as error:
+        error.request_id = id_
+        raise
+    return id_, method, params
+
+
 def serve(
     adapter: DeliveryAdapter,
     *,
     implementation: str,
     operations: frozenset[str] = ALL_OPERATIONS,
-    stdin: TextIO = sys.stdin,
+    stdin: IO[bytes] | TextIO | None = None,
     stdout: TextIO = sys.stdout,
 ) -> None:
-    """Answer protocol requests on `stdin` until "close" or end of input."""
+    """Answer protocol requests, one per line of `stdin` (default: the process's
+    standard input, read as bytes), until "close" or end of input.
+
+    A request that breaks the protocol (not UTF-8 or not JSON, an unknown
+    method or member, wrong params, another machine, anything before
+    "hello", a value that does not decode) gets a fault reply with its
+    `code` and never reaches the adapter. An exception from the adapter is a
+    fault with code "implementation". Either way `serve` goes on serving."""
     handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
         "hello": lambda p: {
             "protocol": PROTOCOL_VERSION,
             "implementation": implementation,
             "machines": {MACHINE: sorted(operations)},
         },
-        "reset": lambda p: adapter.reset(codec.decode(p["start"], dt.datetime)),
-        "execute": lambda p: codec.encode(adapter.execute(codec.decode(p["command"]))),
+        "reset": lambda p: adapter.reset(p["start"]),
+        "execute": lambda p: codec.encode(adapter.execute(p["command"])),
         "snapshot": lambda p: codec.encode_state(adapter.snapshot()),
         "close": lambda p: None,
     }
-    for line in stdin:
+    decoders: dict[str, Callable[[Any], Any]] = {
+        "start": lambda value: codec.decode(value, dt.datetime, "start"),
+        "command": lambda value: _offered(codec.decode(value, object, "command"), operations),
+    }
+    greeted = False
+    for line in stdin if stdin is not None else sys.stdin.buffer:
+        id_, method = None, None
         try:
-            request = json.loads(line)
-        except json.JSONDecodeError as exc:
-            request = {"id": None, "method": None, "params": None, "error": f"the request is not JSON: {exc.msg}"}
-        if not isinstance(request, dict):
-            request = {"id": None, "method": None, "params": None, "error": "the request is not a JSON object"}
-        method = request.get("method")
-        try:
-            if "error" in request:
-                raise ValueError(request["error"])
-            if method not in handlers:
-                raise ValueError(f"unknown method {method!r}")
-            reply = {"id": request.get("id"), "result": handlers[method](request.get("params") or {})}
-        except Exception as exc:  # noqa: BLE001 - every failure is reported as a fault, not a crash
-            reply = {"id": request.get("id"), "fault": {"message": f"{type(exc).__name__}: {exc}"}}
-        stdout.write(json.dumps(reply, separators=(",", ":")) + "\n")
+            id_, method, params = _request(line)
+            if not greeted and method not in ("hello", "close"):
+                raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
+            try:
+                params = {key: decoders.get(key, lambda v: v)(value) for key, value in params.items()}
+            except codec.DecodeError as exc:
+                raise ProtocolError("malformed-value", f"{method}: {exc}") from None
+            greeted = greeted or method == "hello"
+            try:
+                reply: dict[str, Any] = {"id": id_, "result": handlers[method](params)}
+            except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
+                reply = {"id": id_, "fault": {"code": "implementation", "message": f"{type(exc).__name__}: {exc}"}}
+        except ProtocolError as error:
+            fault = {"code": error.code, "message": str(error)}
+            reply = {"id": id_ if id_ is not None else error.request_id, "fault": fault}
+        stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
         stdout.flush()
-        if method == "close":
+        if method == "close" and "result" in reply:
             return
+
+
+def _offered(command: Any, operations: frozenset[str]) -> Any:
+    """A decoded command of the delivery machine that the adapter offers."""
+    if type(command) not in m.OUTCOME_VARIANTS:
+        raise codec.DecodeError("command", f"{type(command).__name__} is not a {MACHINE} command")
+    if type(command).__name__ not in operations:
+        raise codec.DecodeError("command", f"{type(command).__name__} is not among the operations this adapter offers")
+    return command
 
 
 def stdout_for_protocol() -> TextIO:

@@ -176,10 +176,19 @@ def scratch_database(
     try:
         yield server.database_dsn(name)
     finally:
-        _drop_database(server, name)
+        drop_database(server, name)
 
 
-def _drop_database(server: Server, name: str) -> None:
+def databases_named(server: Server, prefix: str) -> list[str]:
+    """The server's databases whose names start with `prefix` and an underscore."""
+    pattern = prefix.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "\\_%"
+    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY datname", (pattern,))
+        return [name for (name,) in rows]
+
+
+def drop_database(server: Server, name: str) -> None:
+    """Terminate the database's backends and drop it (nothing if it is gone)."""
     with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
         # A leaked connection (e.g. from a failed test) would block the DROP.
         conn.execute(

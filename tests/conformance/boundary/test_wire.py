@@ -707,23 +707,113 @@ def test_serve_answers_each_request_in_order() -> None:
     ]
 
 
-def test_serve_reports_failures_as_faults_and_keeps_serving() -> None:
-    replies, _ = exchange(
-        [
-            {"id": 1, "method": "frobnicate", "params": {}},
-            {"id": 2, "method": "execute", "params": {"machine": "delivery", "command": {"type": "Teleport"}}},
-            execute(3, m.Reap()),  # before reset: the adapter itself raises
-            {"id": 4, "method": "reset", "params": {}},  # no start
-            {"id": 5, "method": "hello"},  # no params at all
-        ]
+HELLO = {"id": 1, "method": "hello", "params": {"protocol": 1}}
+RESET = {"id": 2, "method": "reset", "params": {"machine": "delivery", "start": codec.encode(START)}}
+
+
+class _Counting(ModelAdapter):
+    """The model as an adapter, counting the calls that reach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def reset(self, start: dt.datetime) -> None:
+        self.calls += 1
+        super().reset(start)
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        self.calls += 1
+        return super().execute(command)
+
+    def snapshot(self) -> m.DeliverySystem:
+        self.calls += 1
+        return super().snapshot()
+
+
+def test_serve_reports_an_adapter_failure_as_an_implementation_fault_and_keeps_serving() -> None:
+    replies, _ = exchange([HELLO, execute(3, m.Reap()), RESET, execute(4, m.Reap())])  # the model raises before reset
+    assert replies[1] == {"id": 3, "fault": {"code": "implementation", "message": "RuntimeError: execute before reset"}}
+    assert replies[3] == {"id": 4, "result": {"type": "Reaped", "count": 0}}
+
+
+_COMMUNITY = codec.encode(m.CreateCommunity(COMMUNITY))
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "says"),
+    [
+        (b"\xff\xfe{}", "not-json", "not UTF-8 (byte 0)"),
+        ("{\"id\": NaN, \"method\": \"hello\"}", "not-json", "NaN is not a JSON value"),
+        ("{\"id\": 1, \"method\": \"hello\", \"params\": {\"protocol\": Infinity}}", "not-json", "Infinity"),
+        ("{\"id\": 1, \"method\": ", "not-json", "not JSON"),
+        ([1, 2], "not-an-object", "not a JSON object"),
+        ({"id": True, "method": "hello"}, "bad-request", '"id" must be an integer or a string, not true'),
+        ({"id": 1.5, "method": "hello"}, "bad-request", "not 1.5"),
+        ({"id": 7, "method": "hello", "extra": 1}, "bad-request", "unknown members ['extra']"),
+        ({"id": 7, "method": "frobnicate"}, "unknown-method", 'unknown method "frobnicate": the methods are hello'),
+        ({"id": 7, "params": {}}, "unknown-method", "unknown method null"),
+        ({"id": 7, "method": "execute", "params": [1]}, "bad-params", '"params" of execute must be an object'),
+        ({"id": 7, "method": "execute", "params": {"machine": "delivery"}}, "bad-params", "needs params ['command']"),
+        ({"id": 7, "method": "snapshot", "params": {"machine": "delivery", "x": 1}}, "bad-params", "no params ['x']"),
+        ({"id": 7, "method": "reset", "params": {"start": codec.encode(START)}}, "bad-params", "needs params ['machine']"),
+        (
+            {"id": 7, "method": "execute", "params": {"machine": "lifecycle", "command": _COMMUNITY}},
+            "wrong-machine",
+            "serves the 'delivery' machine, not \"lifecycle\"",
+        ),
+        (
+            {"id": 7, "method": "execute", "params": {"machine": "delivery", "command": {"type": "Teleport"}}},
+            "malformed-value",
+            "execute: command.type: 'Teleport' is not",
+        ),
+        (
+            {"id": 7, "method": "execute", "params": {"machine": "delivery", "command": {"type": "Ok"}}},
+            "malformed-value",
+            "Ok is not a delivery command",
+        ),
+        (
+            {"id": 7, "method": "reset", "params": {"machine": "delivery", "start": "yesterday"}},
+            "malformed-value",
+            "reset: start",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and len(value) < 20 else None,
+)
+def test_serve_refuses_a_malformed_request_with_a_typed_fault_that_changes_nothing(
+    request_: Any, code: str, says: str
+) -> None:
+    counting = _Counting()
+    line = request_.decode("latin-1") if isinstance(request_, bytes) else request_
+    stdin = io.BytesIO(
+        b"".join(
+            (r if isinstance(r, bytes) else (r if isinstance(r, str) else json.dumps(r)).encode()) + b"\n"
+            for r in (HELLO, RESET, request_, {"id": 9, "method": "snapshot", "params": {"machine": "delivery"}})
+        )
     )
-    assert [reply["id"] for reply in replies] == [1, 2, 3, 4, 5]
-    assert replies[0] == {"id": 1, "fault": {"message": "ValueError: unknown method 'frobnicate'"}}
-    assert replies[1]["fault"]["message"].startswith("DecodeError: .type: 'Teleport' is not")
-    assert replies[2]["fault"]["message"] == "RuntimeError: execute before reset"
-    assert replies[3]["fault"]["message"] == "KeyError: 'start'"
-    assert "result" in replies[4] and "fault" not in replies[4]
-    assert all("result" not in reply for reply in replies[:4])
+    stdout = io.StringIO()
+    serve(counting, implementation="model under test", stdin=stdin, stdout=stdout)
+    replies = [json.loads(text) for text in stdout.getvalue().splitlines()]
+    assert len(replies) == 4, line
+    fault = replies[2]["fault"]
+    assert fault["code"] == code and says in fault["message"], fault
+    assert "result" not in replies[2]
+    assert counting.calls == 2  # the reset, and the snapshot after: the refused request reached nothing
+    assert replies[3] == {"id": 9, "result": codec.encode_state(m.initial_state(START))}
+
+
+def test_serve_executes_nothing_before_hello() -> None:
+    counting = _Counting()
+    replies, _ = exchange([RESET, execute(3, m.CreateCommunity(COMMUNITY)), HELLO, RESET], adapter=counting)
+    assert [r["fault"]["code"] for r in replies[:2]] == ["hello-first", "hello-first"]
+    assert replies[0]["fault"]["message"] == "reset before hello: the session starts with a hello"
+    assert replies[3] == {"id": 2, "result": None} and counting.calls == 1
+
+
+def test_serve_refuses_an_operation_it_does_not_offer() -> None:
+    replies, _ = exchange([HELLO, RESET, execute(3, m.Reap())], operations=frozenset(CORE_OPERATIONS - {"Reap"}))
+    assert replies[2]["fault"]["code"] == "malformed-value"
+    assert "Reap is not among the operations this adapter offers" in replies[2]["fault"]["message"]
 
 
 def test_serve_stops_at_close_and_leaves_the_rest_unread() -> None:
@@ -762,14 +852,15 @@ def test_serve_hands_the_adapter_model_values() -> None:
     lease = m.Lease(COMMUNITY, COMMUNITY, b"\x01" * 32, 1, START)
     replies, _ = exchange(
         [
-            {"id": 1, "method": "reset", "params": {"start": "2026-01-01T00:00:00.000000Z"}},
-            execute(2, m.Renew(lease, 30)),
+            HELLO,
+            {"id": 2, "method": "reset", "params": {"machine": "delivery", "start": "2026-01-01T00:00:00.000000Z"}},
+            execute(3, m.Renew(lease, 30)),
         ],
         adapter=recorder,
     )
     assert recorder.state is not None and recorder.state.now == START
     assert recorder.seen == [m.Renew(lease, 30)]
-    assert replies[1] == {"id": 2, "result": {"type": "UnknownCommunity", "community_id": str(COMMUNITY)}}
+    assert replies[2] == {"id": 3, "result": {"type": "UnknownCommunity", "community_id": str(COMMUNITY)}}
 
 
 @pytest.mark.parametrize(
