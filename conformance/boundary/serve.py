@@ -32,6 +32,11 @@ from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
+from leaseproof.impl.mutants.race import DELIVERY_RACE
+
+# The sequential mutants, and the race mutants of this machine (which only
+# concurrent sessions show).
+SERVED = (*MUTANTS, *DELIVERY_RACE)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
 # on the same host can tell whose owner is gone.
@@ -67,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m leaseproof.conformance.boundary.serve", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--dsn", help="server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
-    parser.add_argument("--mutant", choices=[mu.name for mu in MUTANTS], help="serve a known-buggy variant")
+    parser.add_argument("--mutant", choices=[mu.name for mu in SERVED], help="serve a known-buggy variant")
     args = parser.parse_args(argv)
     protocol = stdout_for_protocol()
-    store = by_name(MUTANTS, args.mutant).store if args.mutant else PostgresDeliveryStore
+    store = by_name(SERVED, args.mutant).store if args.mutant else PostgresDeliveryStore
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _ended)  # through every `with`, as Ctrl-C does
     try:

@@ -39,6 +39,27 @@ class AdapterFault(Exception):
     """The adapter or its infrastructure broke; the run stops, nothing is compared."""
 
 
+class SessionLost(ConnectionError):
+    """A session's command may or may not have taken effect: the adapter lost the
+    session while carrying it out (its fault code "session-lost"). A concurrent
+    run records the operation as indeterminate and opens another session."""
+
+
+class WireSession:
+    """One session of a `SubprocessAdapter`: another client of the same implementation."""
+
+    def __init__(self, adapter: SubprocessAdapter, name: str) -> None:
+        self.adapter, self.name = adapter, name
+        adapter._call("open_session", {"machine": MACHINE, "session": name})
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        return self.adapter._execute(command, {"session": self.name})
+
+    def close(self) -> None:
+        with contextlib.suppress(AdapterFault, SessionLost):
+            self.adapter._call("close_session", {"machine": MACHINE, "session": self.name})
+
+
 class SubprocessAdapter:
     """A `DeliveryAdapter` whose implementation runs in a child process."""
 
@@ -46,8 +67,15 @@ class SubprocessAdapter:
         self.command = command
         self.reply_timeout = reply_timeout
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._replies: queue.Queue[str | Exception | None] = queue.Queue()
+        # Replies are routed to the call waiting for their id (sessions have
+        # several in flight); what names no waiting call goes to every one.
+        self._waiting: dict[int, queue.Queue[str | Exception | None]] = {}
+        self._routing = threading.Lock()
+        self._writing = threading.Lock()
+        self._ended: str | Exception | bool | None = False  # False while stdout is open
         self._next_id = 0
+        self._sessions = 0
+        self.sessions = False  # whether its hello announced sessions
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -69,7 +97,9 @@ class SubprocessAdapter:
         threading.Thread(target=self._pump_stdout, daemon=True).start()
         threading.Thread(target=self._pump_stderr, daemon=True).start()
         try:
-            self.name, self.operations = _check_hello(self._call("hello", {"protocol": PROTOCOL_VERSION}))
+            hello = self._call("hello", {"protocol": PROTOCOL_VERSION})
+            self.name, self.operations = _check_hello(hello)
+            self.sessions = hello.get("sessions") is True
         except AdapterFault as fault:
             self.close()  # a refused handshake leaves no child behind
             raise fault if str(fault).startswith("adapter ") else self._fault(str(fault)) from None
@@ -80,7 +110,17 @@ class SubprocessAdapter:
         self._call("reset", {"machine": MACHINE, "start": codec.encode(start)})
 
     def execute(self, command: m.Command) -> m.Outcome:
-        result = self._call("execute", {"machine": MACHINE, "command": codec.encode(command)})
+        return self._execute(command, {})
+
+    def session(self) -> WireSession:
+        """Another client of the same implementation (an `open_session`), for concurrent runs."""
+        if not self.sessions:
+            raise AdapterFault(f"adapter {self.command!r} announced no sessions in its hello")
+        self._sessions += 1
+        return WireSession(self, f"s{self._sessions}")
+
+    def _execute(self, command: m.Command, session: dict[str, str]) -> m.Outcome:
+        result = self._call("execute", {"machine": MACHINE, **session, "command": codec.encode(command)})
         try:
             outcome = codec.decode(result)
         except codec.DecodeError as exc:
@@ -117,20 +157,32 @@ class SubprocessAdapter:
     # -- the exchange ---------------------------------------------------------------
 
     def _call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
-        self._next_id += 1
-        request = {"id": self._next_id, "method": method, "params": params}
+        """Send one request and wait for its reply (other threads' calls may be in flight)."""
+        slot: queue.Queue[str | Exception | None] = queue.Queue()
+        with self._routing:
+            self._next_id += 1
+            id_ = self._next_id
+            if self._ended is not False:
+                slot.put(self._ended if not isinstance(self._ended, bool) else None)
+            self._waiting[id_] = slot
+        request = {"id": id_, "method": method, "params": params}
         try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps(request, separators=(",", ":")) + "\n")
-            self.process.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise self._fault(f"it stopped reading before the {method!r} request{self._exit_note()}") from None
-        wait = self.reply_timeout if timeout is None else timeout
-        try:
-            line = self._replies.get(timeout=wait)
-        except queue.Empty:
-            self.process.kill()
-            raise self._fault(f"no reply to {method!r} within {wait:g}s") from None
+            try:
+                assert self.process.stdin is not None
+                with self._writing:
+                    self.process.stdin.write(json.dumps(request, separators=(",", ":")) + "\n")
+                    self.process.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                raise self._fault(f"it stopped reading before the {method!r} request{self._exit_note()}") from None
+            wait = self.reply_timeout if timeout is None else timeout
+            try:
+                line = slot.get(timeout=wait)
+            except queue.Empty:
+                self.process.kill()
+                raise self._fault(f"no reply to {method!r} within {wait:g}s") from None
+        finally:
+            with self._routing:
+                self._waiting.pop(id_, None)
         if line is None:
             raise self._fault(f"it closed its stdout before replying to {method!r}{self._exit_note()}")
         if isinstance(line, Exception):
@@ -140,15 +192,31 @@ class SubprocessAdapter:
             reply = json.loads(line)
         except json.JSONDecodeError:
             raise self._fault(f"its reply to {method!r} is not JSON: {line[:200]!r}") from None
-        if not isinstance(reply, dict) or type(reply.get("id")) is not int or reply["id"] != self._next_id:
-            raise self._fault(f"its reply to {method!r} (request id {self._next_id}) has the wrong id: {line[:200]!r}")
+        if not isinstance(reply, dict) or type(reply.get("id")) is not int or reply["id"] != id_:
+            raise self._fault(f"its reply to {method!r} (request id {id_}) has the wrong id: {line[:200]!r}")
         if "fault" in reply:
             fault = reply["fault"]
             message = fault.get("message") if isinstance(fault, dict) else fault
+            if isinstance(fault, dict) and fault.get("code") == "session-lost" and "session" in params:
+                raise SessionLost(f"session {params['session']}: {message}")
             raise self._fault(f"it reported a fault on {method!r}: {message}")
         if "result" not in reply:
             raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {line[:200]!r}")
         return reply["result"]
+
+    def _route(self, line: str | Exception | None) -> None:
+        """Hand a line (or the end of stdout) to the call waiting for its id, else to every waiting call."""
+        id_ = None
+        if isinstance(line, str):
+            with contextlib.suppress(ValueError):
+                reply = json.loads(line)
+                id_ = reply.get("id") if isinstance(reply, dict) else None
+        with self._routing:
+            if line is None or isinstance(line, Exception):
+                self._ended = line if line is not None else True
+            slot = self._waiting.get(id_) if type(id_) is int else None
+            for waiting in [slot] if slot is not None else list(self._waiting.values()):
+                waiting.put(None if line is None else line)
 
     def _fault(self, problem: str) -> AdapterFault:
         tail = self.stderr_tail()
@@ -168,11 +236,11 @@ class SubprocessAdapter:
         assert self.process.stdout is not None
         try:
             for line in self.process.stdout:
-                self._replies.put(line)
+                self._route(line)
         except UnicodeDecodeError as exc:
-            self._replies.put(exc)
+            self._route(exc)
             return
-        self._replies.put(None)
+        self._route(None)
 
     def _pump_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -223,10 +291,46 @@ class ProtocolError(Exception):
 _PARAMS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "hello": (frozenset(), frozenset({"protocol"})),
     "reset": (frozenset({"machine", "start"}), frozenset()),
-    "execute": (frozenset({"machine", "command"}), frozenset()),
+    "execute": (frozenset({"machine", "command"}), frozenset({"session"})),
     "snapshot": (frozenset({"machine"}), frozenset()),
+    "open_session": (frozenset({"machine", "session"}), frozenset()),
+    "close_session": (frozenset({"machine", "session"}), frozenset()),
     "close": (frozenset(), frozenset()),
 }
+
+
+class _Session:
+    """One session `serve` runs: the adapter's `session()` on a thread of its own,
+    so its commands run concurrently with other sessions'. Replies are written
+    as they finish; `write` serialises them."""
+
+    def __init__(self, session: Any, write: Callable[[dict[str, Any]], None]) -> None:
+        self.session, self.write = session, write
+        self.jobs: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="leaseproof-serve-session", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            id_, command = job
+            try:
+                reply: dict[str, Any] = {"id": id_, "result": codec.encode(self.session.execute(command))}
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                reply = {"id": id_, "fault": {"code": "session-lost", "message": f"{type(exc).__name__}: {exc}"}}
+            except Exception as exc:  # noqa: BLE001 - the implementation failed: a fault, and serving goes on
+                code = "session-lost" if _lost_connection(exc) else "implementation"
+                reply = {"id": id_, "fault": {"code": code, "message": f"{type(exc).__name__}: {exc}"}}
+            self.write(reply)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+        self.session.close()
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether `exc` is a lost database connection (psycopg's OperationalError), by name."""
+    return any(cls.__name__ == "OperationalError" for cls in type(exc).__mro__)
 
 
 def _no_constant(name: str) -> Any:
@@ -292,15 +396,47 @@ def serve(
     "hello", a value that does not decode) gets a fault reply with its
     `code` and never reaches the adapter. An exception from the adapter is a
     fault with code "implementation". Either way `serve` goes on serving."""
+    lock = threading.Lock()
+
+    def write(reply: dict[str, Any]) -> None:
+        with lock:
+            stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
+            stdout.flush()
+
+    sessions: dict[str, _Session] = {}
+
+    def session_named(params: dict[str, Any], opening: bool = False) -> str:
+        name = params["session"]
+        if not isinstance(name, str) or not name:
+            raise ProtocolError("bad-params", f'"session" must be a non-empty string, not {json.dumps(name)}')
+        if opening and name in sessions:
+            raise ProtocolError("bad-params", f"session {name!r} is already open")
+        if not opening and name not in sessions:
+            raise ProtocolError("bad-params", f"no session {name!r} is open")
+        if not hasattr(adapter, "session"):
+            raise ProtocolError("unknown-method", "this adapter offers no sessions (its hello says so)")
+        return name
+
+    def open_session(params: dict[str, Any]) -> None:
+        sessions[session_named(params, opening=True)] = _Session(adapter.session(), write)  # type: ignore[attr-defined]  # checked by session_named
+
+    def close_session(params: dict[str, Any]) -> None:
+        sessions.pop(session_named(params)).close()
+
+    hello: dict[str, Any] = {
+        "protocol": PROTOCOL_VERSION,
+        "implementation": implementation,
+        "machines": {MACHINE: sorted(operations)},
+    }
+    if hasattr(adapter, "session"):
+        hello["sessions"] = True
     handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "hello": lambda p: {
-            "protocol": PROTOCOL_VERSION,
-            "implementation": implementation,
-            "machines": {MACHINE: sorted(operations)},
-        },
+        "hello": lambda p: hello,
         "reset": lambda p: adapter.reset(p["start"]),
         "execute": lambda p: codec.encode(adapter.execute(p["command"])),
         "snapshot": lambda p: codec.encode_state(adapter.snapshot()),
+        "open_session": open_session,
+        "close_session": close_session,
         "close": lambda p: None,
     }
     decoders: dict[str, Callable[[Any], Any]] = {
@@ -308,28 +444,37 @@ def serve(
         "command": lambda value: _offered(codec.decode(value, object, "command"), operations),
     }
     greeted = False
-    for line in stdin if stdin is not None else sys.stdin.buffer:
-        id_, method = None, None
-        try:
-            id_, method, params = _request(line)
-            if not greeted and method not in ("hello", "close"):
-                raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
+    try:
+        for line in stdin if stdin is not None else sys.stdin.buffer:
+            id_, method = None, None
             try:
-                params = {key: decoders.get(key, lambda v: v)(value) for key, value in params.items()}
-            except codec.DecodeError as exc:
-                raise ProtocolError("malformed-value", f"{method}: {exc}") from None
-            greeted = greeted or method == "hello"
-            try:
-                reply: dict[str, Any] = {"id": id_, "result": handlers[method](params)}
-            except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
-                reply = {"id": id_, "fault": {"code": "implementation", "message": f"{type(exc).__name__}: {exc}"}}
-        except ProtocolError as error:
-            fault = {"code": error.code, "message": str(error)}
-            reply = {"id": id_ if id_ is not None else error.request_id, "fault": fault}
-        stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
-        stdout.flush()
-        if method == "close" and "result" in reply:
-            return
+                id_, method, params = _request(line)
+                if not greeted and method not in ("hello", "close"):
+                    raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
+                try:
+                    params = {key: decoders.get(key, lambda v: v)(value) for key, value in params.items()}
+                except codec.DecodeError as exc:
+                    raise ProtocolError("malformed-value", f"{method}: {exc}") from None
+                greeted = greeted or method == "hello"
+                if method == "execute" and "session" in params:
+                    sessions[session_named(params)].jobs.put((id_, params["command"]))
+                    continue  # its session's thread replies
+                try:
+                    reply: dict[str, Any] = {"id": id_, "result": handlers[method](params)}
+                except ProtocolError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
+                    fault = {"code": "implementation", "message": f"{type(exc).__name__}: {exc}"}
+                    reply = {"id": id_, "fault": fault}
+            except ProtocolError as error:
+                fault = {"code": error.code, "message": str(error)}
+                reply = {"id": id_ if id_ is not None else error.request_id, "fault": fault}
+            write(reply)
+            if method == "close" and "result" in reply:
+                return
+    finally:
+        for session in sessions.values():
+            session.close()
 
 
 def _offered(command: Any, operations: frozenset[str]) -> Any:

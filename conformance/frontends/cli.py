@@ -258,8 +258,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="stress a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in ALL_MUTANTS),
     )
-    stress.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
-    stress.set_defaults(adapter_cmd=None, reply_timeout=30)  # a child process offers no sessions
+    chosen = stress.add_mutually_exclusive_group()
+    chosen.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
+    chosen.add_argument(
+        "--adapter-cmd",
+        metavar="COMMAND",
+        help="an adapter in a child process whose hello announces sessions (specs/adapter-protocol.md)",
+    )
+    stress.add_argument(
+        "--reply-timeout",
+        type=_positive,
+        default=30,
+        help="seconds an --adapter-cmd child may take per reply (default: 30)",
+    )
 
     mutants = commands.add_parser(
         "mutants",
@@ -755,17 +766,17 @@ def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
-    if args.adapter is not None:
-        if args.mutant:
-            raise UsageError("--mutant applies to the bundled implementation, not to --adapter")
-        adapter = _adapter(args, machine, servers, out)
-        if not hasattr(adapter, "session"):
-            adapter.close()
-            raise UsageError(
-                f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently"
-            )
-        return adapter
-    return _adapter(args, machine, servers, out)
+    adapter = _adapter(args, machine, servers, out)
+    if args.adapter_cmd is not None and not adapter.sessions:
+        adapter.close()
+        raise UsageError(
+            f"--adapter-cmd {args.adapter_cmd!r}: {adapter.name} announced no sessions in its hello"
+            ' ("sessions": true), so it cannot be run concurrently'
+        )
+    if args.adapter is not None and not hasattr(adapter, "session"):
+        adapter.close()
+        raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
+    return adapter
 
 
 def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -257,8 +257,11 @@ RACE_FINDINGS: dict[str, str] = {
 assert RACE_FINDINGS.keys() == DELIVERY_RACE_MUTANTS.keys() | LIFECYCLE_RACE_MUTANTS.keys()
 
 # The same mutants as the records the CLI and the kill tests use for every mutant.
+DELIVERY_RACE: tuple[Mutant, ...] = tuple(
+    Mutant(name, RACE_FINDINGS[name], store) for name, store in DELIVERY_RACE_MUTANTS.items()
+)
 RACE_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (
-    *(Mutant(name, RACE_FINDINGS[name], store) for name, store in DELIVERY_RACE_MUTANTS.items()),
+    *DELIVERY_RACE,
     *(
         LifecycleMutant(
             name,

@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import pytest
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
-from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter, serve
+from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, serve
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
@@ -879,3 +880,111 @@ def test_serve_answers_a_malformed_request_with_a_fault_and_goes_on(line: str, s
     assert replies[0]["id"] is None and "result" not in replies[0]
     assert says in replies[0]["fault"]["message"]
     assert replies[1]["id"] == 2 and replies[1]["result"]["protocol"] == 1
+
+
+# -- sessions: concurrent clients over one child ---------------------------------------------
+
+
+def test_serve_runs_sessions_concurrently_and_answers_each_by_id(delivery_dsn: str) -> None:
+    """Two sessions' commands in flight at once on the bundled store, over real pipes."""
+    adapter = SubprocessAdapter(serve_command(delivery_dsn))
+    try:
+        assert adapter.sessions
+        adapter.reset(START)
+        adapter.execute(m.CreateCommunity(COMMUNITY))
+        first, second = adapter.session(), adapter.session()
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda s: s[0].execute(s[1]), [(first, m.Reap()), (second, m.Reap())]))
+        assert answers == [m.Reaped(0), m.Reaped(0)]
+        assert first.execute(m.CreateCommunity(COMMUNITY)) == m.AlreadyExists("community", COMMUNITY, COMMUNITY)
+        first.close()
+        second.close()
+        assert dict(adapter.snapshot().communities) == {COMMUNITY: m.CommunityState.ACTIVE}
+    finally:
+        adapter.close()
+
+
+class _SessionModel(ModelAdapter):
+    """The model behind the boundary, with sessions that share its state (one at a time)."""
+
+    def session(self) -> _SessionModel:
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+def test_serve_refuses_an_unknown_or_reopened_session() -> None:
+    open_ = {"id": 3, "method": "open_session", "params": {"machine": "delivery", "session": "w1"}}
+    on_w2 = execute(5, m.Reap()) | {"params": {"machine": "delivery", "session": "w2", "command": {"type": "Reap"}}}
+    replies, _ = exchange([HELLO, RESET, open_, open_ | {"id": 4}, on_w2], adapter=_SessionModel())
+    assert replies[0]["result"]["sessions"] is True
+    assert replies[2] == {"id": 3, "result": None}
+    assert replies[3]["fault"] == {"code": "bad-params", "message": "session 'w1' is already open"}
+    assert replies[4]["fault"] == {"code": "bad-params", "message": "no session 'w2' is open"}
+
+
+def test_an_adapter_without_sessions_says_so_and_stress_refuses_it(tmp_path: Path) -> None:
+    replies, _ = exchange([HELLO])
+    assert "sessions" not in replies[0]["result"]  # the model adapter has no session()
+    quiet = script(
+        tmp_path, "no-sessions", "for request in requests():\n    hello(request) if request['method'] == 'hello' else ok(request)\n"
+    )
+    run = subprocess.run(
+        [PYTHON, "-m", "leaseproof.conformance.frontends.cli", "stress", "--adapter-cmd", quiet, "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=CLI_WITHIN * 4,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "announced no sessions in its hello" in run.stderr
+
+
+def test_a_lost_session_is_an_indeterminate_operation_not_a_fault(tmp_path: Path) -> None:
+    lost = script(
+        tmp_path,
+        "lost-session",
+        """
+        for request in requests():
+            if request["method"] == "hello":
+                hello(request, sessions=True)
+            elif request["method"] == "execute" and "session" in request["params"]:
+                send({"id": request["id"], "fault": {"code": "session-lost", "message": "connection reset"}})
+            else:
+                ok(request)
+        """,
+    )
+    adapter = SubprocessAdapter(lost)
+    try:
+        session = adapter.session()
+        with pytest.raises(SessionLost, match="session s1: connection reset"):
+            session.execute(m.Reap())
+        with pytest.raises(AdapterFault, match="it reported a fault"):  # off a session, a fault is a fault
+            provoke(script(tmp_path, "faulty", SCRIPTS_FAULTY_EXECUTE), "execute")
+    finally:
+        adapter.close()
+
+
+SCRIPTS_FAULTY_EXECUTE = """
+for request in requests():
+    if request["method"] == "execute":
+        send({"id": request["id"], "fault": {"code": "session-lost", "message": "connection reset"}})
+    elif request["method"] == "hello":
+        hello(request)
+    else:
+        ok(request)
+"""
+
+
+def test_stress_drives_an_adapter_over_the_wire_and_finds_its_races(delivery_dsn: str) -> None:
+    def stress(mutant: str | None = None) -> subprocess.CompletedProcess[str]:
+        command = serve_command(delivery_dsn, mutant)
+        args = ["stress", "--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4"]
+        return subprocess.run(
+            [PYTHON, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
+        )
+
+    passing = stress()
+    assert passing.returncode == 0 and "verdict: LINEARIZABLE" in passing.stdout, passing.stdout + passing.stderr
+    racy = stress("claim-read-then-update")
+    assert racy.returncode == 1 and "verdict: NOT LINEARIZABLE" in racy.stdout, racy.stdout + racy.stderr
