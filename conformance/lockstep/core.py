@@ -219,6 +219,11 @@ class _ShrinkClock:
 # A trie of the programs a run has sent to its implementation, step by step
 # (each step: the tuple of its commands). Every prefix in it passed.
 _Programs = dict[tuple[Any, ...], "_Programs"]
+# The most steps the trie remembers (a few hundred bytes each): the default
+# budget of 300 programs of up to 50 steps needs 15,000; a soak of millions of
+# programs would otherwise grow without bound. Past it, a program's new steps
+# are sent but not remembered, so a later repeat of them is sent again.
+PROGRAM_STEPS_REMEMBERED = 200_000
 
 
 @attrs.frozen
@@ -248,6 +253,8 @@ class LockstepMachine(RuleBasedStateMachine):
     adapter: Any
     coverage: Coverage
     programs: _Programs  # shared by every program of one bound machine
+    remembered: list[int]  # [steps in `programs`], shared the same way
+    steps_remembered: int = PROGRAM_STEPS_REMEMBERED
     on_example: Callable[[Coverage], None] | None = None
     shrink_bound: ShrinkBound | None = None
     start: dt.datetime
@@ -331,7 +338,15 @@ class LockstepMachine(RuleBasedStateMachine):
             if decided is not None:
                 self._lockstep(command, *decided)
         self._compare_states(lambda: step.label or self.spec.describe(step.commands[-1]))
-        self._sent_at = self._sent_at.setdefault(step.commands, {})
+        if step.commands in self._sent_at:
+            self._sent_at = self._sent_at[step.commands]
+        elif self.remembered[0] < self.steps_remembered:
+            self.remembered[0] += 1
+            child: _Programs = {}
+            self._sent_at[step.commands] = child
+            self._sent_at = child
+        else:
+            self._sent_at = {}  # the trie is full: the rest of this program is sent, not remembered
 
     def _lockstep(self, command: Any, before: Any, decision: Decision[Any]) -> None:
         describe = self.spec.describe
@@ -393,6 +408,7 @@ def bind(
             "adapter": adapter,
             "coverage": coverage,
             "programs": {},
+            "remembered": [0],
             "on_example": staticmethod(on_example) if on_example is not None else None,
         },
     )

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
@@ -253,3 +254,26 @@ def test_a_mismatch_report_shows_the_clock_and_the_rows_in_claim_order_with_thei
     assert len(ids) >= 2 and ids == sorted(ids)  # same instant: the id decides, and is shown
     for label in ("before:", "model after:", "implementation:"):
         assert label in failure
+
+
+def test_the_programs_remembered_are_bounded(delivery_dsn: str) -> None:
+    """Past its bound the trie stops growing; programs are still sent and checked."""
+    adapter = _Recording(delivery_dsn)
+    machine = dm.machine_for(adapter)
+    machine.steps_remembered = 3
+    try:
+        for action in ("fence", "quiesce", "quiesce"):
+            program = machine()
+            program.setup()
+            program.tenant(community="A", action=action)
+            program.tenant(community="B", action="fence")
+    finally:
+        adapter.close()
+
+    def steps(trie: dict[Any, Any]) -> int:
+        return sum(1 + steps(child) for child in trie.values())
+
+    assert steps(machine.programs) == machine.remembered[0] == 3  # set-up, fence A, fence B; then full
+    # the third program repeats the second, whose steps past the set-up came after the
+    # trie was full: it is sent again (a repeat of the first would not be)
+    assert len(adapter.sent) == 3 and adapter.sent[2] == adapter.sent[1] != adapter.sent[0]
