@@ -4,8 +4,8 @@
 
 Speaks the wire protocol of `specs/adapter-protocol.md` on stdin/stdout;
 diagnostics go to stderr. Without --dsn it provisions its own server (the
-same order as `leaseproof verify`) and works in a scratch database, which it
-drops however it ends: at end of input or "close", on SIGTERM, SIGHUP or
+same order as `leaseproof verify`) and serves both machines, each in a
+scratch database of its own, which it drops however it ends: at end of input or "close", on SIGTERM, SIGHUP or
 Ctrl-C. One killed outright (SIGKILL) cannot; so at start it drops the
 scratch databases left by serve processes of this host that no longer run.
 """
@@ -30,13 +30,15 @@ from leaseproof.conformance.harness.provision import (
 )
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.mutants.race import DELIVERY_RACE
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 
-# The sequential mutants, and the race mutants of this machine (which only
-# concurrent sessions show).
-SERVED = (*MUTANTS, *DELIVERY_RACE)
+# Every mutant of either machine, sequential or racy (which only concurrent
+# sessions show); the other machine is served as bundled.
+SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
 # on the same host can tell whose owner is gone.
@@ -75,19 +77,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", choices=[mu.name for mu in SERVED], help="serve a known-buggy variant")
     args = parser.parse_args(argv)
     protocol = stdout_for_protocol()
-    store = by_name(SERVED, args.mutant).store if args.mutant else PostgresDeliveryStore
+    mutant = by_name(SERVED, args.mutant) if args.mutant else None
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _ended)  # through every `with`, as Ctrl-C does
     try:
         with contextlib.ExitStack() as stack:
             server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
             _drop_orphans(server)
-            dsn = stack.enter_context(scratch_database(server, prefix=f"{_PREFIX}_{_HOST}_{os.getpid()}"))
-            adapter = PostgresDeliveryAdapter(dsn, store)
-            stack.callback(adapter.close)
-            serve(adapter, implementation=f"leaseproof bundled {adapter.name}", stdout=protocol)
+            # One scratch database per machine, so each reset is its machine's alone.
+            mine = f"{_PREFIX}_{_HOST}_{os.getpid()}"
+            delivery_dsn, lifecycle_dsn = (stack.enter_context(scratch_database(server, prefix=mine)) for _ in "dl")
+            delivery = (
+                mutant.adapter(delivery_dsn)
+                if mutant is not None and not isinstance(mutant, LifecycleMutant)
+                else PostgresDeliveryAdapter(delivery_dsn, PostgresDeliveryStore)
+            )
+            stack.callback(delivery.close)
+            lifecycle = (
+                mutant.adapter(lifecycle_dsn)
+                if isinstance(mutant, LifecycleMutant)
+                else PostgresLifecycleAdapter(lifecycle_dsn)
+            )
+            stack.callback(lifecycle.close)
+            name = f"leaseproof bundled {delivery.name} / {lifecycle.name}"
+            serve(delivery, implementation=name, lifecycle=lifecycle, stdout=protocol)
     except KeyboardInterrupt:
-        print("serve: ended by a signal; its scratch database is dropped", file=sys.stderr)
+        print("serve: ended by a signal; its scratch databases are dropped", file=sys.stderr)
         return 130
     return 0
 

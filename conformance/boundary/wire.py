@@ -23,15 +23,38 @@ import shlex
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any, TextIO
+
+import attrs
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS, DeliveryAdapter
 from leaseproof.model import delivery as m
+from leaseproof.model import lifecycle as lc
 
 PROTOCOL_VERSION = 1
-MACHINE = "delivery"
+MACHINE = "delivery"  # the machine a request names when it names none, and the harness's default
+LIFECYCLE_OPERATIONS = frozenset(op.__name__ for op in lc.OUTCOME_VARIANTS)
+
+
+@attrs.frozen
+class _Machine:
+    """What the boundary knows of one machine: its operations (and those every adapter
+    of it must offer), each operation's outcome variants, and how to name an outcome's."""
+
+    operations: frozenset[str]
+    core: frozenset[str]
+    variants: Mapping[type, tuple[str, ...]]
+    variant: Callable[[Any], str]
+
+
+# The lifecycle's lockstep machine sends every one of its operations, so an
+# adapter of it offers them all.
+MACHINES = {
+    "delivery": _Machine(ALL_OPERATIONS, CORE_OPERATIONS, m.OUTCOME_VARIANTS, m.variant),
+    "lifecycle": _Machine(LIFECYCLE_OPERATIONS, LIFECYCLE_OPERATIONS, lc.OUTCOME_VARIANTS, lc.variant),
+}
 STDERR_TAIL_LINES = 20
 
 
@@ -50,21 +73,25 @@ class WireSession:
 
     def __init__(self, adapter: SubprocessAdapter, name: str) -> None:
         self.adapter, self.name = adapter, name
-        adapter._call("open_session", {"machine": MACHINE, "session": name})
+        adapter._call("open_session", {"machine": adapter.machine, "session": name})
 
     def execute(self, command: m.Command) -> m.Outcome:
         return self.adapter._execute(command, {"session": self.name})
 
     def close(self) -> None:
         with contextlib.suppress(AdapterFault, SessionLost):
-            self.adapter._call("close_session", {"machine": MACHINE, "session": self.name})
+            self.adapter._call("close_session", {"machine": self.adapter.machine, "session": self.name})
 
 
 class SubprocessAdapter:
-    """A `DeliveryAdapter` whose implementation runs in a child process."""
+    """An adapter of `machine` (a `DeliveryAdapter`, or the lifecycle's) whose
+    implementation runs in a child process."""
 
-    def __init__(self, command: str, *, reply_timeout: float = 30.0) -> None:
-        self.command = command
+    def __init__(self, command: str, *, machine: str | None = MACHINE, reply_timeout: float = 30.0) -> None:
+        """`machine` None: only shake hands (to learn the `machines` it offers)."""
+        if machine is not None and machine not in MACHINES:
+            raise ValueError(f"no machine {machine!r}: the machines are {sorted(MACHINES)}")
+        self.command, self.machine = command, machine or MACHINE
         self.reply_timeout = reply_timeout
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         # Replies are routed to the call waiting for their id (sessions have
@@ -98,7 +125,8 @@ class SubprocessAdapter:
         threading.Thread(target=self._pump_stderr, daemon=True).start()
         try:
             hello = self._call("hello", {"protocol": PROTOCOL_VERSION})
-            self.name, self.operations = _check_hello(hello)
+            self.name, self.operations = _check_hello(hello, machine)
+            self.machines = frozenset(hello["machines"])
             self.sessions = hello.get("sessions") is True
         except AdapterFault as fault:
             self.close()  # a refused handshake leaves no child behind
@@ -107,7 +135,7 @@ class SubprocessAdapter:
     # -- the DeliveryAdapter interface --------------------------------------------
 
     def reset(self, start: dt.datetime) -> None:
-        self._call("reset", {"machine": MACHINE, "start": codec.encode(start)})
+        self._call("reset", {"machine": self.machine, "start": codec.encode(start)})
 
     def execute(self, command: m.Command) -> m.Outcome:
         return self._execute(command, {})
@@ -120,23 +148,26 @@ class SubprocessAdapter:
         return WireSession(self, f"s{self._sessions}")
 
     def _execute(self, command: m.Command, session: dict[str, str]) -> m.Outcome:
-        result = self._call("execute", {"machine": MACHINE, **session, "command": codec.encode(command)})
+        result = self._call("execute", {"machine": self.machine, **session, "command": codec.encode(command)})
         try:
             outcome = codec.decode(result)
         except codec.DecodeError as exc:
             raise self._fault(f"its outcome for {type(command).__name__} is malformed: {exc}") from None
-        expected = m.OUTCOME_VARIANTS[type(command)]
-        if m.variant(outcome) not in expected:
+        machine = MACHINES[self.machine]
+        expected = machine.variants[type(command)]
+        if machine.variant(outcome) not in expected:
             raise self._fault(
                 f"it answered {type(command).__name__} with {type(outcome).__name__}, "
                 f"which is not an outcome of that operation ({', '.join(expected)})"
             )
         return outcome
 
-    def snapshot(self) -> m.DeliverySystem:
-        result = self._call("snapshot", {"machine": MACHINE})
+    def snapshot(self) -> Any:
+        """The implementation's state: a `DeliverySystem`, or a `LifecycleSystem`."""
+        result = self._call("snapshot", {"machine": self.machine})
+        expected = m.DeliverySystem if self.machine == MACHINE else lc.LifecycleSystem
         try:
-            state: m.DeliverySystem = codec.decode_state(result)
+            state = codec.decode_state(result, "", expected)
         except codec.DecodeError as exc:
             raise self._fault(f"its snapshot is malformed: {exc}") from None
         return state
@@ -251,7 +282,7 @@ class SubprocessAdapter:
             self._stderr.append("(the rest of stderr is not valid UTF-8)")
 
 
-def _check_hello(result: Any) -> tuple[str, frozenset[str]]:
+def _check_hello(result: Any, machine: str | None = MACHINE) -> tuple[str, frozenset[str]]:
     if not isinstance(result, dict):
         raise AdapterFault(f"its hello reply is not an object: {result!r}")
     if type(result.get("protocol")) is not int or result["protocol"] != PROTOCOL_VERSION:
@@ -259,19 +290,24 @@ def _check_hello(result: Any) -> tuple[str, frozenset[str]]:
             f"it speaks protocol {result.get('protocol')!r}; this harness speaks {PROTOCOL_VERSION}"
         )
     machines = result.get("machines")
-    if not isinstance(machines, dict) or MACHINE not in machines:
-        raise AdapterFault(f"it does not offer the {MACHINE!r} machine (machines: {machines!r})")
-    operations = machines[MACHINE]
+    name = result.get("implementation")
+    name = name if isinstance(name, str) else "unnamed adapter"
+    if machine is None:
+        if not isinstance(machines, dict):
+            raise AdapterFault(f"its hello's machines are not an object: {machines!r}")
+        return name, frozenset()
+    if not isinstance(machines, dict) or machine not in machines:
+        raise AdapterFault(f"it does not offer the {machine!r} machine (machines: {machines!r})")
+    operations = machines[machine]
     if not isinstance(operations, list) or not all(isinstance(op, str) for op in operations):
-        raise AdapterFault(f"its {MACHINE!r} operations are not a list of names: {operations!r}")
-    unknown = set(operations) - ALL_OPERATIONS
+        raise AdapterFault(f"its {machine!r} operations are not a list of names: {operations!r}")
+    unknown = set(operations) - MACHINES[machine].operations
     if unknown:
         raise AdapterFault(f"it offers operations the model does not have: {sorted(unknown)}")
-    missing = CORE_OPERATIONS - set(operations)
+    missing = MACHINES[machine].core - set(operations)
     if missing:
         raise AdapterFault(f"it lacks mandatory operations: {sorted(missing)}")
-    name = result.get("implementation")
-    return (name if isinstance(name, str) else "unnamed adapter"), frozenset(operations)
+    return name, frozenset(operations)
 
 
 # -- the adapter side, for any in-process adapter ---------------------------------
@@ -337,7 +373,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _request(line: bytes | str) -> tuple[Any, str, dict[str, Any]]:
+def _request(line: bytes | str, served: Mapping[str, Any]) -> tuple[Any, str, dict[str, Any]]:
     """One request line as (id, method, params), or the ProtocolError it breaks."""
     try:
         text = line.decode("utf-8") if isinstance(line, bytes) else line
@@ -370,9 +406,10 @@ def _request(line: bytes | str) -> tuple[Any, str, dict[str, Any]]:
             raise ProtocolError("bad-params", f"{method} needs params {sorted(required - set(params))}")
         if set(params) - required - optional:
             raise ProtocolError("bad-params", f"{method} takes no params {sorted(set(params) - required - optional)}")
-        if "machine" in params and params["machine"] != MACHINE:
+        if "machine" in params and params["machine"] not in served:
+            names = " and ".join(repr(name) for name in served)
             raise ProtocolError(
-                "wrong-machine", f"this adapter serves the {MACHINE!r} machine, not {json.dumps(params['machine'])}"
+                "wrong-machine", f"this adapter serves the {names} machine, not {json.dumps(params['machine'])}"
             )
     except ProtocolError as error:
         error.request_id = id_
@@ -385,17 +422,23 @@ def serve(
     *,
     implementation: str,
     operations: frozenset[str] = ALL_OPERATIONS,
+    lifecycle: Any = None,
     stdin: IO[bytes] | TextIO | None = None,
     stdout: TextIO = sys.stdout,
 ) -> None:
     """Answer protocol requests, one per line of `stdin` (default: the process's
-    standard input, read as bytes), until "close" or end of input.
+    standard input, read as bytes), until "close" or end of input: `adapter`'s
+    for the delivery machine (offering `operations`) and, if given,
+    `lifecycle`'s for the lifecycle machine (offering every one of its).
 
     A request that breaks the protocol (not UTF-8 or not JSON, an unknown
-    method or member, wrong params, another machine, anything before
+    method or member, wrong params, a machine not served, anything before
     "hello", a value that does not decode) gets a fault reply with its
-    `code` and never reaches the adapter. An exception from the adapter is a
+    `code` and never reaches an adapter. An exception from an adapter is a
     fault with code "implementation". Either way `serve` goes on serving."""
+    served: dict[str, tuple[Any, frozenset[str]]] = {MACHINE: (adapter, operations)}
+    if lifecycle is not None:
+        served["lifecycle"] = (lifecycle, LIFECYCLE_OPERATIONS)
     lock = threading.Lock()
 
     def write(reply: dict[str, Any]) -> None:
@@ -403,22 +446,25 @@ def serve(
             stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
             stdout.flush()
 
-    sessions: dict[str, _Session] = {}
+    sessions: dict[tuple[str, str], _Session] = {}
+    with_sessions = all(hasattr(a, "session") for a, _ in served.values())
 
-    def session_named(params: dict[str, Any], opening: bool = False) -> str:
+    def session_named(params: dict[str, Any], opening: bool = False) -> tuple[str, str]:
         name = params["session"]
         if not isinstance(name, str) or not name:
             raise ProtocolError("bad-params", f'"session" must be a non-empty string, not {json.dumps(name)}')
-        if opening and name in sessions:
+        key = (params["machine"], name)
+        if opening and key in sessions:
             raise ProtocolError("bad-params", f"session {name!r} is already open")
-        if not opening and name not in sessions:
+        if not opening and key not in sessions:
             raise ProtocolError("bad-params", f"no session {name!r} is open")
-        if not hasattr(adapter, "session"):
+        if not with_sessions:
             raise ProtocolError("unknown-method", "this adapter offers no sessions (its hello says so)")
-        return name
+        return key
 
     def open_session(params: dict[str, Any]) -> None:
-        sessions[session_named(params, opening=True)] = _Session(adapter.session(), write)  # type: ignore[attr-defined]  # checked by session_named
+        key = session_named(params, opening=True)
+        sessions[key] = _Session(served[key[0]][0].session(), write)
 
     def close_session(params: dict[str, Any]) -> None:
         sessions.pop(session_named(params)).close()
@@ -426,33 +472,37 @@ def serve(
     hello: dict[str, Any] = {
         "protocol": PROTOCOL_VERSION,
         "implementation": implementation,
-        "machines": {MACHINE: sorted(operations)},
+        "machines": {name: sorted(ops) for name, (_, ops) in served.items()},
     }
-    if hasattr(adapter, "session"):
+    if with_sessions:
         hello["sessions"] = True
+
+    def on(params: dict[str, Any]) -> Any:
+        return served[params["machine"]][0]
+
     handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
         "hello": lambda p: hello,
-        "reset": lambda p: adapter.reset(p["start"]),
-        "execute": lambda p: codec.encode(adapter.execute(p["command"])),
-        "snapshot": lambda p: codec.encode_state(adapter.snapshot()),
+        "reset": lambda p: on(p).reset(p["start"]),
+        "execute": lambda p: codec.encode(on(p).execute(p["command"])),
+        "snapshot": lambda p: codec.encode_state(on(p).snapshot()),
         "open_session": open_session,
         "close_session": close_session,
         "close": lambda p: None,
-    }
-    decoders: dict[str, Callable[[Any], Any]] = {
-        "start": lambda value: codec.decode(value, dt.datetime, "start"),
-        "command": lambda value: _offered(codec.decode(value, object, "command"), operations),
     }
     greeted = False
     try:
         for line in stdin if stdin is not None else sys.stdin.buffer:
             id_, method = None, None
             try:
-                id_, method, params = _request(line)
+                id_, method, params = _request(line, served)
                 if not greeted and method not in ("hello", "close"):
                     raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
                 try:
-                    params = {key: decoders.get(key, lambda v: v)(value) for key, value in params.items()}
+                    if "start" in params:
+                        params["start"] = codec.decode(params["start"], dt.datetime, "start")
+                    if "command" in params:
+                        command = codec.decode(params["command"], object, "command")
+                        params["command"] = _offered(command, params["machine"], served[params["machine"]][1])
                 except codec.DecodeError as exc:
                     raise ProtocolError("malformed-value", f"{method}: {exc}") from None
                 greeted = greeted or method == "hello"
@@ -477,10 +527,10 @@ def serve(
             session.close()
 
 
-def _offered(command: Any, operations: frozenset[str]) -> Any:
-    """A decoded command of the delivery machine that the adapter offers."""
-    if type(command) not in m.OUTCOME_VARIANTS:
-        raise codec.DecodeError("command", f"{type(command).__name__} is not a {MACHINE} command")
+def _offered(command: Any, machine: str, operations: frozenset[str]) -> Any:
+    """A decoded command of `machine` that the adapter offers."""
+    if type(command) not in MACHINES[machine].variants:
+        raise codec.DecodeError("command", f"{type(command).__name__} is not a {machine} command")
     if type(command).__name__ not in operations:
         raise codec.DecodeError("command", f"{type(command).__name__} is not among the operations this adapter offers")
     return command

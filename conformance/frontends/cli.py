@@ -493,18 +493,28 @@ def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
 
 def _machines(args: argparse.Namespace) -> list[str]:
     """The machines to verify: --machine, else what the mutant or adapter implies, else both."""
+    if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
+        raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     mutant = _mutant(args.mutant)
     implied = mutant.machine if mutant else None
-    external = args.adapter is not None or args.adapter_cmd is not None
-    if external:
+    if args.adapter is not None:
         implied = "delivery"
     chosen = getattr(args, "machine", None)
     if chosen and implied and chosen != implied:
-        why = "the wire and in-process boundaries carry the delivery machine today" if external else "that mutant"
-        raise UsageError(f"--machine {chosen} does not fit {args.mutant or 'an external adapter'} ({why})")
+        why = "the in-process boundary carries the delivery machine" if args.adapter is not None else "that mutant"
+        raise UsageError(f"--machine {chosen} does not fit {args.mutant or 'an in-process adapter'} ({why})")
     if chosen:
         return [chosen]
+    if args.adapter_cmd is not None:
+        return _announced(args)
     return [implied] if implied else list(MACHINES)
+
+
+def _announced(args: argparse.Namespace) -> list[str]:
+    """The machines an --adapter-cmd child's hello announces (it is started once to ask)."""
+    probe = SubprocessAdapter(args.adapter_cmd, machine=None, reply_timeout=args.reply_timeout)
+    probe.close()
+    return [machine for machine in MACHINES if machine in probe.machines]
 
 
 def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
@@ -512,7 +522,7 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     if args.adapter_cmd is not None:
-        return SubprocessAdapter(args.adapter_cmd, reply_timeout=args.reply_timeout)
+        return SubprocessAdapter(args.adapter_cmd, machine=machine, reply_timeout=args.reply_timeout)
     if args.adapter is not None:
         factory = _load_factory(args.adapter)
         wants_dsn = _takes_dsn(factory)

@@ -25,13 +25,23 @@ import pytest
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
-from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, serve
+from leaseproof.conformance.boundary.wire import (
+    LIFECYCLE_OPERATIONS,
+    AdapterFault,
+    SessionLost,
+    SubprocessAdapter,
+    serve,
+)
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
+from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
+from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.model import delivery as m
 
 SEED = 20261129
@@ -80,7 +90,7 @@ class ModelAdapter:
 def test_the_bundled_server_conforms_over_the_wire(delivery_dsn: str) -> None:
     adapter = SubprocessAdapter(serve_command(delivery_dsn))
     try:
-        assert adapter.name == "leaseproof bundled postgres:PostgresDeliveryStore"
+        assert adapter.name.startswith("leaseproof bundled postgres:PostgresDeliveryStore / ")
         assert adapter.operations == ALL_OPERATIONS
         verdict = run_conformance(adapter, max_examples=15, seed_value=SEED)
     finally:
@@ -988,3 +998,59 @@ def test_stress_drives_an_adapter_over_the_wire_and_finds_its_races(delivery_dsn
     assert passing.returncode == 0 and "verdict: LINEARIZABLE" in passing.stdout, passing.stdout + passing.stderr
     racy = stress("claim-read-then-update")
     assert racy.returncode == 1 and "verdict: NOT LINEARIZABLE" in racy.stdout, racy.stdout + racy.stderr
+
+
+# -- the lifecycle machine over the wire -------------------------------------------------------
+
+
+def _lifecycle_kill(adapter: Any) -> str | None:
+    """The fixed lifecycle scenario that kills `adapter`, and what was said; None if it survives."""
+    try:
+        run_scenarios(lifecycle_machine_for(adapter), LIFECYCLE_SCENARIOS)
+    except AssertionError as failure:
+        where = next(n for n in getattr(failure, "__notes__", []) if n.startswith("in the fixed scenario"))
+        return f"{where}: {failure}"
+    return None
+
+
+def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: Server) -> None:
+    in_process, over_wire = {}, {}
+    for mutant in (None, *LIFECYCLE_MUTANTS):
+        name = mutant.name if mutant else None
+        with scratch_database(pg_server) as dsn:
+            local = mutant.adapter(dsn) if mutant else PostgresLifecycleAdapter(dsn)
+            try:
+                in_process[name] = _lifecycle_kill(local)
+            finally:
+                local.close()
+        remote = SubprocessAdapter(serve_command(pg_server.dsn, name), machine="lifecycle")
+        try:
+            assert "lifecycle" in remote.machines and remote.operations == LIFECYCLE_OPERATIONS
+            over_wire[name] = _lifecycle_kill(remote)
+        finally:
+            remote.close()
+    assert in_process[None] is None and over_wire[None] is None  # the bundled implementation passes both
+    assert {n for n, r in in_process.items() if r} == {mu.name for mu in LIFECYCLE_MUTANTS}
+    assert over_wire == in_process  # the same scenario, the same disagreement, word for word
+
+
+def test_verify_over_the_wire_covers_the_machines_the_hello_announces(pg_server: Server) -> None:
+    def verify(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["verify", "--adapter-cmd", serve_command(pg_server.dsn), "--seed", "1", "--max-examples", "5", *extra]
+        return subprocess.run(
+            [PYTHON, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
+        )
+
+    both = verify()
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "verifying the delivery machine" in both.stdout and "verifying the lifecycle machine" in both.stdout
+    one = verify("--machine", "lifecycle")
+    assert one.returncode == 0 and "verifying the delivery machine" not in one.stdout, one.stdout + one.stderr
+
+
+def test_a_machine_the_adapter_does_not_serve_is_refused(tmp_path: Path) -> None:
+    replies, _ = exchange([HELLO, {"id": 2, "method": "snapshot", "params": {"machine": "lifecycle"}}])
+    assert replies[0]["result"]["machines"].keys() == {"delivery"}
+    assert replies[1]["fault"]["code"] == "wrong-machine"
+    with pytest.raises(AdapterFault, match="it does not offer the 'lifecycle' machine"):
+        SubprocessAdapter(script(tmp_path, "no-sessions-2", SCRIPTS_FAULTY_EXECUTE), machine="lifecycle")
