@@ -136,3 +136,36 @@ def raises_invalid(field: str, make: Callable[[], Any]) -> InvalidValue:
         make()
     assert caught.value.field == field
     return caught.value
+
+
+# An importable adapter module for tests that run the CLI or a pytest project
+# in a folder of their own: `core_only(dsn)` is the bundled delivery adapter
+# offering only the mandatory operations; `fails_to_reap(dsn)` raises on Reap.
+ADAPTERS_MODULE = '''
+from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.model import delivery as m
+
+
+def core_only(dsn):
+    adapter = PostgresDeliveryAdapter(dsn)
+    adapter.operations = CORE_OPERATIONS
+    adapter.name = "core operations only"
+    return adapter
+
+
+class _FailsToReap(PostgresDeliveryAdapter):
+    def execute(self, command):
+        if isinstance(command, m.Reap):
+            raise RuntimeError("the sweep crashed")
+        return super().execute(command)
+
+
+def fails_to_reap(dsn):
+    return _FailsToReap(dsn)
+'''
+
+
+def write_adapters(folder: Path) -> None:
+    """`folder/adapters.py`: ADAPTERS_MODULE, importable from there as `adapters`."""
+    (folder / "adapters.py").write_text(ADAPTERS_MODULE)

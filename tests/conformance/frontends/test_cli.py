@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from helpers import write_adapters
+
 from leaseproof.conformance.harness.provision import Server
 
 
@@ -80,22 +82,9 @@ def test_verify_one_machine_and_a_lifecycle_mutant(pg_server: Server, tmp_path: 
     assert run.returncode == 2 and "does not fit" in run.stderr
 
 
-_CORE_ONLY = '''
-from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
-from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-
-
-def make(dsn):
-    adapter = PostgresDeliveryAdapter(dsn)
-    adapter.operations = CORE_OPERATIONS
-    adapter.name = "core operations only"
-    return adapter
-'''
-
-
 def test_an_adapter_that_leaves_operations_out_conforms_only_on_a_subset(pg_server: Server, tmp_path: Path) -> None:
-    (tmp_path / "core_only.py").write_text(_CORE_ONLY)
-    args = ("--dsn", pg_server.dsn, "--max-examples", "5", "--seed", "3", "--adapter", "core_only:make")
+    write_adapters(tmp_path)
+    args = ("--dsn", pg_server.dsn, "--max-examples", "5", "--seed", "3", "--adapter", "adapters:core_only")
     run = _verify(*args, cwd=tmp_path)
     assert run.returncode == 3, run.stdout + run.stderr
     assert "verdict: CONFORMS ON A SUBSET" in run.stdout and "verdict: CONFORMS —" not in run.stdout

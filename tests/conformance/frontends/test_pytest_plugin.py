@@ -6,6 +6,7 @@ import shlex
 import sys
 
 import pytest
+from helpers import write_adapters
 
 from leaseproof.conformance.harness.provision import Server
 
@@ -83,23 +84,11 @@ def test_each_run_draws_a_fresh_seed_and_prints_it(pytester: pytest.Pytester, pg
     assert "leaseproof_seed = 'twelve': not an integer" in pytester.runpytest_subprocess().stderr.str()
 
 
-_CORE_ONLY = """
-from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
-from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-
-
-def make(dsn):
-    adapter = PostgresDeliveryAdapter(dsn)
-    adapter.operations = CORE_OPERATIONS
-    return adapter
-"""
-
-
 def test_an_adapter_that_leaves_operations_out_fails_unless_the_subset_is_accepted(
     pytester: pytest.Pytester, pg_server: Server
 ) -> None:
-    pytester.makepyfile(core_only=_CORE_ONLY)
-    ini = {"leaseproof_adapter": "core_only:make", "leaseproof_dsn": pg_server.dsn, "leaseproof_max_examples": "3"}
+    write_adapters(pytester.path)
+    ini = {"leaseproof_adapter": "adapters:core_only", "leaseproof_dsn": pg_server.dsn, "leaseproof_max_examples": "3"}
     _project(pytester, **ini, pythonpath=".")
     refused = pytester.runpytest_subprocess()
     refused.assert_outcomes(passed=1, failed=1)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, write_adapters
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.harness.provision import Server
@@ -417,32 +417,8 @@ def test_replay_finds_a_recorded_state_the_model_does_not_reach(
     assert "the recorded state, against the model's" in divergence.difference
 
 
-_ADAPTERS = """
-from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
-from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.model import delivery as m
-
-
-def core_only(dsn):
-    adapter = PostgresDeliveryAdapter(dsn)
-    adapter.operations = CORE_OPERATIONS
-    return adapter
-
-
-class _FailsToReap(PostgresDeliveryAdapter):
-    def execute(self, command):
-        if isinstance(command, m.Reap):
-            raise RuntimeError("the sweep crashed")
-        return super().execute(command)
-
-
-def fails_to_reap(dsn):
-    return _FailsToReap(dsn)
-"""
-
-
 def test_replay_sends_only_what_the_adapter_offers(trace_file: Path, tmp_path: Path, pg_server: Server) -> None:
-    (tmp_path / "adapters.py").write_text(_ADAPTERS)
+    write_adapters(tmp_path)
     fenced = tmp_path / "fenced.jsonl"
     commands = [*_stale_holder_program()[:6], m.SetCommunityState(A, m.CommunityState.FENCED), m.Reap()]
     write(record("fenced", w.START, commands), fenced)
@@ -459,7 +435,7 @@ def test_replay_sends_only_what_the_adapter_offers(trace_file: Path, tmp_path: P
 def test_a_fault_in_one_trace_is_that_traces_and_writes_no_counterexample(
     trace_file: Path, tmp_path: Path, pg_server: Server
 ) -> None:
-    (tmp_path / "adapters.py").write_text(_ADAPTERS)
+    write_adapters(tmp_path)
     quiet = tmp_path / "no-sweep.jsonl"
     write(record("no sweep", w.START, _stale_holder_program()[:6]), quiet)
     adapter = ("--dsn", pg_server.dsn, "--adapter", "adapters:fails_to_reap")
