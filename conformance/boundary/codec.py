@@ -266,26 +266,35 @@ def _encode_delivery_state(s: m.DeliverySystem) -> dict[str, Any]:
     }
 
 
+# The delivery machine's tables: each row's members (the deliveries are Delivery records).
+_DELIVERY_ROWS: dict[str, dict[str, Any]] = {
+    "communities": {"id": uuid.UUID, "state": m.CommunityState},
+    "workflows": {"community_id": uuid.UUID, "id": uuid.UUID},
+    "runs": {"community_id": uuid.UUID, "id": uuid.UUID, "workflow_id": uuid.UUID},
+    "events": {"community_id": uuid.UUID, "id": bytes},
+    "retired": {"community_id": uuid.UUID, "id": uuid.UUID},
+}
+
+
 def _decode_delivery_state(data: dict[str, Any], path: str) -> m.DeliverySystem:
     tables = ("communities", "workflows", "runs", "events", "deliveries", "retired")
     _require_members(data, {"type", "now", *tables}, "DeliverySystem", path)
-    key_pair = {"community_id": uuid.UUID, "id": uuid.UUID}
 
-    def table(name: str, members: dict[str, Any], width: int = 2) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    def table(name: str, width: int = 2) -> dict[tuple[Any, ...], tuple[Any, ...]]:
         """Rows keyed by their first `width` members."""
-        return _rows(data[name], f"{path}.{name}", _members(members), lambda row: row[:width])
+        return _rows(data[name], f"{path}.{name}", _members(_DELIVERY_ROWS[name]), lambda row: row[:width])
 
-    communities = table("communities", {"id": uuid.UUID, "state": m.CommunityState}, width=1)
-    runs = table("runs", {"community_id": uuid.UUID, "id": uuid.UUID, "workflow_id": uuid.UUID})
+    communities = table("communities", width=1)
+    runs = table("runs")
     deliveries = _rows(data["deliveries"], f"{path}.deliveries", _record(m.Delivery), lambda d: d.key)
     return m.DeliverySystem(
         now=decode(data["now"], dt.datetime, f"{path}.now"),
         communities=FrozenMap({k[0]: v[1] for k, v in communities.items()}),
-        workflows=frozenset(table("workflows", key_pair)),
+        workflows=frozenset(table("workflows")),
         runs=FrozenMap({k: v[2] for k, v in runs.items()}),
-        events=frozenset(table("events", {"community_id": uuid.UUID, "id": bytes})),
+        events=frozenset(table("events")),
         deliveries=FrozenMap(deliveries),
-        retired=frozenset(table("retired", key_pair)),
+        retired=frozenset(table("retired")),
     )
 
 

@@ -38,7 +38,7 @@ from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS
 from leaseproof.conformance.lockstep.delivery import Coverage
 from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.spec import explore as exploration
-from leaseproof.conformance.spec.pages import PAGES, SpecPageError, stale_pages, write_pages
+from leaseproof.conformance.spec.pages import FILES, PAGES, SpecPageError, stale_pages, write_pages
 from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
 from leaseproof.conformance.traces.trace import TraceError, check, replay
 from leaseproof.conformance.traces.trace import read as read_trace
@@ -857,7 +857,7 @@ def spec_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 names = ", ".join(str(path) for path in stale)
                 err.write(f"leaseproof: not generated from the current model: {names}; run `leaseproof spec`\n")
                 return EXIT_NONCONFORMING
-            out.write(f"spec pages current: {', '.join(page.filename for page in PAGES)}\n")
+            out.write(f"spec pages current: {', '.join([*(page.filename for page in PAGES), *FILES])}\n")
             return EXIT_CONFORMS
         changed = write_pages(args.specs)
     except (SpecPageError, OSError) as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import attrs
 
+from leaseproof.conformance.boundary import schema
 from leaseproof.model import delivery, invariants, lifecycle, lifecycle_invariants
 from leaseproof.model.rules import Invariants, Rule
 
@@ -131,6 +132,10 @@ PAGES: tuple[Page, ...] = (
 )
 
 
+# Files generated whole, beside the pages: the protocol's JSON Schema.
+FILES: Mapping[str, Callable[[], str]] = {"adapter-protocol.schema.json": schema.render}
+
+
 # -- splicing ---------------------------------------------------------------------
 
 
@@ -164,6 +169,9 @@ def render_pages(spec_dir: Path) -> dict[Path, tuple[str, str]]:
             raise SpecPageError(f"{path}: no such spec page (run from the repository root, or pass --specs DIR)")
         text = path.read_text(encoding="utf-8")
         rendered[path] = (text, splice(text, {name: render() for name, render in page.blocks.items()}, str(path)))
+    for filename, render in FILES.items():
+        path = spec_dir / filename
+        rendered[path] = (path.read_text(encoding="utf-8") if path.is_file() else "", render())
     return rendered
 
 

@@ -25,10 +25,20 @@ from leaseproof.model.rules import Invariants
 
 @pytest.fixture
 def pages(tmp_path: Path) -> Path:
-    """A copy of the spec pages to drift."""
-    for page in spec_pages.PAGES:
-        shutil.copy(SPECS / page.filename, tmp_path / page.filename)
+    """A copy of the spec pages (and the files generated whole) to drift."""
+    for filename in (*(page.filename for page in spec_pages.PAGES), *spec_pages.FILES):
+        shutil.copy(SPECS / filename, tmp_path / filename)
     return tmp_path
+
+
+def test_a_missing_or_edited_schema_file_is_stale(pages: Path) -> None:
+    schema_file = pages / "adapter-protocol.schema.json"
+    assert spec_pages.stale_pages(pages) == {}
+    schema_file.write_text(schema_file.read_text().replace('"minLength": 1', '"minLength": 0', 1))
+    assert list(spec_pages.stale_pages(pages)) == [schema_file]
+    schema_file.unlink()
+    assert list(spec_pages.stale_pages(pages)) == [schema_file]
+    assert spec_pages.write_pages(pages) == [schema_file] and spec_pages.stale_pages(pages) == {}
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -125,7 +135,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_checks_and_rewrites(pages: Path) -> None:
     current = _cli("--check", "--specs", str(pages))
     assert current.returncode == 0, current.stderr
-    assert "spec pages current: delivery.md, lifecycle.md" in current.stdout
+    assert "spec pages current: delivery.md, lifecycle.md, adapter-protocol.schema.json" in current.stdout
     _edit(pages / "lifecycle.md", "| AdvanceClock | Ok |", "| AdvanceClock | Ok, Rewound |")
     stale = _cli("--check", "--specs", str(pages))
     assert stale.returncode == 1
