@@ -23,7 +23,11 @@ const readline = require("readline");
 const PROTOCOL = 1;
 const MACHINE = "delivery";
 const IMPLEMENTATION = "node in-memory delivery";
-const MUTANTS = ["reconcile-unfenced"];
+// reconcile-unfenced: the seeds' first review finding (verify catches it).
+// claim-read-then-update: a claim picks its row, yields to the event loop, then
+// takes the row without looking again, so two sessions' claims can both take
+// one row (only concurrency shows it: stress catches it, verify cannot).
+const MUTANTS = ["reconcile-unfenced", "claim-read-then-update"];
 const OPERATIONS = [
   "CreateCommunity", "SetCommunityState", "DeleteCommunity",
   "CreateWorkflow", "DeleteWorkflow", "CreateRun", "DeleteRun",
@@ -476,6 +480,14 @@ class DeliveryMachine {
       }
     }
     if (oldest === null) return { type: "ClaimMiss" };
+    if (this.mutant === "claim-read-then-update") {
+      const row = oldest;
+      return new Promise((resolve) => setImmediate(() => resolve(this.take(row, cid, target, seconds))));
+    }
+    return this.take(oldest, cid, target, seconds);
+  }
+
+  take(oldest, cid, target, seconds) {
     oldest.status = CLAIMED;
     oldest.lease_generation += 1;
     oldest.lease_until = this.now + seconds * MICROS_PER_SECOND;
@@ -614,8 +626,28 @@ function main() {
   const machine = new DeliveryMachine({ mutant });
   const implementation = mutant ? `${IMPLEMENTATION} [mutant: ${mutant}]` : IMPLEMENTATION;
 
+  // Sessions (concurrent clients for `leaseproof stress`): this machine lives in
+  // one single-threaded process, so each command runs whole before the next
+  // starts, whichever session sent it; a session is only a name.
+  const sessions = new Set();
+  const sessionParam = (params, open) => {
+    machineParam(params);
+    const name = params.session;
+    if (typeof name !== "string" || name === "") fail("params.session", "expected a non-empty string");
+    if (open === sessions.has(name)) fail("params.session", open ? `session ${JSON.stringify(name)} is already open` : `no session ${JSON.stringify(name)} is open`);
+    return name;
+  };
+
   const methods = {
-    hello: () => ({ protocol: PROTOCOL, implementation, machines: { [MACHINE]: OPERATIONS } }),
+    hello: () => ({ protocol: PROTOCOL, implementation, machines: { [MACHINE]: OPERATIONS }, sessions: true }),
+    open_session: (params) => {
+      sessions.add(sessionParam(params, true));
+      return null;
+    },
+    close_session: (params) => {
+      sessions.delete(sessionParam(params, false));
+      return null;
+    },
     reset: (params) => {
       machineParam(params);
       machine.reset(instant(params.start, "params.start"));
@@ -623,6 +655,7 @@ function main() {
     },
     execute: (params) => {
       machineParam(params);
+      if (params.session !== undefined) sessionParam(params, false);
       return machine.execute(params.command);
     },
     snapshot: (params) => {
@@ -653,23 +686,30 @@ function main() {
     const isObject = request !== null && typeof request === "object" && !Array.isArray(request);
     const id = isObject && request.id !== undefined ? request.id : null;
     const method = isObject ? request.method : undefined;
-    let reply;
+    const faultOf = (err) => {
+      // Never crash on a request: report it as a fault and keep serving.
+      const kind = err instanceof BadValue ? "invalid request" : `${err.name || "Error"}`;
+      process.stderr.write(`delivery-adapter.js: ${method}: ${err.stack || err}\n`);
+      return { id, fault: { message: `${kind}: ${err.message}` } };
+    };
+    let result;
     try {
       if (!Object.prototype.hasOwnProperty.call(methods, method)) fail("method", `unknown method ${JSON.stringify(method)}`);
       const params = request.params ?? {};
       if (typeof params !== "object" || Array.isArray(params)) fail("params", "expected an object");
-      reply = { id, result: methods[method](params) };
+      result = methods[method](params);
     } catch (err) {
-      // Never crash on a request: report it as a fault and keep serving.
-      const kind = err instanceof BadValue ? "invalid request" : `${err.name || "Error"}`;
-      process.stderr.write(`delivery-adapter.js: ${method}: ${err.stack || err}\n`);
-      reply = { id, fault: { message: `${kind}: ${err.message}` } };
+      send(faultOf(err));
+      return;
     }
     if (method === "close") {
       lines.close();
-      send(reply, () => process.exit(0));
+      send({ id, result }, () => process.exit(0));
+    } else if (result instanceof Promise) {
+      // Answered when it settles; other requests go on meanwhile (replies are matched by id).
+      result.then((value) => send({ id, result: value }), (err) => send(faultOf(err)));
     } else {
-      send(reply);
+      send({ id, result });
     }
   });
   lines.on("close", () => {

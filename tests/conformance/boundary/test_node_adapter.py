@@ -89,3 +89,21 @@ def test_unknown_arguments_print_usage_and_exit_2() -> None:
     run = subprocess.run([str(NODE), str(ADAPTER), "--frobnicate"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "usage:" in run.stderr and run.stdout == ""
+
+
+def _stress(adapter_args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = f"{shlex.quote(str(NODE))} {shlex.quote(str(ADAPTER))}{adapter_args}"
+    argv = [
+        sys.executable, "-m", "leaseproof.conformance.frontends.cli", "stress",
+        "--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4",
+    ]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_stress_drives_the_node_adapters_sessions_and_catches_its_race_mutant(tmp_path: Path) -> None:
+    passing = _stress("", tmp_path)
+    assert passing.returncode == 0 and "verdict: LINEARIZABLE" in passing.stdout, passing.stdout + passing.stderr
+    racy = _stress(" --mutant claim-read-then-update", tmp_path)
+    assert racy.returncode == 1 and "verdict: NOT LINEARIZABLE" in racy.stdout, racy.stdout + racy.stderr
+    # One operation at a time it is right: only concurrency shows it.
+    assert _verify(" --mutant claim-read-then-update", tmp_path).returncode == 0
