@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     protocol = stdout_for_protocol()
     mutant = by_name(SERVED, args.mutant) if args.mutant else None
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _ended)  # through every `with`, as Ctrl-C does
+    # Through every `with`, as Ctrl-C does. SIGINT too: a child started from a
+    # background job inherits it ignored, and Python then leaves it so.
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _ended)
     try:
         with contextlib.ExitStack() as stack:
             server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))

@@ -15,21 +15,26 @@ from leaseproof.conformance.harness.provision import Server, databases_named
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def _serving(server: Server) -> tuple[SubprocessAdapter, set[str]]:
-    """A serve process that has answered hello and a reset, and the scratch databases it made (one per machine)."""
+def _serving(server: Server, ignoring_sigint: bool = False) -> tuple[SubprocessAdapter, set[str]]:
+    """A serve process that has answered hello and a reset, and the scratch databases it made
+    (one per machine); started, if asked, with SIGINT ignored, as a background job's child is."""
     before = set(databases_named(server, "lp_serve"))
-    adapter = SubprocessAdapter(
-        f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server.dsn)}"
-    )
+    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server.dsn)}"
+    if ignoring_sigint:
+        command = "sh -c " + shlex.quote(f"trap '' INT; exec {command}")
+    adapter = SubprocessAdapter(command)
     adapter.reset(START)
     made = set(databases_named(server, "lp_serve")) - before
     assert len(made) == 2 and all(f"_{adapter.process.pid}_" in name for name in made)  # named after their owner
     return adapter, made
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_signal_ends_serve_and_drops_its_database(pg_server: Server, signum: signal.Signals) -> None:
-    adapter, made = _serving(pg_server)
+@pytest.mark.parametrize("ignoring_sigint", [False, True], ids=["", "started-ignoring-sigint"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_ends_serve_and_drops_its_database(
+    pg_server: Server, signum: signal.Signals, ignoring_sigint: bool
+) -> None:
+    adapter, made = _serving(pg_server, ignoring_sigint)
     adapter.process.send_signal(signum)
     assert adapter.process.wait(timeout=60) == 130
     assert not made & set(databases_named(pg_server, "lp_serve"))
