@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
             "clock moving between rounds) against each machine's implementation, each program several times; "
             "check every recorded history for linearizability against the model."
         ),
+        epilog=(
+            "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
+            "unknown); 2 usage error, or the implementation failed instead of answering"
+        ),
     )
     stress.add_argument(
         "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"

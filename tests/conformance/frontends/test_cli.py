@@ -109,3 +109,13 @@ def test_verify_help_states_its_exit_statuses() -> None:
     run = _verify("--help")
     assert run.returncode == 0
     assert "3 conforms on a subset" in " ".join(run.stdout.split())
+
+
+def test_stress_help_states_its_exit_statuses() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "stress", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and "exit status: 0 every history linearizable" in " ".join(run.stdout.split())
