@@ -48,9 +48,17 @@ def require_step_id(field: str, value: Any) -> None:
         raise InvalidValue(field, value, "must be valid Unicode text") from None
 
 
+# The latest instant the machines know. Later ones do not fit every
+# implementation's types (Python's datetime ends within the year 9999), and a
+# day's lease or a clock move from here must still be an instant.
+LATEST_INSTANT = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
+
+
 def require_instant(field: str, value: Any) -> None:
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
         raise InvalidValue(field, value, "must be a timezone-aware datetime")
+    if value > LATEST_INSTANT:
+        raise InvalidValue(field, value, "must be no later than 9999-01-01T00:00:00Z")
 
 
 def to_utc(value: Any) -> Any:

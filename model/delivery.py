@@ -45,6 +45,7 @@ from leaseproof.model.frozenmap import FrozenMap
 from leaseproof.model.rules import Decision, Rule, decider
 
 MAX_LEASE_SECONDS = 86_400
+MAX_ADVANCE = dt.timedelta(days=366)  # the longest single clock move
 
 
 class Status(enum.Enum):
@@ -273,6 +274,8 @@ class AdvanceClock:
     def _positive(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
             raise InvalidValue("by", value, "must be a positive timedelta")
+        if value > MAX_ADVANCE:
+            raise InvalidValue("by", value, "must be at most 366 days")
 
 
 @attrs.frozen

@@ -151,9 +151,12 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
         if not isinstance(data, str) or not _INSTANT.fullmatch(data):
             raise DecodeError(path, f"expected an instant like 2026-01-01T00:00:00.000000Z, got {data!r}")
         try:
-            return dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+            instant = dt.datetime.strptime(data, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
         except ValueError:
             raise DecodeError(path, f"{data!r} is not a real instant") from None
+        if instant > b.LATEST_INSTANT:  # what the model's instants allow, wherever this one goes
+            raise DecodeError(path, f"{data!r} is later than 9999-01-01T00:00:00Z, the latest instant the model knows")
+        return instant
     if expected is dt.timedelta:
         if not isinstance(data, int) or isinstance(data, bool):
             raise DecodeError(path, f"expected integer microseconds, got {_kind(data)}")

@@ -43,6 +43,7 @@ from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.model import delivery as m
+from leaseproof.model.errors import InvalidValue
 
 SEED = 20261129
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -630,7 +631,10 @@ USAGE_ERRORS = [
     (["--adapter", "leaseproof.impl.delivery.adapter:NoSuchFactory"], "cannot load it"),
     (["--adapter", "leaseproof.impl.delivery.adapter:RESET"], "RESET is not callable"),
     (["--mutant", MUTANTS[0].name, "--adapter-cmd", "anything"], "--mutant applies to the bundled implementation"),
-    (["--mutant", MUTANTS[0].name, "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter"], "--mutant applies"),
+    (
+        ["--mutant", MUTANTS[0].name, "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter"],
+        "--mutant applies",
+    ),
     (["--adapter", "x:y", "--adapter-cmd", "z"], "not allowed with argument"),
     (["--adapter-cmd", "/no/such/adapter"], "could not start the adapter '/no/such/adapter'"),
     (["--adapter-cmd", "x", "--reply-timeout", "0"], "--reply-timeout: must be positive"),
@@ -755,9 +759,9 @@ _COMMUNITY = codec.encode(m.CreateCommunity(COMMUNITY))
     ("request_", "code", "says"),
     [
         (b"\xff\xfe{}", "not-json", "not UTF-8 (byte 0)"),
-        ("{\"id\": NaN, \"method\": \"hello\"}", "not-json", "NaN is not a JSON value"),
-        ("{\"id\": 1, \"method\": \"hello\", \"params\": {\"protocol\": Infinity}}", "not-json", "Infinity"),
-        ("{\"id\": 1, \"method\": ", "not-json", "not JSON"),
+        ('{"id": NaN, "method": "hello"}', "not-json", "NaN is not a JSON value"),
+        ('{"id": 1, "method": "hello", "params": {"protocol": Infinity}}', "not-json", "Infinity"),
+        ('{"id": 1, "method": ', "not-json", "not JSON"),
         ([1, 2], "not-an-object", "not a JSON object"),
         ({"id": True, "method": "hello"}, "bad-request", '"id" must be an integer or a string, not true'),
         ({"id": 1.5, "method": "hello"}, "bad-request", "not 1.5"),
@@ -767,7 +771,11 @@ _COMMUNITY = codec.encode(m.CreateCommunity(COMMUNITY))
         ({"id": 7, "method": "execute", "params": [1]}, "bad-params", '"params" of execute must be an object'),
         ({"id": 7, "method": "execute", "params": {"machine": "delivery"}}, "bad-params", "needs params ['command']"),
         ({"id": 7, "method": "snapshot", "params": {"machine": "delivery", "x": 1}}, "bad-params", "no params ['x']"),
-        ({"id": 7, "method": "reset", "params": {"start": codec.encode(START)}}, "bad-params", "needs params ['machine']"),
+        (
+            {"id": 7, "method": "reset", "params": {"start": codec.encode(START)}},
+            "bad-params",
+            "needs params ['machine']",
+        ),
         (
             {"id": 7, "method": "execute", "params": {"machine": "lifecycle", "command": _COMMUNITY}},
             "wrong-machine",
@@ -938,7 +946,9 @@ def test_an_adapter_without_sessions_says_so_and_stress_refuses_it(tmp_path: Pat
     replies, _ = exchange([HELLO])
     assert "sessions" not in replies[0]["result"]  # the model adapter has no session()
     quiet = script(
-        tmp_path, "no-sessions", "for request in requests():\n    hello(request) if request['method'] == 'hello' else ok(request)\n"
+        tmp_path,
+        "no-sessions",
+        "for request in requests():\n    hello(request) if request['method'] == 'hello' else ok(request)\n",
     )
     run = subprocess.run(
         [PYTHON, "-m", "leaseproof.conformance.frontends.cli", "stress", "--adapter-cmd", quiet, "--duration", "1"],
@@ -1054,3 +1064,25 @@ def test_a_machine_the_adapter_does_not_serve_is_refused(tmp_path: Path) -> None
     assert replies[1]["fault"]["code"] == "wrong-machine"
     with pytest.raises(AdapterFault, match="it does not offer the 'lifecycle' machine"):
         SubprocessAdapter(script(tmp_path, "no-sessions-2", SCRIPTS_FAULTY_EXECUTE), machine="lifecycle")
+
+
+def test_serve_refuses_instants_and_clock_moves_the_model_does_not_know() -> None:
+    """Both sides agree: the model refuses them (InvalidValue), so the codec does, and serve never sends them on."""
+    counting = _Counting()
+    far = {"id": 3, "method": "reset", "params": {"machine": "delivery", "start": "9999-12-31T00:00:00.000000Z"}}
+    huge = {
+        "id": 4,
+        "method": "execute",
+        "params": {"machine": "delivery", "command": {"type": "AdvanceClock", "by": 10**18}},
+    }
+    replies, _ = exchange([HELLO, RESET, far, huge], adapter=counting)
+    assert (
+        replies[2]["fault"]["code"] == "malformed-value" and "later than 9999-01-01" in replies[2]["fault"]["message"]
+    )
+    assert replies[3]["fault"]["code"] == "malformed-value" and "at most 366 days" in replies[3]["fault"]["message"]
+    assert counting.calls == 1  # the first reset only
+    with pytest.raises(InvalidValue, match="at most 366 days"):
+        m.AdvanceClock(dt.timedelta(days=367))
+    latest = m.initial_state(dt.datetime(9999, 1, 1, tzinfo=dt.UTC))  # the latest instant is one
+    with pytest.raises(InvalidValue, match="no later than 9999-01-01"):
+        m.step(latest, m.AdvanceClock(dt.timedelta(microseconds=1)))  # a move past it is refused by the model
