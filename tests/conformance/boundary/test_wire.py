@@ -195,6 +195,16 @@ def linger(seconds=30):
 '''
 
 SCRIPTS = {
+    "killed": """
+        import os, signal
+        for request in requests():
+            if request["method"] == "hello":
+                hello(request)
+            elif request["method"] == "execute":
+                os.kill(os.getpid(), signal.SIGKILL)  # killed mid-command, outright
+            else:
+                ok(request)
+    """,
     "garbage": """
         log("adapter-log: starting up")
         sys.stdin.readline()
@@ -597,6 +607,7 @@ CLI_FAULTS = [
     ("wrong-version", ["leaseproof: adapter ", "speaks protocol 2; this harness speaks 1"]),
     ("crash", ["verdict: NONE", "exited with status 3", "store on fire"]),
     ("silence", ["verdict: NONE", "no reply to 'reset' within 2s"]),
+    ("killed", ["verdict: NONE", "exited with status -9"]),
 ]
 
 
@@ -610,6 +621,7 @@ def test_verify_exits_2_on_an_adapter_fault(tmp_path: Path, name: str, says: lis
     assert elapsed < CLI_WITHIN, f"verify took {elapsed:.1f}s"
     for phrase in says:
         assert phrase in output, output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.py"]  # no trace, no folder: a fault is not judged
     assert "Traceback" not in run.stderr, run.stderr
     assert "CONFORMS" not in run.stdout
 
