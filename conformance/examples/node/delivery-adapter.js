@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// An in-memory implementation of leaseproof's delivery machine, in plain Node.js.
+// An in-memory implementation of leaseproof's delivery machine (and, from
+// lifecycle.js, its lifecycle machine), in plain Node.js.
 //
 //     node delivery-adapter.js [--mutant reconcile-unfenced]
 //
@@ -27,7 +28,10 @@ const IMPLEMENTATION = "node in-memory delivery";
 // claim-read-then-update: a claim picks its row, yields to the event loop, then
 // takes the row without looking again, so two sessions' claims can both take
 // one row (only concurrency shows it: stress catches it, verify cannot).
-const MUTANTS = ["reconcile-unfenced", "claim-read-then-update"];
+// admission-trusts-cache (lifecycle): a fire admits the record its replica's
+// cache holds without checking it against the current row, the seeds' stale
+// cross-replica admission (verify catches it).
+const MUTANTS = ["reconcile-unfenced", "claim-read-then-update", "admission-trusts-cache"];
 const OPERATIONS = [
   "CreateCommunity", "SetCommunityState", "DeleteCommunity",
   "CreateWorkflow", "DeleteWorkflow", "CreateRun", "DeleteRun",
@@ -617,13 +621,18 @@ class DeliveryMachine {
 
 // -- the wire -------------------------------------------------------------------------
 
+// The lifecycle machine lives in lifecycle.js, built on this file's value helpers.
+const LifecycleMachine = require("./lifecycle")({ fail, uuid, key, integer, instant, formatInstant, record, MICROS_PER_SECOND });
+const MACHINES = [MACHINE, "lifecycle"];
+
 function machineParam(params) {
-  if (params.machine !== MACHINE) fail("params.machine", `this adapter serves only ${JSON.stringify(MACHINE)}, not ${JSON.stringify(params.machine)}`);
+  if (!MACHINES.includes(params.machine)) fail("params.machine", `this adapter serves ${MACHINES.map((m) => JSON.stringify(m)).join(" and ")}, not ${JSON.stringify(params.machine)}`);
+  return params.machine;
 }
 
 function main() {
   const { mutant } = parseArgs(process.argv.slice(2));
-  const machine = new DeliveryMachine({ mutant });
+  const machines = { [MACHINE]: new DeliveryMachine({ mutant }), lifecycle: new LifecycleMachine({ mutant }) };
   const implementation = mutant ? `${IMPLEMENTATION} [mutant: ${mutant}]` : IMPLEMENTATION;
 
   // Sessions (concurrent clients for `leaseproof stress`): this machine lives in
@@ -631,15 +640,21 @@ function main() {
   // starts, whichever session sent it; a session is only a name.
   const sessions = new Set();
   const sessionParam = (params, open) => {
-    machineParam(params);
+    const which = machineParam(params);
     const name = params.session;
     if (typeof name !== "string" || name === "") fail("params.session", "expected a non-empty string");
-    if (open === sessions.has(name)) fail("params.session", open ? `session ${JSON.stringify(name)} is already open` : `no session ${JSON.stringify(name)} is open`);
-    return name;
+    const session = `${which}/${name}`;
+    if (open === sessions.has(session)) fail("params.session", open ? `session ${JSON.stringify(name)} is already open` : `no session ${JSON.stringify(name)} is open`);
+    return session;
   };
 
   const methods = {
-    hello: () => ({ protocol: PROTOCOL, implementation, machines: { [MACHINE]: OPERATIONS }, sessions: true }),
+    hello: () => ({
+      protocol: PROTOCOL,
+      implementation,
+      machines: { [MACHINE]: OPERATIONS, lifecycle: LifecycleMachine.OPERATIONS },
+      sessions: true,
+    }),
     open_session: (params) => {
       sessions.add(sessionParam(params, true));
       return null;
@@ -649,19 +664,15 @@ function main() {
       return null;
     },
     reset: (params) => {
-      machineParam(params);
-      machine.reset(instant(params.start, "params.start"));
+      machines[machineParam(params)].reset(instant(params.start, "params.start"));
       return null;
     },
     execute: (params) => {
-      machineParam(params);
+      const which = machineParam(params);
       if (params.session !== undefined) sessionParam(params, false);
-      return machine.execute(params.command);
+      return machines[which].execute(params.command);
     },
-    snapshot: (params) => {
-      machineParam(params);
-      return machine.snapshot();
-    },
+    snapshot: (params) => machines[machineParam(params)].snapshot(),
     close: () => null,
   };
 

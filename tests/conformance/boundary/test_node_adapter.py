@@ -44,12 +44,13 @@ def _verify(adapter_args: str, cwd: Path, timeout: float = 300) -> subprocess.Co
     )
 
 
-def test_the_node_adapter_conforms(tmp_path: Path) -> None:
+def test_the_node_adapter_conforms_on_both_machines(tmp_path: Path) -> None:
     run = _verify("", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "verifying the delivery machine against node in-memory delivery" in run.stdout
-    assert "verdict: CONFORMS" in run.stdout
-    assert "never reached: none" in run.stdout  # every outcome variant and row transition was compared
+    for machine in ("delivery", "lifecycle"):  # its hello announces both, so verify checks both
+        assert f"verifying the {machine} machine against node in-memory delivery" in run.stdout
+    assert run.stdout.count("verdict: CONFORMS —") == 2
+    assert run.stdout.count("never reached: none") == 2  # every outcome variant and transition was compared
 
 
 def test_verify_catches_the_node_mutant(tmp_path: Path) -> None:
@@ -79,7 +80,7 @@ def test_a_bad_request_is_a_fault_reply_not_a_crash() -> None:
     assert [r["id"] for r in replies] == [1, 2, 3, 4]
     hello = replies[0]["result"]
     assert hello["protocol"] == 1 and hello["implementation"] == "node in-memory delivery"
-    assert len(hello["machines"]["delivery"]) == 16
+    assert len(hello["machines"]["delivery"]) == 16 and len(hello["machines"]["lifecycle"]) == 10
     assert "unknown method" in replies[1]["fault"]["message"]
     assert "message" in replies[2]["fault"]
     assert replies[3] == {"id": 4, "result": None}
@@ -89,6 +90,15 @@ def test_unknown_arguments_print_usage_and_exit_2() -> None:
     run = subprocess.run([str(NODE), str(ADAPTER), "--frobnicate"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "usage:" in run.stderr and run.stdout == ""
+
+
+def test_verify_catches_the_node_lifecycle_mutant(tmp_path: Path) -> None:
+    run = _verify(" --mutant admission-trusts-cache", tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    delivery, lifecycle = run.stdout.split("verifying the lifecycle machine")
+    assert "verdict: CONFORMS" in delivery  # the mutant is the lifecycle's
+    # The seeds' stale cross-replica admission: a replica admits what its cache holds.
+    assert "verdict: DOES NOT CONFORM" in lifecycle and "outcome mismatch for Fire" in lifecycle
 
 
 def _stress(adapter_args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
