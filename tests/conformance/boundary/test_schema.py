@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import shutil
@@ -49,9 +50,13 @@ sys.exit(child.wait())
 """
 
 
+@functools.cache
+def _validator(definition: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]})
+
+
 def _valid(value: Any, definition: str) -> list[str]:
-    sub = {"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]}
-    return [f"{e.json_path}: {e.message}" for e in jsonschema.Draft202012Validator(sub).iter_errors(value)]
+    return [f"{e.json_path}: {e.message}" for e in _validator(definition).iter_errors(value)]
 
 
 def check_exchange(lines: list[str]) -> int:
@@ -121,9 +126,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Path, pg_server: Server) -> None:
     serve = f"{PYTHON} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(pg_server.dsn)}"
     command, log = _logged(tmp_path, serve)
-    run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "10")
+    run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "3")
     assert run.returncode == 0, run.stdout + run.stderr
-    run = _cli("stress", "--adapter-cmd", command, "--seed", "1", "--duration", "2", "--workers", "3")
+    args = ("--seed", "1", "--duration", "1", "--workers", "3", "--machine", "delivery")
+    run = _cli("stress", "--adapter-cmd", command, *args)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = log.read_text().splitlines()
     methods = {json.loads(line[2:]).get("method") for line in lines if line.startswith("> ")}
@@ -137,6 +143,6 @@ def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Pat
 def test_every_message_of_the_node_adapter_is_valid(tmp_path: Path) -> None:
     node = REPO / "conformance" / "examples" / "node" / "delivery-adapter.js"
     command, log = _logged(tmp_path, f"{shlex.quote(str(shutil.which('node')))} {shlex.quote(str(node))}")
-    run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "10")
+    run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "3")
     assert run.returncode == 0, run.stdout + run.stderr
     assert check_exchange(log.read_text().splitlines()) > 500
