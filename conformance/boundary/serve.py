@@ -26,6 +26,7 @@ from leaseproof.conformance.harness.provision import (
     databases_named,
     drop_database,
     postgres_server,
+    process_alive,
     scratch_database,
 )
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
@@ -46,21 +47,11 @@ _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _PREFIX = "lp_serve"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def _drop_orphans(server: Server) -> None:
     """Drop the scratch databases of this host's serve processes that are gone."""
     for name in databases_named(server, f"{_PREFIX}_{_HOST}"):
         pid = name.split("_")[3]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             print(f"serve: dropping {name}, left by serve process {pid}, which is gone", file=sys.stderr)
             drop_database(server, name)
 

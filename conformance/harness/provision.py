@@ -179,6 +179,17 @@ def scratch_database(
         drop_database(server, name)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def databases_named(server: Server, prefix: str) -> list[str]:
     """The server's databases whose names start with `prefix` and an underscore."""
     pattern = prefix.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "\\_%"

@@ -24,6 +24,7 @@ from leaseproof.conformance.harness.provision import (
     ProvisioningError,
     Server,
     postgres_server,
+    process_alive,
     scratch_database,
 )
 
@@ -68,14 +69,6 @@ def _postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().splitlines()[0])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _process_uid(pid: int) -> int:
@@ -116,8 +109,8 @@ def test_embedded_server_answers_and_leaves_nothing_behind(embedded_only: None) 
         pid = _postmaster_pid(data_dir)
         assert folder.name.startswith("leaseproof-pg-")
         assert str(folder) in server.description
-        assert _alive(pid)
-    assert not _alive(pid), f"postmaster {pid} still running"
+        assert process_alive(pid)
+    assert not process_alive(pid), f"postmaster {pid} still running"
     assert not folder.exists(), f"{folder} left on disk"
     assert any(m.startswith("starting embedded PostgreSQL in ") for m in messages)
 
@@ -127,7 +120,7 @@ def test_embedded_server_is_removed_when_the_body_raises(embedded_only: None) ->
         data_dir = _data_directory(server.dsn)
         pid = _postmaster_pid(data_dir)
         raise RuntimeError("boom")
-    assert not _alive(pid)
+    assert not process_alive(pid)
     assert not data_dir.parent.exists()
 
 
