@@ -32,6 +32,8 @@ from leaseproof.conformance.boundary.wire import (
     SubprocessAdapter,
     serve,
 )
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
+from leaseproof.conformance.concurrent.stress import stress
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
@@ -42,6 +44,7 @@ from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import InvalidValue
 
@@ -1098,3 +1101,23 @@ def test_serve_refuses_instants_and_clock_moves_the_model_does_not_know() -> Non
     latest = m.initial_state(dt.datetime(9999, 1, 1, tzinfo=dt.UTC))  # the latest instant is one
     with pytest.raises(InvalidValue, match="no later than 9999-01-01"):
         m.step(latest, m.AdvanceClock(dt.timedelta(microseconds=1)))  # a move past it is refused by the model
+
+
+# The in-process evidence (tests/conformance/concurrent/test_stress.py) over the wire: every race
+# mutant that stress catches in process, stress catches through serve's sessions too.
+@pytest.mark.evidence
+@pytest.mark.parametrize(
+    "mutant", [mu for mu in RACE_MUTANTS if mu.name not in set(INTERLEAVINGS)], ids=lambda mu: mu.name
+)
+def test_stress_over_the_wire_catches_every_race_mutant_stress_catches_in_process(
+    pg_server: Server, mutant: Any
+) -> None:
+    adapter = SubprocessAdapter(serve_command(pg_server.dsn, mutant.name), machine=mutant.machine)
+    try:
+        report = stress(
+            adapter, machine=mutant.machine, workers=8, duration=900, seed=SEED, repeats=3, max_programs=1000
+        )
+    finally:
+        adapter.close()
+    assert report.finding is not None, f"{mutant.name} survived {report.progress.programs} programs over the wire"
+    assert report.finding.result.verdict == "not linearizable"
