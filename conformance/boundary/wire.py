@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, Any, TextIO
+from typing import IO, Any, Literal, TextIO
 
 import attrs
 
@@ -62,6 +62,18 @@ class AdapterFault(Exception):
     """The adapter or its infrastructure broke; the run stops, nothing is compared."""
 
 
+_NOT_JSON = object()  # what a reply line that does not parse parses to
+# A reply line and its JSON; None: stdout ended; an exception: stdout is not UTF-8.
+_Line = tuple[str, Any] | Exception | None
+
+
+def _parsed(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return _NOT_JSON
+
+
 class SessionLost(ConnectionError):
     """A session's command may or may not have taken effect: the adapter lost the
     session while carrying it out (its fault code "session-lost"). A concurrent
@@ -94,12 +106,13 @@ class SubprocessAdapter:
         self.command, self.machine = command, machine or MACHINE
         self.reply_timeout = reply_timeout
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        # Replies are routed to the call waiting for their id (sessions have
-        # several in flight); what names no waiting call goes to every one.
-        self._waiting: dict[int, queue.Queue[str | Exception | None]] = {}
+        # Replies are routed, parsed once, to the call waiting for their id
+        # (sessions have several in flight); what names no waiting call goes to
+        # every one. None or an exception: stdout ended, or was not UTF-8.
+        self._waiting: dict[int, queue.Queue[_Line]] = {}
         self._routing = threading.Lock()
         self._writing = threading.Lock()
-        self._ended: str | Exception | bool | None = False  # False while stdout is open
+        self._ended: Exception | Literal[False] | None = False  # False while stdout is open
         self._next_id = 0
         self._sessions = 0
         self.sessions = False  # whether its hello announced sessions
@@ -189,12 +202,12 @@ class SubprocessAdapter:
 
     def _call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
         """Send one request and wait for its reply (other threads' calls may be in flight)."""
-        slot: queue.Queue[str | Exception | None] = queue.Queue()
+        slot: queue.Queue[_Line] = queue.Queue()
         with self._routing:
             self._next_id += 1
             id_ = self._next_id
             if self._ended is not False:
-                slot.put(self._ended if not isinstance(self._ended, bool) else None)
+                slot.put(self._ended)
             self._waiting[id_] = slot
         request = {"id": id_, "method": method, "params": params}
         try:
@@ -219,12 +232,11 @@ class SubprocessAdapter:
         if isinstance(line, Exception):
             self.process.kill()
             raise self._fault(f"its reply to {method!r} is not valid UTF-8: {line}")
-        try:
-            reply = json.loads(line)
-        except json.JSONDecodeError:
-            raise self._fault(f"its reply to {method!r} is not JSON: {line[:200]!r}") from None
+        text, reply = line
+        if reply is _NOT_JSON:
+            raise self._fault(f"its reply to {method!r} is not JSON: {text[:200]!r}")
         if not isinstance(reply, dict) or type(reply.get("id")) is not int or reply["id"] != id_:
-            raise self._fault(f"its reply to {method!r} (request id {id_}) has the wrong id: {line[:200]!r}")
+            raise self._fault(f"its reply to {method!r} (request id {id_}) has the wrong id: {text[:200]!r}")
         if "fault" in reply:
             fault = reply["fault"]
             message = fault.get("message") if isinstance(fault, dict) else fault
@@ -232,22 +244,20 @@ class SubprocessAdapter:
                 raise SessionLost(f"session {params['session']}: {message}")
             raise self._fault(f"it reported a fault on {method!r}: {message}")
         if "result" not in reply:
-            raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {line[:200]!r}")
+            raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {text[:200]!r}")
         return reply["result"]
 
-    def _route(self, line: str | Exception | None) -> None:
-        """Hand a line (or the end of stdout) to the call waiting for its id, else to every waiting call."""
-        id_ = None
-        if isinstance(line, str):
-            with contextlib.suppress(ValueError):
-                reply = json.loads(line)
-                id_ = reply.get("id") if isinstance(reply, dict) else None
+    def _route(self, text: str | Exception | None) -> None:
+        """Hand a line, with its JSON, (or the end of stdout) to the call waiting for
+        its id, else to every waiting call."""
+        line: _Line = text if not isinstance(text, str) else (text, _parsed(text))
+        id_ = line[1].get("id") if isinstance(line, tuple) and isinstance(line[1], dict) else None
         with self._routing:
-            if line is None or isinstance(line, Exception):
-                self._ended = line if line is not None else True
+            if not isinstance(line, tuple):
+                self._ended = line
             slot = self._waiting.get(id_) if type(id_) is int else None
             for waiting in [slot] if slot is not None else list(self._waiting.values()):
-                waiting.put(None if line is None else line)
+                waiting.put(line)
 
     def _fault(self, problem: str) -> AdapterFault:
         tail = self.stderr_tail()
@@ -351,8 +361,6 @@ class _Session:
             id_, command = job
             try:
                 reply: dict[str, Any] = {"id": id_, "result": codec.encode(self.session.execute(command))}
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                reply = {"id": id_, "fault": {"code": "session-lost", "message": f"{type(exc).__name__}: {exc}"}}
             except Exception as exc:  # noqa: BLE001 - the implementation failed: a fault, and serving goes on
                 code = "session-lost" if _lost_connection(exc) else "implementation"
                 reply = {"id": id_, "fault": {"code": code, "message": f"{type(exc).__name__}: {exc}"}}
@@ -365,8 +373,9 @@ class _Session:
 
 
 def _lost_connection(exc: BaseException) -> bool:
-    """Whether `exc` is a lost database connection (psycopg's OperationalError), by name."""
-    return any(cls.__name__ == "OperationalError" for cls in type(exc).__mro__)
+    """Whether `exc` lost the session's connection: an OS-level error (a reset, a
+    timeout), or a lost database connection (psycopg's OperationalError, by name)."""
+    return isinstance(exc, OSError) or any(cls.__name__ == "OperationalError" for cls in type(exc).__mro__)
 
 
 def _no_constant(name: str) -> Any:
