@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -169,3 +171,9 @@ def fails_to_reap(dsn):
 def write_adapters(folder: Path) -> None:
     """`folder/adapters.py`: ADAPTERS_MODULE, importable from there as `adapters`."""
     (folder / "adapters.py").write_text(ADAPTERS_MODULE)
+
+
+def leaseproof(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`leaseproof ARGS` as a user runs it: a real process (in `cwd`), its output captured."""
+    command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)

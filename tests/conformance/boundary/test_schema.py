@@ -6,14 +6,13 @@ import functools
 import json
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from helpers import REPO, SPECS
+from helpers import REPO, SPECS, leaseproof
 
 from leaseproof.conformance.boundary import codec, schema
 from leaseproof.conformance.harness.provision import Server
@@ -118,9 +117,7 @@ def _logged(tmp_path: Path, command: str) -> tuple[str, Path]:
     return f"{PYTHON} {shlex.quote(str(tmp_path / 'tee.py'))} {shlex.quote(str(log))} {command}", log
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+_cli = leaseproof
 
 
 def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Path, pg_server: Server) -> None:

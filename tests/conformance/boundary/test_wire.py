@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import leaseproof
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
@@ -965,12 +966,7 @@ def test_an_adapter_without_sessions_says_so_and_stress_refuses_it(tmp_path: Pat
         "no-sessions",
         "for request in requests():\n    hello(request) if request['method'] == 'hello' else ok(request)\n",
     )
-    run = subprocess.run(
-        [PYTHON, "-m", "leaseproof.conformance.frontends.cli", "stress", "--adapter-cmd", quiet, "--duration", "1"],
-        capture_output=True,
-        text=True,
-        timeout=CLI_WITHIN * 4,
-    )
+    run = leaseproof("stress", "--adapter-cmd", quiet, "--duration", "1", timeout=CLI_WITHIN * 4)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "announced no sessions in its hello" in run.stderr
 
@@ -1014,10 +1010,7 @@ for request in requests():
 def test_stress_drives_an_adapter_over_the_wire_and_finds_its_races(delivery_dsn: str) -> None:
     def stress(mutant: str | None = None) -> subprocess.CompletedProcess[str]:
         command = serve_command(delivery_dsn, mutant)
-        args = ["stress", "--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4"]
-        return subprocess.run(
-            [PYTHON, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
-        )
+        return leaseproof("stress", "--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4")
 
     passing = stress()
     assert passing.returncode == 0 and "verdict: LINEARIZABLE" in passing.stdout, passing.stdout + passing.stderr
@@ -1061,10 +1054,8 @@ def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: S
 
 def test_verify_over_the_wire_covers_the_machines_the_hello_announces(pg_server: Server) -> None:
     def verify(*extra: str) -> subprocess.CompletedProcess[str]:
-        args = ["verify", "--adapter-cmd", serve_command(pg_server.dsn), "--seed", "1", "--max-examples", "5", *extra]
-        return subprocess.run(
-            [PYTHON, "-m", "leaseproof.conformance.frontends.cli", *args], capture_output=True, text=True, timeout=300
-        )
+        args = ("--adapter-cmd", serve_command(pg_server.dsn), "--seed", "1", "--max-examples", "5", *extra)
+        return leaseproof("verify", *args)
 
     both = verify()
     assert both.returncode == 0, both.stdout + both.stderr

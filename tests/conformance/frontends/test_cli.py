@@ -7,7 +7,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from helpers import write_adapters
+from helpers import leaseproof, write_adapters
 
 from leaseproof.conformance.harness.provision import Server
 
@@ -112,10 +112,5 @@ def test_verify_help_states_its_exit_statuses() -> None:
 
 
 def test_stress_help_states_its_exit_statuses() -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "stress", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = leaseproof("stress", "--help", timeout=60)
     assert run.returncode == 0 and "exit status: 0 every history linearizable" in " ".join(run.stdout.split())

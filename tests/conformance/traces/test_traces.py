@@ -5,12 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, write_adapters
+from helpers import REPO, leaseproof, write_adapters
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.harness.provision import Server
@@ -58,14 +56,7 @@ def trace_file(tmp_path: Path) -> Path:
     return path
 
 
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
+_cli = leaseproof
 
 
 def test_a_trace_survives_the_round_trip_through_its_file(trace_file: Path) -> None:
