@@ -33,7 +33,13 @@ from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERA
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 
-PROTOCOL_VERSION = 1
+# The versions of specs/adapter-protocol.md this harness (and `serve`) speak, and
+# the newest, which the harness's hello offers first. Version 1 carries the
+# delivery machine alone, one request at a time; version 2 adds the lifecycle
+# machine and sessions (section 6 of the page says how the handshake picks one).
+PROTOCOL_VERSIONS = (1, 2)
+PROTOCOL_VERSION = PROTOCOL_VERSIONS[-1]
+SESSIONS_SINCE = 2  # the first version with sessions
 MACHINE = "delivery"  # the machine a request names when it names none, and the harness's default
 LIFECYCLE_OPERATIONS = frozenset(op.__name__ for op in lc.OUTCOME_VARIANTS)
 
@@ -41,25 +47,35 @@ LIFECYCLE_OPERATIONS = frozenset(op.__name__ for op in lc.OUTCOME_VARIANTS)
 @attrs.frozen
 class _Machine:
     """What the boundary knows of one machine: its operations (and those every adapter
-    of it must offer), each operation's outcome variants, and how to name an outcome's."""
+    of it must offer), each operation's outcome variants, how to name an outcome's,
+    and the first protocol version that carries it."""
 
     operations: frozenset[str]
     core: frozenset[str]
     variants: Mapping[type, tuple[str, ...]]
     variant: Callable[[Any], str]
+    since: int
 
 
 # The lifecycle's lockstep machine sends every one of its operations, so an
 # adapter of it offers them all.
 MACHINES = {
-    "delivery": _Machine(ALL_OPERATIONS, CORE_OPERATIONS, m.OUTCOME_VARIANTS, m.variant),
-    "lifecycle": _Machine(LIFECYCLE_OPERATIONS, LIFECYCLE_OPERATIONS, lc.OUTCOME_VARIANTS, lc.variant),
+    "delivery": _Machine(ALL_OPERATIONS, CORE_OPERATIONS, m.OUTCOME_VARIANTS, m.variant, since=1),
+    "lifecycle": _Machine(LIFECYCLE_OPERATIONS, LIFECYCLE_OPERATIONS, lc.OUTCOME_VARIANTS, lc.variant, since=2),
 }
 STDERR_TAIL_LINES = 20
 
 
 class AdapterFault(Exception):
     """The adapter or its infrastructure broke; the run stops, nothing is compared."""
+
+    # A fault reply's message, as the adapter sent it; None: the adapter broke
+    # the protocol instead (or the harness refused it).
+    reported: Any = None
+
+
+def _speaks(versions: tuple[int, ...] = PROTOCOL_VERSIONS) -> str:
+    return " and ".join(str(version) for version in versions)
 
 
 _NOT_JSON = object()  # what a reply line that does not parse parses to
@@ -97,10 +113,13 @@ class WireSession:
 
 class SubprocessAdapter:
     """An adapter of `machine` (a `DeliveryAdapter`, or the lifecycle's) whose
-    implementation runs in a child process."""
+    implementation runs in a child process.
+
+    One child serves every machine its hello announces: `use(machine)` points
+    the adapter at another of them, so a run over both machines starts one child."""
 
     def __init__(self, command: str, *, machine: str | None = MACHINE, reply_timeout: float = 30.0) -> None:
-        """`machine` None: only shake hands (to learn the `machines` it offers)."""
+        """`machine` None: only shake hands (to learn the `machines` it offers); `use` picks one later."""
         if machine is not None and machine not in MACHINES:
             raise ValueError(f"no machine {machine!r}: the machines are {sorted(MACHINES)}")
         self.command, self.machine = command, machine or MACHINE
@@ -115,7 +134,8 @@ class SubprocessAdapter:
         self._ended: Exception | Literal[False] | None = False  # False while stdout is open
         self._next_id = 0
         self._sessions = 0
-        self.sessions = False  # whether its hello announced sessions
+        self.sessions = False  # whether it offers sessions: protocol 2, and its hello says so
+        self.operations: frozenset[str] = frozenset()  # what it offers of `machine`, once `use`d
         try:
             argv = shlex.split(command)
         except ValueError as exc:
@@ -137,13 +157,75 @@ class SubprocessAdapter:
         threading.Thread(target=self._pump_stdout, daemon=True).start()
         threading.Thread(target=self._pump_stderr, daemon=True).start()
         try:
-            hello = self._call("hello", {"protocol": PROTOCOL_VERSION})
-            self.name, self.operations = _check_hello(hello, machine)
-            self.machines = frozenset(hello["machines"])
-            self.sessions = hello.get("sessions") is True
+            self._hello = self._handshake()
+            self.protocol: int = self._hello["protocol"]
+            self.name = self._hello["implementation"]
+            self.machines = frozenset(self._hello["machines"])
+            self.sessions = self.protocol >= SESSIONS_SINCE and self._hello.get("sessions") is True
+            if machine is not None:
+                self.use(machine)
         except AdapterFault as fault:
             self.close()  # a refused handshake leaves no child behind
             raise fault if str(fault).startswith("adapter ") else self._fault(str(fault)) from None
+
+    def _handshake(self) -> dict[str, Any]:
+        """The checked hello result (its "implementation" always a string).
+
+        The harness offers its newest version; the adapter answers the version
+        it speaks, at most that. A version-1 adapter may instead answer a fault,
+        as the version-1 page allowed for a version it does not speak: it is
+        asked again at version 1, once."""
+        try:
+            result = self._call("hello", {"protocol": PROTOCOL_VERSION})
+        except AdapterFault as newest:
+            if newest.reported is None:
+                raise
+            try:
+                result = self._call("hello", {"protocol": PROTOCOL_VERSIONS[0]})
+            except AdapterFault as oldest:
+                if oldest.reported is None:
+                    raise
+                raise AdapterFault(
+                    f"it answered hello with a fault at every protocol version this harness speaks: at"
+                    f" {PROTOCOL_VERSION}, {newest.reported}; at {PROTOCOL_VERSIONS[0]}, {oldest.reported}"
+                ) from None
+        return _check_hello(result)
+
+    def use(self, machine: str) -> SubprocessAdapter:
+        """Point this adapter at `machine`, which its hello must offer at a version that carries it."""
+        if machine not in MACHINES:
+            raise ValueError(f"no machine {machine!r}: the machines are {sorted(MACHINES)}")
+        since = MACHINES[machine].since
+        if self.protocol < since:
+            raise AdapterFault(
+                f"adapter {self.command!r} speaks protocol {self.protocol}, which carries the delivery machine"
+                f" alone: the {machine} machine needs protocol {since} (its hello answers \"protocol\": {since})"
+            )
+        try:
+            self.operations = _check_machine(self._hello["machines"], machine)
+        except AdapterFault as fault:
+            raise self._fault(str(fault)) from None
+        self.machine = machine
+        return self
+
+    def announced(self) -> list[str]:
+        """The machines its hello announces, in the harness's order; at least one."""
+        machines = [machine for machine in MACHINES if machine in self.machines]
+        if not machines:
+            offered = self._hello["machines"]
+            raise self._fault(f"it offers none of the machines {sorted(MACHINES)} (machines: {offered!r})")
+        return machines
+
+    def why_no_sessions(self) -> str:
+        """Why this adapter cannot be run concurrently ("" if it can)."""
+        if self.protocol < SESSIONS_SINCE:
+            return (
+                f"it speaks protocol {self.protocol}, which has no sessions: concurrent runs need protocol"
+                f" {SESSIONS_SINCE}'s (its hello answers \"protocol\": {SESSIONS_SINCE}, \"sessions\": true)"
+            )
+        if not self.sessions:
+            return 'it announced no sessions in its hello ("sessions": true)'
+        return ""
 
     # -- the DeliveryAdapter interface --------------------------------------------
 
@@ -156,7 +238,7 @@ class SubprocessAdapter:
     def session(self) -> WireSession:
         """Another client of the same implementation (an `open_session`), for concurrent runs."""
         if not self.sessions:
-            raise AdapterFault(f"adapter {self.command!r} announced no sessions in its hello")
+            raise AdapterFault(f"adapter {self.command!r}: {self.why_no_sessions()}")
         self._sessions += 1
         return WireSession(self, f"s{self._sessions}")
 
@@ -242,7 +324,9 @@ class SubprocessAdapter:
             message = fault.get("message") if isinstance(fault, dict) else fault
             if isinstance(fault, dict) and fault.get("code") == "session-lost" and "session" in params:
                 raise SessionLost(f"session {params['session']}: {message}")
-            raise self._fault(f"it reported a fault on {method!r}: {message}")
+            reply_fault = self._fault(f"it reported a fault on {method!r}: {message}")
+            reply_fault.reported = message
+            raise reply_fault
         if "result" not in reply:
             raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {text[:200]!r}")
         return reply["result"]
@@ -260,11 +344,14 @@ class SubprocessAdapter:
                 waiting.put(line)
 
     def _fault(self, problem: str) -> AdapterFault:
+        return AdapterFault(self._described(problem))
+
+    def _described(self, problem: str) -> str:
         tail = self.stderr_tail()
         text = f"adapter {self.command!r} failed: {problem}"
         if tail:
             text += "\nits last stderr lines:\n" + "\n".join(f"  | {line}" for line in tail)
-        return AdapterFault(text)
+        return text
 
     def _exit_note(self) -> str:
         try:
@@ -292,21 +379,35 @@ class SubprocessAdapter:
             self._stderr.append("(the rest of stderr is not valid UTF-8)")
 
 
-def _check_hello(result: Any, machine: str | None = MACHINE) -> tuple[str, frozenset[str]]:
+def _check_hello(result: Any) -> dict[str, Any]:
+    """A hello result the harness can work with: a version it speaks, a machines
+    object, and no feature of a later version than the one it answered."""
     if not isinstance(result, dict):
         raise AdapterFault(f"its hello reply is not an object: {result!r}")
-    if type(result.get("protocol")) is not int or result["protocol"] != PROTOCOL_VERSION:
-        raise AdapterFault(
-            f"it speaks protocol {result.get('protocol')!r}; this harness speaks {PROTOCOL_VERSION}"
-        )
+    protocol = result.get("protocol")
+    if type(protocol) is not int or protocol not in PROTOCOL_VERSIONS:
+        raise AdapterFault(f"it speaks protocol {protocol!r}; this harness speaks {_speaks()}")
     machines = result.get("machines")
+    if not isinstance(machines, dict):
+        raise AdapterFault(f"its hello's machines are not an object: {machines!r}")
+    # An adapter that answered an older version announces only what that version
+    # has: a later feature would be silently left unchecked, so it is refused.
+    later = [f"the {name} machine" for name, spec in MACHINES.items() if name in machines and spec.since > protocol]
+    if result.get("sessions") is True and protocol < SESSIONS_SINCE:
+        later.append('sessions ("sessions": true)')
+    if later:
+        raise AdapterFault(
+            f"it answered protocol {protocol} but announces {' and '.join(later)}, which protocol {protocol} does"
+            f" not have: answer the version that has them, \"protocol\": {PROTOCOL_VERSION}"
+            " (specs/adapter-protocol.md, section 6)"
+        )
     name = result.get("implementation")
-    name = name if isinstance(name, str) else "unnamed adapter"
-    if machine is None:
-        if not isinstance(machines, dict):
-            raise AdapterFault(f"its hello's machines are not an object: {machines!r}")
-        return name, frozenset()
-    if not isinstance(machines, dict) or machine not in machines:
+    return {**result, "implementation": name if isinstance(name, str) else "unnamed adapter"}
+
+
+def _check_machine(machines: dict[str, Any], machine: str) -> frozenset[str]:
+    """The operations a hello's `machines` offers of `machine`, checked."""
+    if machine not in machines:
         raise AdapterFault(f"it does not offer the {machine!r} machine (machines: {machines!r})")
     operations = machines[machine]
     if not isinstance(operations, list) or not all(isinstance(op, str) for op in operations):
@@ -317,7 +418,7 @@ def _check_hello(result: Any, machine: str | None = MACHINE) -> tuple[str, froze
     missing = MACHINES[machine].core - set(operations)
     if missing:
         raise AdapterFault(f"it lacks mandatory operations: {sorted(missing)}")
-    return name, frozenset(operations)
+    return frozenset(operations)
 
 
 # -- the adapter side, for any in-process adapter ---------------------------------
@@ -426,6 +527,16 @@ def _request(line: bytes | str, served: Mapping[str, Any]) -> tuple[Any, str, di
     return id_, method, params
 
 
+@attrs.define
+class _Agreement:
+    """What `serve`'s handshake agreed: the version, and what of the machines served
+    and of sessions it carries (before any hello: everything)."""
+
+    protocol: int
+    served: Mapping[str, tuple[Any, frozenset[str]]]
+    sessions: bool
+
+
 def serve(
     adapter: DeliveryAdapter,
     *,
@@ -456,7 +567,10 @@ def serve(
             stdout.flush()
 
     sessions: dict[tuple[str, str], _Session] = {}
-    with_sessions = all(hasattr(a, "session") for a, _ in served.values())
+    offers_sessions = all(hasattr(a, "session") for a, _ in served.values())
+    # What the handshake agreed: a version-1 hello gets a version-1 adapter,
+    # the delivery machine alone and no sessions. Until then, everything served.
+    agreed = _Agreement(PROTOCOL_VERSION, served, offers_sessions)
 
     def session_named(params: dict[str, Any], opening: bool = False) -> tuple[str, str]:
         name = params["session"]
@@ -467,8 +581,9 @@ def serve(
             raise ProtocolError("bad-params", f"session {name!r} is already open")
         if not opening and key not in sessions:
             raise ProtocolError("bad-params", f"no session {name!r} is open")
-        if not with_sessions:
-            raise ProtocolError("unknown-method", "this adapter offers no sessions (its hello says so)")
+        if not agreed.sessions:
+            why = "its hello says so" if offers_sessions else f"protocol {agreed.protocol} has none"
+            raise ProtocolError("unknown-method", f"this adapter offers no sessions ({why})")
         return key
 
     def open_session(params: dict[str, Any]) -> None:
@@ -478,19 +593,30 @@ def serve(
     def close_session(params: dict[str, Any]) -> None:
         sessions.pop(session_named(params)).close()
 
-    hello: dict[str, Any] = {
-        "protocol": PROTOCOL_VERSION,
-        "implementation": implementation,
-        "machines": {name: sorted(ops) for name, (_, ops) in served.items()},
-    }
-    if with_sessions:
-        hello["sessions"] = True
+    def hello(params: dict[str, Any]) -> dict[str, Any]:
+        """The handshake: the newest version both speak, at most the harness's."""
+        asked = params.get("protocol", PROTOCOL_VERSION)
+        if type(asked) is not int or asked < PROTOCOL_VERSIONS[0]:
+            wanted = f"the harness's newest version, an integer from {PROTOCOL_VERSIONS[0]}"
+            raise ProtocolError("bad-params", f'hello: "protocol" must be {wanted}, not {json.dumps(asked)}')
+        protocol = min(asked, PROTOCOL_VERSION)
+        agreed.protocol = protocol
+        agreed.served = {name: both for name, both in served.items() if MACHINES[name].since <= protocol}
+        agreed.sessions = offers_sessions and protocol >= SESSIONS_SINCE
+        result: dict[str, Any] = {
+            "protocol": protocol,
+            "implementation": implementation,
+            "machines": {name: sorted(ops) for name, (_, ops) in agreed.served.items()},
+        }
+        if agreed.sessions:
+            result["sessions"] = True
+        return result
 
     def on(params: dict[str, Any]) -> Any:
         return served[params["machine"]][0]
 
     handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "hello": lambda p: hello,
+        "hello": hello,
         "reset": lambda p: on(p).reset(p["start"]),
         "execute": lambda p: codec.encode(on(p).execute(p["command"])),
         "snapshot": lambda p: codec.encode_state(on(p).snapshot()),
@@ -503,7 +629,7 @@ def serve(
         for line in stdin if stdin is not None else sys.stdin.buffer:
             id_, method = None, None
             try:
-                id_, method, params = _request(line, served)
+                id_, method, params = _request(line, agreed.served)
                 if not greeted and method not in ("hello", "close"):
                     raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
                 try:

@@ -475,12 +475,27 @@ class UsageError(Exception):
     """Bad command-line input: exit 2 with this message."""
 
 
-class _Servers:
-    """The provisioned server, started on first use and stopped with the stack."""
+class _Provisioned:
+    """What a run provisions, each on first use and stopped with the stack: the
+    PostgreSQL server, and the --adapter-cmd child."""
 
     def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO, stack: contextlib.ExitStack) -> None:
         self.args, self.out, self.err, self.stack = args, out, err, stack
         self.server: Server | None = None
+        self._child: SubprocessAdapter | None = None
+
+    def child(self) -> SubprocessAdapter:
+        """The one --adapter-cmd child of the run: its hello tells which machines to
+        check, and it then serves each of them (`use`), so the run starts it once."""
+        if self._child is None:
+            self._child = SubprocessAdapter(self.args.adapter_cmd, machine=None, reply_timeout=self.args.reply_timeout)
+            self.stack.callback(self._child.close)
+        return self._child
+
+    def release(self, adapter: Any) -> None:
+        """Close a machine's adapter once it is judged; the child stays for the next machine."""
+        if adapter is not self._child:
+            adapter.close()
 
     def database(self) -> str:
         """A fresh scratch database on the server, dropped with the stack."""
@@ -495,7 +510,7 @@ def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
     return None if name is None else by_name(ALL_MUTANTS, name)
 
 
-def _machines(args: argparse.Namespace) -> list[str]:
+def _machines(args: argparse.Namespace, provisioned: _Provisioned) -> list[str]:
     """The machines to verify: --machine, else what the mutant or adapter implies, else both."""
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
@@ -510,28 +525,21 @@ def _machines(args: argparse.Namespace) -> list[str]:
     if chosen:
         return [chosen]
     if args.adapter_cmd is not None:
-        return _announced(args)
+        return provisioned.child().announced()
     return [implied] if implied else list(MACHINES)
 
 
-def _announced(args: argparse.Namespace) -> list[str]:
-    """The machines an --adapter-cmd child's hello announces (it is started once to ask)."""
-    probe = SubprocessAdapter(args.adapter_cmd, machine=None, reply_timeout=args.reply_timeout)
-    probe.close()
-    return [machine for machine in MACHINES if machine in probe.machines]
-
-
-def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
-    """The adapter the arguments name for `machine`; the caller closes it."""
+def _adapter(args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO) -> Any:
+    """The adapter the arguments name for `machine`; the caller releases it (`_Provisioned.release`)."""
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     if args.adapter_cmd is not None:
-        return SubprocessAdapter(args.adapter_cmd, machine=machine, reply_timeout=args.reply_timeout)
+        return provisioned.child().use(machine)
     if args.adapter is not None:
         factory = _load_factory(args.adapter)
         wants_dsn = _takes_dsn(factory)
         try:
-            adapter = factory(dsn=servers.database()) if wants_dsn else factory()
+            adapter = factory(dsn=provisioned.database()) if wants_dsn else factory()
         except ProvisioningError:
             raise
         except Exception as exc:  # a broken factory is the user's adapter failing
@@ -544,34 +552,34 @@ def _adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: Tex
     if mutant is not None:
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     if mutant is not None and mutant.machine == machine:
-        return mutant.adapter(servers.database())
+        return mutant.adapter(provisioned.database())
     if machine == "lifecycle":
-        return PostgresLifecycleAdapter(servers.database())
-    return PostgresDeliveryAdapter(servers.database())
+        return PostgresLifecycleAdapter(provisioned.database())
+    return PostgresDeliveryAdapter(provisioned.database())
 
 
 def _each_machine(
     args: argparse.Namespace,
     out: TextIO,
     err: TextIO,
-    adapter_for: Callable[[argparse.Namespace, str, _Servers, TextIO], Any],
+    adapter_for: Callable[[argparse.Namespace, str, _Provisioned, TextIO], Any],
     judge: Callable[[Any, str, int], int],
 ) -> int:
     """For every machine the arguments name: provision, build its adapter, judge
-    it (`judge(adapter, machine, seed)` prints and returns an exit status), close it.
+    it (`judge(adapter, machine, seed)` prints and returns an exit status), close it
+    (an --adapter-cmd child, started once, serves every machine and is closed last).
     The worst status wins; usage, provisioning and adapter failures exit 2."""
     seed_value = args.seed if args.seed is not None else random.randrange(2**63)
     status = EXIT_CONFORMS
     try:
-        machines = _machines(args)
         with contextlib.ExitStack() as stack:
-            servers = _Servers(args, out, err, stack)
-            for machine in machines:
-                adapter = adapter_for(args, machine, servers, out)
+            provisioned = _Provisioned(args, out, err, stack)
+            for machine in _machines(args, provisioned):
+                adapter = adapter_for(args, machine, provisioned, out)
                 try:
                     status = _worse(status, judge(adapter, machine, seed_value))
                 finally:
-                    adapter.close()
+                    provisioned.release(adapter)
                 out.flush()
     except (ProvisioningError, UsageError, AdapterFault) as exc:
         err.write(f"leaseproof: {exc}\n")
@@ -677,7 +685,7 @@ def replay_traces(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants"
             )
         with contextlib.ExitStack() as stack:
-            adapter = _adapter(args, machine, _Servers(args, out, err, stack), out)
+            adapter = _adapter(args, machine, _Provisioned(args, out, err, stack), out)
             stack.callback(adapter.close)
             out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
             status, tally = EXIT_CONFORMS, collections.Counter[str]()
@@ -779,13 +787,12 @@ def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _each_machine(args, out, err, _stress_adapter, judge)
 
 
-def _stress_adapter(args: argparse.Namespace, machine: str, servers: _Servers, out: TextIO) -> Any:
-    adapter = _adapter(args, machine, servers, out)
+def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO) -> Any:
+    adapter = _adapter(args, machine, provisioned, out)
     if args.adapter_cmd is not None and not adapter.sessions:
-        adapter.close()
         raise UsageError(
-            f"--adapter-cmd {args.adapter_cmd!r}: {adapter.name} announced no sessions in its hello"
-            ' ("sessions": true), so it cannot be run concurrently'
+            f"--adapter-cmd {args.adapter_cmd!r}: {adapter.name} cannot be run concurrently:"
+            f" {adapter.why_no_sessions()}"
         )
     if args.adapter is not None and not hasattr(adapter, "session"):
         adapter.close()

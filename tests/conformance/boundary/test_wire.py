@@ -226,8 +226,8 @@ SCRIPTS = {
     """,
     "wrong-version": """
         for request in requests():
-            log("adapter-log: I only speak protocol 2")
-            hello(request, protocol=2)
+            log("adapter-log: I only speak protocol 3")
+            hello(request, protocol=3)
     """,
     "missing-core": """
         for request in requests():
@@ -366,7 +366,7 @@ def provoke(command: str, until: str, reply_timeout: float = 5) -> None:
 MISBEHAVIOUR = [
     ("garbage", "start", ["reply to 'hello' is not JSON", "%%% this is not json %%%"], "adapter-log: starting up"),
     ("stray-text", "reset", ["reply to 'reset' is not JSON", "DEBUG: resetting the store"], None),
-    ("wrong-version", "start", ["speaks protocol 2; this harness speaks 1"], "adapter-log: I only speak protocol 2"),
+    ("wrong-version", "start", ["speaks protocol 3; this harness speaks 1 and 2"], "adapter-log: I only speak protocol 3"),
     ("missing-core", "start", ["lacks mandatory operations", "'Claim'", "'AdvanceClock'"], None),
     ("no-delivery-machine", "start", ["does not offer the 'delivery' machine"], None),
     ("unknown-operation", "start", ["operations the model does not have: ['Teleport']"], None),
@@ -608,7 +608,7 @@ def run_verify(cwd: Path, *args: str, timeout: float = 120) -> tuple[subprocess.
 
 CLI_FAULTS = [
     ("garbage", ["leaseproof: adapter ", "reply to 'hello' is not JSON", "adapter-log: starting up"]),
-    ("wrong-version", ["leaseproof: adapter ", "speaks protocol 2; this harness speaks 1"]),
+    ("wrong-version", ["leaseproof: adapter ", "speaks protocol 3; this harness speaks 1 and 2"]),
     ("crash", ["verdict: NONE", "exited with status 3", "store on fire"]),
     ("silence", ["verdict: NONE", "no reply to 'reset' within 2s"]),
     ("killed", ["verdict: NONE", "exited with status -9"]),
@@ -738,7 +738,7 @@ def test_serve_answers_each_request_in_order() -> None:
     ]
 
 
-HELLO = {"id": 1, "method": "hello", "params": {"protocol": 1}}
+HELLO = {"id": 1, "method": "hello", "params": {"protocol": 2}}
 RESET = {"id": 2, "method": "reset", "params": {"machine": "delivery", "start": codec.encode(START)}}
 
 
@@ -913,7 +913,7 @@ def test_serve_answers_a_malformed_request_with_a_fault_and_goes_on(line: str, s
     assert len(replies) == 2
     assert replies[0]["id"] is None and "result" not in replies[0]
     assert says in replies[0]["fault"]["message"]
-    assert replies[1]["id"] == 2 and replies[1]["result"]["protocol"] == 1
+    assert replies[1]["id"] == 2 and replies[1]["result"]["protocol"] == 2  # no version asked: its newest
 
 
 # -- sessions: concurrent clients over one child ---------------------------------------------
@@ -964,7 +964,7 @@ def test_an_adapter_without_sessions_says_so_and_stress_refuses_it(tmp_path: Pat
     quiet = script(
         tmp_path,
         "no-sessions",
-        "for request in requests():\n    hello(request) if request['method'] == 'hello' else ok(request)\n",
+        "for request in requests():\n    hello(request, protocol=2) if request['method'] == 'hello' else ok(request)\n",
     )
     run = leaseproof("stress", "--adapter-cmd", quiet, "--duration", "1", timeout=CLI_WITHIN * 4)
     assert run.returncode == 2, run.stdout + run.stderr
@@ -978,7 +978,7 @@ def test_a_lost_session_is_an_indeterminate_operation_not_a_fault(tmp_path: Path
         """
         for request in requests():
             if request["method"] == "hello":
-                hello(request, sessions=True)
+                hello(request, protocol=2, sessions=True)
             elif request["method"] == "execute" and "session" in request["params"]:
                 send({"id": request["id"], "fault": {"code": "session-lost", "message": "connection reset"}})
             else:
@@ -1068,8 +1068,9 @@ def test_a_machine_the_adapter_does_not_serve_is_refused(tmp_path: Path) -> None
     replies, _ = exchange([HELLO, {"id": 2, "method": "snapshot", "params": {"machine": "lifecycle"}}])
     assert replies[0]["result"]["machines"].keys() == {"delivery"}
     assert replies[1]["fault"]["code"] == "wrong-machine"
+    version_2 = SCRIPTS_FAULTY_EXECUTE.replace("hello(request)", "hello(request, protocol=2)")
     with pytest.raises(AdapterFault, match="it does not offer the 'lifecycle' machine"):
-        SubprocessAdapter(script(tmp_path, "no-sessions-2", SCRIPTS_FAULTY_EXECUTE), machine="lifecycle")
+        SubprocessAdapter(script(tmp_path, "no-sessions-2", version_2), machine="lifecycle")
 
 
 def test_serve_refuses_instants_and_clock_moves_the_model_does_not_know() -> None:
