@@ -1007,10 +1007,11 @@ for request in requests():
 """
 
 
-def test_stress_drives_an_adapter_over_the_wire_and_finds_its_races(delivery_dsn: str) -> None:
+def test_stress_drives_an_adapter_over_the_wire_and_finds_its_races(delivery_dsn: str, tmp_path: Path) -> None:
     def stress(mutant: str | None = None) -> subprocess.CompletedProcess[str]:
         command = serve_command(delivery_dsn, mutant)
-        return leaseproof("stress", "--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4")
+        args = ("--adapter-cmd", command, "--duration", "5", "--seed", "1", "--workers", "4")
+        return leaseproof("stress", *args, cwd=tmp_path)  # where it writes the history it finds
 
     passing = stress()
     assert passing.returncode == 0 and "verdict: LINEARIZABLE" in passing.stdout, passing.stdout + passing.stderr
