@@ -582,7 +582,7 @@ def serve(
         if not opening and key not in sessions:
             raise ProtocolError("bad-params", f"no session {name!r} is open")
         if not agreed.sessions:
-            why = "its hello says so" if offers_sessions else f"protocol {agreed.protocol} has none"
+            why = f"protocol {agreed.protocol} has none" if offers_sessions else "its hello says so"
             raise ProtocolError("unknown-method", f"this adapter offers no sessions ({why})")
         return key
 
