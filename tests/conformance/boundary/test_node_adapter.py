@@ -1,10 +1,11 @@
 """A foreign implementation through the wire: the Node.js example adapter.
 
-`conformance/examples/node/delivery-adapter.js` implements the delivery
-machine in memory, in plain JavaScript, from `specs/delivery.md` and
+`conformance/examples/node/adapter.js` implements both machines in memory,
+in plain JavaScript (`delivery.js`, `lifecycle.js`, and `common.js`, what they
+share), from `specs/delivery.md`, `specs/lifecycle.md` and
 `specs/adapter-protocol.md`. These tests run the real CLI against it as a
-user would (`leaseproof verify --adapter-cmd "node …"`): it must conform, and
-its `--mutant reconcile-unfenced` variant (review finding 1) must be caught.
+user would (`leaseproof verify --adapter-cmd "node …"`): it must conform on
+both machines, and its mutants must be caught.
 `--adapter-cmd` provisions no database, so no PostgreSQL is needed here.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from helpers import REPO
 
 NODE = shutil.which("node")
-ADAPTER = REPO / "conformance" / "examples" / "node" / "delivery-adapter.js"
+ADAPTER = REPO / "conformance" / "examples" / "node" / "adapter.js"
 
 pytestmark = pytest.mark.skipif(
     NODE is None, reason="Node.js (`node`) is not on PATH: the Node example adapter cannot run"
@@ -48,7 +49,7 @@ def test_the_node_adapter_conforms_on_both_machines(tmp_path: Path) -> None:
     run = _verify("", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     for machine in ("delivery", "lifecycle"):  # its hello announces both, so verify checks both
-        assert f"verifying the {machine} machine against node in-memory delivery" in run.stdout
+        assert f"verifying the {machine} machine against node in-memory" in run.stdout
     assert run.stdout.count("verdict: CONFORMS —") == 2
     assert run.stdout.count("never reached: none") == 2  # every outcome variant and transition was compared
 
@@ -71,7 +72,7 @@ def _exchange(*requests: dict[str, object], args: tuple[str, ...] = ()) -> tuple
 
 def test_a_bad_request_is_a_fault_reply_not_a_crash() -> None:
     replies, code = _exchange(
-        {"id": 1, "method": "hello", "params": {"protocol": 1}},
+        {"id": 1, "method": "hello", "params": {"protocol": 2}},
         {"id": 2, "method": "teleport", "params": {}},
         {"id": 3, "method": "execute", "params": {"machine": "delivery", "command": {"type": "Claim"}}},
         {"id": 4, "method": "close", "params": {}},
@@ -79,11 +80,28 @@ def test_a_bad_request_is_a_fault_reply_not_a_crash() -> None:
     assert code == 0
     assert [r["id"] for r in replies] == [1, 2, 3, 4]
     hello = replies[0]["result"]
-    assert hello["protocol"] == 1 and hello["implementation"] == "node in-memory delivery"
+    assert hello["protocol"] == 2 and hello["implementation"] == "node in-memory" and hello["sessions"] is True
     assert len(hello["machines"]["delivery"]) == 16 and len(hello["machines"]["lifecycle"]) == 10
     assert "unknown method" in replies[1]["fault"]["message"]
     assert "message" in replies[2]["fault"]
     assert replies[3] == {"id": 4, "result": None}
+
+
+def test_asked_for_version_1_it_is_a_version_1_adapter() -> None:
+    """The newest version both speak: for a version-1 harness, the delivery machine alone, no sessions."""
+    replies, code = _exchange(
+        {"id": 1, "method": "hello", "params": {"protocol": 1}},
+        {"id": 2, "method": "snapshot", "params": {"machine": "lifecycle"}},
+        {"id": 3, "method": "open_session", "params": {"machine": "delivery", "session": "s1"}},
+        {"id": 4, "method": "hello", "params": {"protocol": 3}},
+        {"id": 5, "method": "close", "params": {}},
+    )
+    assert code == 0
+    hello = replies[0]["result"]
+    assert hello["protocol"] == 1 and hello["machines"].keys() == {"delivery"} and "sessions" not in hello
+    assert "not \"lifecycle\"" in replies[1]["fault"]["message"]
+    assert "protocol 1 has no sessions" in replies[2]["fault"]["message"]
+    assert replies[3]["result"]["protocol"] == 2  # a harness newer than it: its own newest
 
 
 def test_unknown_arguments_print_usage_and_exit_2() -> None:

@@ -138,7 +138,7 @@ def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Pat
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js (`node`) is not on PATH")
 def test_every_message_of_the_node_adapter_is_valid(tmp_path: Path) -> None:
-    node = REPO / "conformance" / "examples" / "node" / "delivery-adapter.js"
+    node = REPO / "conformance" / "examples" / "node" / "adapter.js"
     command, log = _logged(tmp_path, f"{shlex.quote(str(shutil.which('node')))} {shlex.quote(str(node))}")
     run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "3")
     assert run.returncode == 0, run.stdout + run.stderr

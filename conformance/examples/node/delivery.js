@@ -1,37 +1,11 @@
-#!/usr/bin/env node
-// An in-memory implementation of leaseproof's delivery machine (and, from
-// lifecycle.js, its lifecycle machine), in plain Node.js.
-//
-//     node delivery-adapter.js [--mutant reconcile-unfenced]
-//
-// Written from specs/delivery.md (the machine) and specs/adapter-protocol.md
-// (the wire): it reads one JSON request per line on stdin and writes one JSON
-// reply per line on stdout. stdout carries protocol lines only; diagnostics go
-// to stderr. Check it with:
-//
-//     leaseproof verify --adapter-cmd "node conformance/examples/node/delivery-adapter.js"
-//
-// `--mutant reconcile-unfenced` reintroduces review finding 1 (finish's
-// reconciliation of an uncertain completion ignores the lease generation), to
-// show that `leaseproof verify` catches a bug in a foreign implementation.
-//
-// No npm packages: only Node's own `readline`.
-
 "use strict";
+// leaseproof's delivery machine, in memory, in plain Node.js: the durable
+// delivery inbox with its leases, fencing and reaping, written from
+// specs/delivery.md. Communities and the clock are common.js's, shared with
+// the lifecycle machine; adapter.js puts both on the wire.
 
-const readline = require("readline");
+const { MICROS_PER_SECOND, fail, uuid, key, integer, instant, formatInstant, record, ACTIVE, CommunityMachine } = require("./common");
 
-const PROTOCOL = 1;
-const MACHINE = "delivery";
-const IMPLEMENTATION = "node in-memory delivery";
-// reconcile-unfenced: the seeds' first review finding (verify catches it).
-// claim-read-then-update: a claim picks its row, yields to the event loop, then
-// takes the row without looking again, so two sessions' claims can both take
-// one row (only concurrency shows it: stress catches it, verify cannot).
-// admission-trusts-cache (lifecycle): a fire admits the record its replica's
-// cache holds without checking it against the current row, the seeds' stale
-// cross-replica admission (verify catches it).
-const MUTANTS = ["reconcile-unfenced", "claim-read-then-update", "admission-trusts-cache"];
 const OPERATIONS = [
   "CreateCommunity", "SetCommunityState", "DeleteCommunity",
   "CreateWorkflow", "DeleteWorkflow", "CreateRun", "DeleteRun",
@@ -40,96 +14,7 @@ const OPERATIONS = [
   "AdvanceClock", "GetDelivery",
 ];
 const MAX_LEASE_SECONDS = 86400;
-const MICROS_PER_SECOND = 1000000;
-
-const USAGE = `usage: node delivery-adapter.js [--mutant ${MUTANTS.join("|")}]
-
-Speaks leaseproof's adapter protocol (specs/adapter-protocol.md) on stdin/stdout.
-  --mutant NAME   serve a known-buggy variant:
-                  reconcile-unfenced  finish's reconciliation ignores the lease generation
-`;
-
-// -- arguments ------------------------------------------------------------------
-
-function parseArgs(argv) {
-  let mutant = null;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
-    let value;
-    if (arg === "--mutant") {
-      value = argv[++i];
-    } else if (arg.startsWith("--mutant=")) {
-      value = arg.slice("--mutant=".length);
-    } else if (arg === "-h" || arg === "--help") {
-      process.stdout.write(USAGE);
-      process.exit(0);
-    } else {
-      usageError(`unknown argument ${JSON.stringify(arg)}`);
-    }
-    if (mutant !== null) usageError("--mutant given twice");
-    if (!MUTANTS.includes(value)) usageError(`--mutant needs one of: ${MUTANTS.join(", ")}`);
-    mutant = value;
-  }
-  return { mutant };
-}
-
-function usageError(problem) {
-  process.stderr.write(`delivery-adapter.js: ${problem}\n${USAGE}`);
-  process.exit(2);
-}
-
-// -- canonical values (decode = validate + normalise; encode = the wire form) --------
-
-class BadValue extends Error {}
-
-function fail(path, problem) {
-  throw new BadValue(`${path}: ${problem}`);
-}
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-const KEY_RE = /^[0-9a-f]{64}$/; // 32 bytes as lowercase hex
-const INSTANT_RE = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})Z$/;
 const TRIMMED = " \t\n\r\f\v";
-
-// UUIDs stay lowercase hyphenated strings: their string order is their byte order.
-function uuid(value, path) {
-  if (typeof value !== "string" || !UUID_RE.test(value)) fail(path, `expected a lowercase UUID, got ${JSON.stringify(value)}`);
-  return value;
-}
-
-// 32-byte keys stay lowercase hex strings.
-function key(value, path) {
-  if (typeof value !== "string" || !KEY_RE.test(value)) fail(path, `expected 32 bytes as 64 lowercase hex digits, got ${JSON.stringify(value)}`);
-  return value;
-}
-
-function integer(value, path) {
-  if (typeof value !== "number" || !Number.isSafeInteger(value)) fail(path, `expected an integer, got ${JSON.stringify(value)}`);
-  return value;
-}
-
-// Instants are kept as integer microseconds since the Unix epoch: a double
-// holds those exactly for the years 1685-2255, so clock arithmetic never rounds.
-function instant(value, path) {
-  const m = typeof value === "string" ? INSTANT_RE.exec(value) : null;
-  if (!m) fail(path, `expected an instant like 2026-01-01T00:00:00.000000Z, got ${JSON.stringify(value)}`);
-  const [y, mo, d, h, mi, s, micros] = m.slice(1).map(Number);
-  const date = new Date(0);
-  date.setUTCFullYear(y, mo - 1, d); // not Date.UTC: it maps years 0-99 to 1900-1999
-  date.setUTCHours(h, mi, s, 0);
-  const result = (date.getTime() / 1000) * MICROS_PER_SECOND + micros;
-  if (!Number.isSafeInteger(result)) fail(path, `${JSON.stringify(value)} is outside the years 1685-2255 this adapter keeps exactly`);
-  // Date rolls 2026-02-30 over into March; an instant must read back unchanged.
-  if (formatInstant(result) !== value) fail(path, `${JSON.stringify(value)} is not a valid instant`);
-  return result;
-}
-
-function formatInstant(micros) {
-  if (micros === null) return null;
-  const seconds = Math.floor(micros / MICROS_PER_SECOND);
-  const fraction = String(micros - seconds * MICROS_PER_SECOND).padStart(6, "0");
-  return new Date(seconds * 1000).toISOString().slice(0, 19) + "." + fraction + "Z";
-}
 
 function leaseSeconds(value, path) {
   integer(value, path);
@@ -148,15 +33,6 @@ function stepId(value, path) {
   if (value.includes("\0")) fail(path, "must not contain NUL");
   if (/[\uD800-\uDFFF]/u.test(value)) fail(path, "must be valid Unicode text (no lone surrogates)");
   return value; // stored untrimmed
-}
-
-function record(value, type, fields, path) {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) fail(path, `expected a ${type} object`);
-  if (value.type !== type) fail(`${path}.type`, `expected ${JSON.stringify(type)}, got ${JSON.stringify(value.type)}`);
-  for (const name of Object.keys(value)) {
-    if (name !== "type" && !fields.includes(name)) fail(path, `unknown member ${JSON.stringify(name)} for ${type}`);
-  }
-  return value;
 }
 
 // A cause is kept in its canonical wire form, so equal causes encode equally.
@@ -233,8 +109,6 @@ function encodeDelivery(row) {
 
 // -- the machine ----------------------------------------------------------------
 
-const ACTIVE = "active";
-const COMMUNITY_STATES = ["active", "quiescing", "fenced"]; // "deleted" only via DeleteCommunity
 const PENDING = "pending";
 const CLAIMED = "claimed";
 const TERMINAL = ["finished", "failed"];
@@ -242,28 +116,23 @@ const TERMINAL = ["finished", "failed"];
 // Composite keys of the in-memory tables.
 const k = (...parts) => parts.join("|");
 
-class DeliveryMachine {
-  constructor({ mutant }) {
+class DeliveryMachine extends CommunityMachine {
+  static MACHINE = "delivery";
+  static OPERATIONS = OPERATIONS;
+
+  constructor({ mutant = null } = {}) {
+    super();
     this.mutant = mutant;
     this.reset(0);
   }
 
   reset(start) {
-    this.now = start; // the pinned clock, integer microseconds
-    this.communities = new Map(); // community -> state
+    super.reset(start);
     this.workflows = new Map(); // k(community, workflow) -> {community_id, id}
     this.runs = new Map(); // k(community, run) -> {community_id, id, workflow_id}
     this.events = new Map(); // k(community, event) -> {community_id, id}
     this.deliveries = new Map(); // k(community, id) -> row
     this.retired = new Map(); // k(community, id) -> {community_id, id}: deleted ids, never reused
-  }
-
-  // Check 3 of the spec: unknown, or not active, refuses every write.
-  communityRefusal(community) {
-    const state = this.communities.get(community);
-    if (state === undefined) return { type: "UnknownCommunity", community_id: community };
-    if (state !== ACTIVE) return { type: "CommunityNotWritable", community_id: community, state };
-    return null;
   }
 
   // Remove every delivery `doomed` selects, retiring its id.
@@ -276,35 +145,7 @@ class DeliveryMachine {
     }
   }
 
-  execute(command) {
-    if (command === null || typeof command !== "object" || Array.isArray(command)) fail("command", "expected an object");
-    const handler = this[`op${command.type}`];
-    if (!OPERATIONS.includes(command.type) || typeof handler !== "function") {
-      fail("command.type", `unknown command ${JSON.stringify(command.type)}`);
-    }
-    return handler.call(this, command);
-  }
-
-  // -- communities ----------------------------------------------------------------
-
-  opCreateCommunity(c) {
-    record(c, "CreateCommunity", ["community_id"], "command");
-    const cid = uuid(c.community_id, "command.community_id");
-    if (this.communities.has(cid)) return { type: "AlreadyExists", entity: "community", community_id: cid, key: cid };
-    this.communities.set(cid, ACTIVE);
-    return { type: "Ok" };
-  }
-
-  opSetCommunityState(c) {
-    record(c, "SetCommunityState", ["community_id", "state"], "command");
-    const cid = uuid(c.community_id, "command.community_id");
-    if (!COMMUNITY_STATES.includes(c.state)) fail("command.state", "must be active, quiescing or fenced");
-    const current = this.communities.get(cid);
-    if (current === undefined) return { type: "UnknownCommunity", community_id: cid };
-    if (current === "deleted") return { type: "CommunityNotWritable", community_id: cid, state: current };
-    this.communities.set(cid, c.state);
-    return { type: "Ok" };
-  }
+  // -- communities (creation, states and the clock: CommunityMachine) ---------------
 
   opDeleteCommunity(c) {
     record(c, "DeleteCommunity", ["community_id"], "command");
@@ -583,15 +424,6 @@ class DeliveryMachine {
     return { type: "Reaped", count };
   }
 
-  opAdvanceClock(c) {
-    record(c, "AdvanceClock", ["by"], "command");
-    const by = integer(c.by, "command.by"); // microseconds
-    if (by <= 0) fail("command.by", "must be positive");
-    if (!Number.isSafeInteger(this.now + by)) fail("command.by", "moves the clock past what this adapter keeps exactly");
-    this.now += by;
-    return { type: "Ok" };
-  }
-
   opGetDelivery(c) {
     record(c, "GetDelivery", ["community_id", "delivery_id"], "command");
     const cid = uuid(c.community_id, "command.community_id");
@@ -619,113 +451,4 @@ class DeliveryMachine {
   }
 }
 
-// -- the wire -------------------------------------------------------------------------
-
-// The lifecycle machine lives in lifecycle.js, built on this file's value helpers.
-const LifecycleMachine = require("./lifecycle")({ fail, uuid, key, integer, instant, formatInstant, record, MICROS_PER_SECOND });
-const MACHINES = [MACHINE, "lifecycle"];
-
-function machineParam(params) {
-  if (!MACHINES.includes(params.machine)) fail("params.machine", `this adapter serves ${MACHINES.map((m) => JSON.stringify(m)).join(" and ")}, not ${JSON.stringify(params.machine)}`);
-  return params.machine;
-}
-
-function main() {
-  const { mutant } = parseArgs(process.argv.slice(2));
-  const machines = { [MACHINE]: new DeliveryMachine({ mutant }), lifecycle: new LifecycleMachine({ mutant }) };
-  const implementation = mutant ? `${IMPLEMENTATION} [mutant: ${mutant}]` : IMPLEMENTATION;
-
-  // Sessions (concurrent clients for `leaseproof stress`): this machine lives in
-  // one single-threaded process, so each command runs whole before the next
-  // starts, whichever session sent it; a session is only a name.
-  const sessions = new Set();
-  const sessionParam = (params, open) => {
-    const which = machineParam(params);
-    const name = params.session;
-    if (typeof name !== "string" || name === "") fail("params.session", "expected a non-empty string");
-    const session = `${which}/${name}`;
-    if (open === sessions.has(session)) fail("params.session", open ? `session ${JSON.stringify(name)} is already open` : `no session ${JSON.stringify(name)} is open`);
-    return session;
-  };
-
-  const methods = {
-    hello: () => ({
-      protocol: PROTOCOL,
-      implementation,
-      machines: { [MACHINE]: OPERATIONS, lifecycle: LifecycleMachine.OPERATIONS },
-      sessions: true,
-    }),
-    open_session: (params) => {
-      sessions.add(sessionParam(params, true));
-      return null;
-    },
-    close_session: (params) => {
-      sessions.delete(sessionParam(params, false));
-      return null;
-    },
-    reset: (params) => {
-      machines[machineParam(params)].reset(instant(params.start, "params.start"));
-      return null;
-    },
-    execute: (params) => {
-      const which = machineParam(params);
-      if (params.session !== undefined) sessionParam(params, false);
-      return machines[which].execute(params.command);
-    },
-    snapshot: (params) => machines[machineParam(params)].snapshot(),
-    close: () => null,
-  };
-
-  const send = (reply, then) => process.stdout.write(JSON.stringify(reply) + "\n", then);
-  process.stdout.on("error", (err) => {
-    // The harness went away (EPIPE): nobody is listening any more.
-    process.stderr.write(`delivery-adapter.js: stdout: ${err.message}\n`);
-    process.exit(1);
-  });
-  process.stderr.write(`${implementation}: ready (protocol ${PROTOCOL})\n`);
-
-  const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
-  lines.on("line", (line) => {
-    if (line.trim() === "") return;
-    let request;
-    try {
-      request = JSON.parse(line);
-    } catch (err) {
-      send({ id: null, fault: { message: `request is not JSON: ${err.message}` } });
-      return;
-    }
-    const isObject = request !== null && typeof request === "object" && !Array.isArray(request);
-    const id = isObject && request.id !== undefined ? request.id : null;
-    const method = isObject ? request.method : undefined;
-    const faultOf = (err) => {
-      // Never crash on a request: report it as a fault and keep serving.
-      const kind = err instanceof BadValue ? "invalid request" : `${err.name || "Error"}`;
-      process.stderr.write(`delivery-adapter.js: ${method}: ${err.stack || err}\n`);
-      return { id, fault: { message: `${kind}: ${err.message}` } };
-    };
-    let result;
-    try {
-      if (!Object.prototype.hasOwnProperty.call(methods, method)) fail("method", `unknown method ${JSON.stringify(method)}`);
-      const params = request.params ?? {};
-      if (typeof params !== "object" || Array.isArray(params)) fail("params", "expected an object");
-      result = methods[method](params);
-    } catch (err) {
-      send(faultOf(err));
-      return;
-    }
-    if (method === "close") {
-      lines.close();
-      send({ id, result }, () => process.exit(0));
-    } else if (result instanceof Promise) {
-      // Answered when it settles; other requests go on meanwhile (replies are matched by id).
-      result.then((value) => send({ id, result: value }), (err) => send(faultOf(err)));
-    } else {
-      send({ id, result });
-    }
-  });
-  lines.on("close", () => {
-    // End of input without "close": the harness is gone; stop quietly.
-  });
-}
-
-main();
+module.exports = { DeliveryMachine };
