@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.boundary import codec
-from leaseproof.conformance.boundary.wire import _PARAMS, MACHINES, PROTOCOL_VERSION
+from leaseproof.conformance.boundary.wire import _PARAMS, MACHINES, PROTOCOL_VERSION, PROTOCOL_VERSIONS, SESSIONS_SINCE
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 
@@ -122,7 +122,7 @@ def _request(method: str) -> dict[str, Any]:
         "session": {"type": "string", "minLength": 1},
         "start": _ref("instant"),
         "command": _ref("command"),
-        "protocol": {"type": "integer"},
+        "protocol": {"type": "integer", "minimum": PROTOCOL_VERSIONS[0]},
     }
     params = {
         "type": "object",
@@ -159,10 +159,25 @@ def schema() -> dict[str, Any]:
     defs["DeliverySystem"] = _state("DeliverySystem", delivery_tables)
     defs["LifecycleSystem"] = _state("LifecycleSystem", lifecycle_tables)
     defs["snapshot"] = {"anyOf": [_ref("DeliverySystem"), _ref("LifecycleSystem")]}
+    # A version's hello announces only what that version has (section 6).
+    carried = {v: sorted(name for name, spec in MACHINES.items() if spec.since <= v) for v in PROTOCOL_VERSIONS}
+    older = [
+        {
+            "if": {"properties": {"protocol": {"const": version}}},
+            "then": {
+                "properties": {
+                    "machines": {"propertyNames": {"enum": carried[version]}},
+                    **({"sessions": {"const": False}} if version < SESSIONS_SINCE else {}),
+                }
+            },
+        }
+        for version in PROTOCOL_VERSIONS[:-1]
+    ]
     defs["hello-result"] = {
         "type": "object",
+        "allOf": older,
         "properties": {
-            "protocol": {"const": PROTOCOL_VERSION},
+            "protocol": {"enum": list(PROTOCOL_VERSIONS)},
             "implementation": {"type": "string"},
             "machines": {
                 "type": "object",
@@ -185,8 +200,11 @@ def schema() -> dict[str, Any]:
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://leaseproof.dev/schemas/adapter-protocol-1.json",
-        "title": f"leaseproof adapter protocol {PROTOCOL_VERSION}: every request and reply (specs/adapter-protocol.md)",
+        "$id": f"https://leaseproof.dev/schemas/adapter-protocol-{PROTOCOL_VERSION}.json",
+        "title": (
+            f"leaseproof adapter protocol {PROTOCOL_VERSION}, and the older versions its handshake keeps"
+            f" ({', '.join(map(str, PROTOCOL_VERSIONS[:-1]))}): every request and reply (specs/adapter-protocol.md)"
+        ),
         "description": (
             "Validate a request against #/$defs/request, a reply against #/$defs/reply, and a reply's result against "
             "the definition of its method's result: hello-result, null (reset, open_session, close_session, close), "

@@ -143,3 +143,16 @@ def test_every_message_of_the_node_adapter_is_valid(tmp_path: Path) -> None:
     run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "3")
     assert run.returncode == 0, run.stdout + run.stderr
     assert check_exchange(log.read_text().splitlines()) > 500
+
+
+def test_a_hello_announces_only_what_its_version_has() -> None:
+    """Section 6: a version-1 hello has the delivery machine alone and no sessions."""
+    delivery, lifecycle = ["Reap"], ["Fire"]
+    v1 = {"protocol": 1, "implementation": "v1", "machines": {"delivery": delivery}}
+    v2 = {"protocol": 2, "implementation": "v2", "machines": {"delivery": delivery, "lifecycle": lifecycle}}
+    assert not _valid(v1, "hello-result") and not _valid(v1 | {"sessions": False}, "hello-result")
+    assert not _valid(v2, "hello-result") and not _valid(v2 | {"sessions": True}, "hello-result")
+    assert _valid(v1 | {"sessions": True}, "hello-result")
+    assert _valid(v1 | {"machines": v2["machines"]}, "hello-result")
+    assert _valid(v2 | {"protocol": 3}, "hello-result") and _valid(v2 | {"protocol": 0}, "hello-result")
+    assert _valid({"id": 1, "method": "hello", "params": {"protocol": 0}}, "request")
