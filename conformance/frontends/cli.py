@@ -437,17 +437,16 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
     if coverage.skipped:
         skipped = ", ".join(f"{op} ×{n:,}" for op, n in sorted(coverage.skipped.items()))
         out.write(f"not offered by the adapter, so never sent: {skipped}\n")
-    declared = [b for b in coverage.spec.behaviours() if coverage.offers(b[0])]
-    exercised = sum(b in coverage.behaviours for b in declared)
+    behaviours = verdict.behaviours  # the count the subset verdict gives, too
     out.write(
-        f"behaviours exercised: {exercised} of the {len(declared)} the rules declare"
+        f"behaviours exercised: {behaviours.exercised} of the {len(behaviours.checkable)} the rules declare"
         " (operation/guard→outcome; `leaseproof explore` reaches every one)\n"
     )
     if not verdict.conforms:
         return  # a failed run stops early: what it never reached says nothing
     missing = [f"{op}: {v}" for op, v in coverage.missing_outcomes()]
     missing += [f"{a}→{b}" for a, b in coverage.missing_transitions()]
-    missing += [f"{op}/{guard}→{v}" for op, guard, v in coverage.missing_behaviours()]
+    missing += [f"{op}/{guard}→{v}" for op, guard, v in behaviours.never]
     out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
 
 

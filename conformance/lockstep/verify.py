@@ -37,6 +37,23 @@ MACHINES: dict[str, Machine] = {
 }
 
 
+Behaviour = tuple[str, str, str]  # (operation, guard, outcome variant), as the rules declare it
+
+
+@attrs.frozen
+class Behaviours:
+    """What a verdict covers of the behaviours the rules declare: the one count
+    the subset verdict and the summary both print."""
+
+    declared: tuple[Behaviour, ...]  # every behaviour of the machine, in table order
+    checkable: tuple[Behaviour, ...]  # those of the operations the adapter offers
+    never: tuple[Behaviour, ...]  # those checkable that the run never exercised
+
+    @property
+    def exercised(self) -> int:
+        return len(self.checkable) - len(self.never)
+
+
 @attrs.frozen
 class Verdict:
     conforms: bool
@@ -56,15 +73,23 @@ class Verdict:
         spec, offers = self.coverage.spec, self.coverage.offers
         return () if spec is None else tuple(op.__name__ for op in spec.variants if not offers(op.__name__))
 
+    @property
+    def behaviours(self) -> Behaviours:
+        """The declared behaviours, those checkable through the adapter, and those never exercised."""
+        coverage = self.coverage
+        if coverage.spec is None:  # nothing ran
+            return Behaviours((), (), ())
+        declared = tuple(coverage.spec.behaviours())
+        return Behaviours(declared, tuple(coverage.checkable_behaviours()), tuple(coverage.missing_behaviours()))
+
     def subset(self) -> str:
         """What a verdict on an adapter that leaves operations out covers ("" if it offers them all)."""
         if not self.not_offered or self.coverage.spec is None:
             return ""
-        declared = self.coverage.spec.behaviours()
-        checkable = sum(self.coverage.offers(operation) for operation, _, _ in declared)
+        behaviours = self.behaviours
         return (
-            f"{checkable} of the {len(declared)} behaviours the rules declare are checkable through it;"
-            f" not checked: {', '.join(self.not_offered)}"
+            f"{len(behaviours.checkable)} of the {len(behaviours.declared)} behaviours the rules declare are"
+            f" checkable through it; not checked: {', '.join(self.not_offered)}"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -91,6 +92,11 @@ def test_an_adapter_that_leaves_operations_out_conforms_only_on_a_subset(pg_serv
     headline = next(line for line in run.stdout.splitlines() if "ON A SUBSET" in line)
     for left_out in ("DeleteRun", "SetCommunityState", "GetDelivery"):
         assert left_out in headline
+    # The summary's count and the subset verdict's are one count (Verdict.behaviours).
+    checkable, declared = map(int, re.findall(r"(\d+) of the (\d+) behaviours the rules declare", headline)[0])
+    summary = re.search(r"behaviours exercised: (\d+) of the (\d+) the rules declare", run.stdout)
+    assert summary is not None and int(summary[2]) == checkable < declared, (summary, headline)
+    assert int(summary[1]) <= checkable
     assert "--accept-subset" in run.stdout
     accepted = _verify(*args, "--accept-subset", cwd=tmp_path)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
@@ -114,3 +120,30 @@ def test_verify_help_states_its_exit_statuses() -> None:
 def test_stress_help_states_its_exit_statuses() -> None:
     run = leaseproof("stress", "--help", timeout=60)
     assert run.returncode == 0 and "exit status: 0 every history linearizable" in " ".join(run.stdout.split())
+
+
+def test_the_summary_counts_the_behaviours_the_subset_verdict_counts() -> None:
+    """One count: the summary's line and the subset verdict both read Verdict.behaviours."""
+    import io
+
+    from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
+    from leaseproof.conformance.frontends.cli import _summary
+    from leaseproof.conformance.lockstep.core import Coverage
+    from leaseproof.conformance.lockstep.delivery import DELIVERY
+    from leaseproof.conformance.lockstep.verify import Verdict
+
+    coverage = Coverage(spec=DELIVERY, offered=CORE_OPERATIONS)
+    reached = coverage.checkable_behaviours()[0]
+    coverage.behaviours[reached] += 3
+    verdict = Verdict(True, coverage, 0.0, 1)
+    behaviours = verdict.behaviours
+    assert behaviours.declared == tuple(DELIVERY.behaviours())
+    assert all(b[0] in CORE_OPERATIONS for b in behaviours.checkable)
+    assert len(behaviours.checkable) < len(behaviours.declared)
+    assert behaviours.exercised == 1 and reached not in behaviours.never
+    assert verdict.subset().startswith(f"{len(behaviours.checkable)} of the {len(behaviours.declared)} behaviours")
+    out = io.StringIO()
+    _summary(verdict, out)
+    assert f"behaviours exercised: 1 of the {len(behaviours.checkable)} the rules declare" in out.getvalue()
+    never_line = next(line for line in out.getvalue().splitlines() if line.startswith("never reached: "))
+    assert all(f"{op}/{guard}→{v}" in never_line for op, guard, v in behaviours.never)
