@@ -4,7 +4,8 @@
 harness side: it starts the child, shakes hands and turns every reply into
 a model value. `serve` is the adapter side for any in-process adapter, so a
 Python implementation can be checked through the wire exactly like one in
-Rust, Go or Java.
+Rust, Go or Java. Both sides speak protocol versions 1 and 2, and the
+hello agrees on the newest both speak (the page's section 6).
 
 Anything that is not a well-formed, timely reply to the request just sent
 is an `AdapterFault`: the run stops and says why. Faults are never compared
