@@ -196,6 +196,8 @@ class SubprocessAdapter:
         """Point this adapter at `machine`, which its hello must offer at a version that carries it."""
         if machine not in MACHINES:
             raise ValueError(f"no machine {machine!r}: the machines are {sorted(MACHINES)}")
+        if self.process.poll() is not None:  # it died serving the machine before
+            raise self._fault(f"it exited (status {self.process.returncode}) before the {machine} machine's turn")
         since = MACHINES[machine].since
         if self.protocol < since:
             raise AdapterFault(

@@ -24,6 +24,7 @@ from helpers import REPO, leaseproof
 
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS
 from leaseproof.conformance.boundary.wire import (
+    LIFECYCLE_OPERATIONS,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     AdapterFault,
@@ -282,3 +283,28 @@ def test_serve_answers_the_newest_version_both_speak() -> None:
         replies = _exchange([{"id": 1, "method": "hello", "params": {"protocol": bad}}])
         assert replies[0]["fault"]["code"] == "bad-params", replies
     assert (PROTOCOL_VERSIONS, PROTOCOL_VERSION) == ((1, 2), 2)
+
+
+def test_a_child_that_dies_on_one_machine_is_not_asked_for_the_next(tmp_path: Path) -> None:
+    """The one child serves every machine: one that crashed during the first ends the run."""
+    source = f"""
+        import json, sys
+        with open(sys.argv[1], "a") as f:
+            f.write("start\\n")
+        machines = {{"delivery": {sorted(ALL_OPERATIONS)!r}, "lifecycle": {sorted(LIFECYCLE_OPERATIONS)!r}}}
+        for line in sys.stdin:
+            request = json.loads(line)
+            if request["method"] == "execute":
+                sys.exit(3)
+            hello = {{"protocol": 2, "implementation": "crashes", "machines": machines}}
+            result = hello if request["method"] == "hello" else None
+            sys.stdout.write(json.dumps({{"id": request["id"], "result": result}}) + "\\n")
+            sys.stdout.flush()
+    """
+    command, log = _adapter(tmp_path, source)
+    run = leaseproof("verify", "--adapter-cmd", command, "--max-examples", "2", cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "verifying the delivery machine" in run.stdout and "verdict: NONE" in run.stdout
+    assert "exited (status 3) before the lifecycle machine's turn" in run.stderr, run.stderr
+    assert "verifying the lifecycle machine" not in run.stdout
+    assert _lines(log) == ["start"]
