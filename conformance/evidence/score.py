@@ -301,13 +301,16 @@ def _run_in_worker(task: Task, budget: Budget) -> Result:
 
 @contextlib.contextmanager
 def _databases(server: Server, count: int) -> Iterator[list[str]]:
-    """`count` migrated databases, dropped at the end."""
+    """`count` migrated databases, dropped at the end. Each is named after this
+    process (lp_mutation_<pid>_...), so that whoever cleans up after a run that
+    was killed outright can tell its databases from other runs' on one server."""
+    prefix = f"lp_mutation_{os.getpid()}"
     with contextlib.ExitStack() as stack:
-        template_dsn = stack.enter_context(scratch_database(server, prefix="lp_mutation_template"))
+        template_dsn = stack.enter_context(scratch_database(server, prefix=f"{prefix}_template"))
         with connect(template_dsn) as conn:
             migrate(conn)
         template = str(conninfo_to_dict(template_dsn)["dbname"])
-        yield [stack.enter_context(scratch_database(server, template=template)) for _ in range(count)]
+        yield [stack.enter_context(scratch_database(server, template=template, prefix=prefix)) for _ in range(count)]
 
 
 def default_jobs() -> int:

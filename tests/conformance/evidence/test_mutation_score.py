@@ -172,9 +172,11 @@ def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: s
 _LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5", "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/5"]
 
 
-def _databases(server: Server) -> set[str]:
+def _databases(server: Server, run: subprocess.Popen[str]) -> set[str]:
+    """The databases of the score run `run` (named after its pid): other runs may share the server."""
     with psycopg.connect(server.dsn, autocommit=True) as conn:
-        return {row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lp%'")}
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"lp\\_mutation\\_{run.pid}\\_%",))
+        return {row[0] for row in rows}
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -201,23 +203,21 @@ def _score_run(server: Server) -> subprocess.Popen[str]:
 
 
 def test_sigterm_stops_the_workers_and_drops_every_database(pg_server: Server) -> None:
-    before = _databases(pg_server)
     run = _score_run(pg_server)
-    _until(lambda: len(_databases(pg_server) - before) >= 3, "the template and both workers' databases")
+    _until(lambda: len(_databases(pg_server, run)) >= 3, "the template and both workers' databases")
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130 and "interrupted; cleaned up" in err
     _until(lambda: _gone(run.pid), "every process of the run to end")
-    assert _databases(pg_server) - before == set()
+    assert _databases(pg_server, run) == set()
 
 
 def test_workers_leave_when_their_parent_is_killed_outright(pg_server: Server) -> None:
-    before = _databases(pg_server)
     run = _score_run(pg_server)
-    _until(lambda: len(_databases(pg_server) - before) >= 3, "the template and both workers' databases")
+    _until(lambda: len(_databases(pg_server, run)) >= 3, "the template and both workers' databases")
     run.kill()  # SIGKILL: nothing of the parent's runs; its workers must notice on their own
     run.communicate(timeout=60)
     _until(lambda: _gone(run.pid), "the orphaned workers to exit")
     with psycopg.connect(pg_server.dsn, autocommit=True) as conn:  # a killed run cannot drop its databases
-        for name in _databases(pg_server) - before:
+        for name in _databases(pg_server, run):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
