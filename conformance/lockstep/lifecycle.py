@@ -136,7 +136,7 @@ def coordinate_transitions(
 FEATURES = (
     # rules (a program whose swarm leaves clock moves out still has the rule,
     # which then does nothing: see `advance_clock`)
-    "save", "delete", "recreate", "tenant", "refresh", "fire", "resume", "advance_clock",
+    "save", "delete", "recreate", "tenant", "grants", "refresh", "fire", "resume", "advance_clock",
     # values
     "community-B", "community-Z", "workflow-W2", "author-bob", "channel-ops", "other-contents", "replays",
     "unknown-replica", "long-moves", "authority", "fences", "alternate-deletions",
@@ -157,9 +157,18 @@ contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"))
 # Newer saves are common; replays, delayed saves and saves at the cutoff rarer.
 save_times = _among(*weighted(["newer"], list(WHENS[1:]), 4, "replays"))
 delete_times = _among(*weighted(["newer"], ["same", "older"], 3, "replays"))
-tenant_actions = _among(
+# Authority is a rule of its own, as often as a save or a fire: a run's
+# resume and every save are judged by it. Beside named grants and
+# revocations, one lands on the run admitted last: its owner loses authority
+# in its channel, while the other member of the channel (and the owner
+# elsewhere) keeps it.
+NEWEST_RUN_OWNER = "revoke the newest run's owner"
+authority_actions = _among(
     *[(a, "authority") for a in ("grant alice ops", "grant bob ops", "revoke alice general", "revoke bob general")],
     ("grant alice general", "authority"),
+    *[(NEWEST_RUN_OWNER, None)] * 3,
+)
+tenant_actions = _among(
     *[("activate", "fences")] * 2,
     ("quiesce", "fences"),
     ("fence", "fences"),
@@ -235,11 +244,23 @@ class LifecycleConformance(LockstepMachine):
         self.delete(community, workflow, author, "newer")
         self.save(community, workflow, author, channel, content, "after-cutoff")
 
+    @rule(community=communities, action=authority_actions)
+    @precondition(_on("grants"))
+    def authority(self, community: str, action: str) -> None:
+        """Channel authority: "revoke alice general", "grant bob ops", or the
+        newest run's owner revoked in its channel (of its community)."""
+        if action == NEWEST_RUN_OWNER:
+            if self.model.runs:
+                record = self.model.runs[max(self.model.runs)].record
+                self.run(m.SetAuthority(record.community_id, record.channel_id, record.owner, False))
+            return
+        self.tenant(community, action)
+
     @rule(community=communities, action=tenant_actions)
     @precondition(_on("tenant"))
     def tenant(self, community: str, action: str) -> None:
-        """Channel authority ("revoke alice general"), tenant state ("fence"), and the
-        alternate deletion paths, always refused ("delete W1 by admin")."""
+        """Tenant state ("fence"), the alternate deletion paths, always refused
+        ("delete W1 by admin"), and (from `authority`) channel authority."""
         cid = w.COMMUNITIES[community]
         verb, _, rest = action.partition(" ")
         if verb == "delete":

@@ -175,7 +175,8 @@ _LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5", "PostgresDeliverySto
 def _databases(server: Server, run: subprocess.Popen[str]) -> set[str]:
     """The databases of the score run `run` (named after its pid): other runs may share the server."""
     with psycopg.connect(server.dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"lp\\_mutation\\_{run.pid}\\_%",))
+        like = f"lp\\_mutation\\_{run.pid}\\_%"
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (like,))
         return {row[0] for row in rows}
 
 
