@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
+import psycopg
 
 from leaseproof.conformance.concurrent.history import Barrier, History, Operation
 from leaseproof.conformance.concurrent.linearizability import CheckResult, check
@@ -253,6 +254,18 @@ ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")])
 CLAIM = d.Claim(C, T1, LEASE)
 
 
+@attrs.frozen
+class RefusedByTheDatabase:
+    """A write that the database's own guards refused (migration 0004: SQLSTATE LP003),
+    recorded as the operation's outcome. The model never answers this, so no serial
+    order explains a history that holds one: the race is caught, by the database."""
+
+    constraint: str
+
+
+GUARD_SQLSTATE = "LP003"
+
+
 def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
     def bind(client: Client) -> Callable[[Any], Any]:
         connection = client.gate.as_connection()
@@ -266,6 +279,10 @@ def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Cli
                 return store.execute(command)
             except Refused as refused:
                 return refused.rejection
+            except psycopg.DatabaseError as exc:
+                if exc.sqlstate != GUARD_SQLSTATE:
+                    raise
+                return RefusedByTheDatabase(exc.diag.constraint_name or "?")
 
         return execute
 

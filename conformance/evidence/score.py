@@ -30,6 +30,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import statistics
 import threading
 import time
@@ -282,6 +283,9 @@ def _start_worker(databases: Any) -> None:
     run, and leave as soon as the process that started it is gone (killed,
     even by SIGKILL), rather than run on as an orphan."""
     global _worker_dsn
+    # A terminal's Ctrl-C reaches the whole process group: the parent stops the
+    # workers itself (and drops their databases), without a traceback from each.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_dsn = databases.get()
     parent = multiprocessing.parent_process()
     if parent is not None:

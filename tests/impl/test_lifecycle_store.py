@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
-from leaseproof.impl.hooks.clock import PinnedClock
+from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as d
@@ -35,6 +35,7 @@ class Pods:
     def __init__(self, dsn: str) -> None:
         self.conn = connect(dsn)
         migrate(self.conn)
+        mark_test_database(self.conn)
         PinnedClock(self.conn).pin(T0)
         PostgresDeliveryStore(self.conn).execute(d.CreateCommunity(C))
         self.store = LifecycleStore(self.conn)

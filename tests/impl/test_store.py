@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
-from leaseproof.impl.hooks.clock import PinnedClock
+from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.migrate import available, migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause, ScheduleCause
@@ -46,6 +46,7 @@ class World:
         self.conn = connect(dsn)
         self.store = PostgresDeliveryStore(self.conn)
         self.clock = PinnedClock(self.conn)
+        mark_test_database(self.conn)
         self.clock.pin(START)
         for community in (A, B):
             self.store.execute(m.CreateCommunity(community))

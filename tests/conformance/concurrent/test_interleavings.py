@@ -43,6 +43,7 @@ from leaseproof.conformance.concurrent.schedules import (
     W1,
     C,
     Race,
+    RefusedByTheDatabase,
     a_second_sweep_then_a_claim,
     delivery_races,
     new,
@@ -287,6 +288,9 @@ def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race
     at_write.release()
     race.result(first)
     race.judge("retry first", impl.conforms)
+    if not impl.conforms and first_outcome != retry_outcome:
+        # The check-then-act write would flip the terminal; the database refuses it (migration 0004).
+        assert race.outcomes["first"] == [RefusedByTheDatabase("delivery_terminal_once")]
 
 
 # -- the holder and the reaper at expiry ----------------------------------------------------------

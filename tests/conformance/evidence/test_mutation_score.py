@@ -132,7 +132,7 @@ def _delivery(status: str, lease: str, cause: str = "'event', '\\x" + "22" * 32 
             cause_invocation_id, status, lease_generation, lease_until, claimed_at, created_at)
         VALUES ('{_COMMUNITY}', gen_random_uuid(), '00000000-0000-4000-8000-000000000002',
             '00000000-0000-4000-8000-000000000003', 's1', '\\x{"33" * 32}', '\\x{"44" * 32}', '\\x{"11" * 32}',
-            {cause}, '{status}', 1, {lease}, {lease}, now())
+            {cause}, '{status}', {1 if status == "claimed" else 0}, {lease}, {lease}, now())
     """
 
 
@@ -140,7 +140,12 @@ def test_a_lease_deadline_exists_exactly_while_a_row_is_claimed(delivery_dsn: st
     """The fact behind the `status = 'claimed'` drops in renew, finish and reap."""
     with psycopg.connect(delivery_dsn, autocommit=True) as conn:
         conn.execute(_SETUP)
-        conn.execute(_delivery("claimed", "now()"))
+        # Created pending and then claimed, as the database allows (migration 0004).
+        conn.execute(_delivery("pending", "NULL"))
+        conn.execute(
+            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = 1,"
+            " claimed_at = now(), lease_until = now() + interval '30 seconds'"
+        )
     assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("pending", "now()"))
     assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("claimed", "NULL"))
 
