@@ -79,6 +79,12 @@ const COMMUNITY_STATES = ["active", "quiescing", "fenced"]; // "deleted" only vi
 // and the dispatch of a command to its `op<Type>` method. A subclass names its
 // machine and operations (static MACHINE, OPERATIONS) and extends `reset`.
 class CommunityMachine {
+  // `mutant`: the name of a deliberate bug the machine plays, or null.
+  constructor({ mutant = null } = {}) {
+    this.mutant = mutant;
+    this.reset(0);
+  }
+
   reset(start) {
     this.now = start; // the pinned clock, integer microseconds
     this.communities = new Map(); // community -> state

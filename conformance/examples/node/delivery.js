@@ -120,12 +120,6 @@ class DeliveryMachine extends CommunityMachine {
   static MACHINE = "delivery";
   static OPERATIONS = OPERATIONS;
 
-  constructor({ mutant = null } = {}) {
-    super();
-    this.mutant = mutant;
-    this.reset(0);
-  }
-
   reset(start) {
     super.reset(start);
     this.workflows = new Map(); // k(community, workflow) -> {community_id, id}

@@ -64,12 +64,6 @@ class LifecycleMachine extends CommunityMachine {
   static MACHINE = "lifecycle";
   static OPERATIONS = OPERATIONS;
 
-  constructor({ mutant = null } = {}) {
-    super();
-    this.mutant = mutant;
-    this.reset(0);
-  }
-
   reset(start) {
     super.reset(start);
     this.authority = new Map(); // community/channel/member -> [community, channel, member]
