@@ -44,6 +44,7 @@ class Run:
             text=True,
             env=env,
             cwd=tmpdir,
+            preexec_fn=_default_signals,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -98,6 +99,15 @@ class Run:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=_DEADLINE)
+
+
+def _default_signals() -> None:
+    """In the child, before the run starts: the signals the tests send take their
+    default action, as in a terminal. A run keeps a signal its parent ignored
+    (nohup's SIGHUP, a non-interactive shell's SIGINT for a background job), so
+    under such a parent the test would otherwise wait for a run that never ends."""
+    for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def serves(pid: int, folder: Path) -> bool:
