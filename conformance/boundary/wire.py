@@ -274,6 +274,12 @@ class SubprocessAdapter:
         if self.process.poll() is None:
             with contextlib.suppress(AdapterFault):
                 self._call("close", {}, timeout=5)
+            # End its stdin too: an adapter that reads requests until end of
+            # input (and does not exit on "close") then ends at once.
+            with contextlib.suppress(OSError, ValueError):
+                if self.process.stdin is not None:
+                    with self._writing:
+                        self.process.stdin.close()
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -234,7 +234,8 @@ expected_bindings = _among(
     *[("exact", "expected-bindings")] * 4,
     *[(how, "binding-forgeries") for how in BINDING_FORGERIES[1:]],
 )
-woken_bindings = _among(*[("exact", None)] * 3, *[(how, "binding-forgeries") for how in BINDING_FORGERIES[1:]])
+WOKEN = BINDING_FORGERIES  # the exact binding, and each single-field forgery
+woken_bindings = _among(*[("exact", None)] * 3, *[(how, "binding-forgeries") for how in WOKEN[1:]])
 # How a lease presented to renew/finish relates to the one claim returned.
 LEASE_FORGERIES = ("held", "foreign-target", "older-generation", "newer-generation", "foreign-community")
 lease_forgeries = _among(*weighted(["held"], list(LEASE_FORGERIES[1:]), 4, "lease-forgeries"))
