@@ -553,17 +553,14 @@ class DeliveryConformance(LockstepMachine):
     def _holder(self, which: str) -> m.Lease | None:
         """The lease of the oldest or the newest claim (by claimed_at, id) still
         standing, or the former holder's; falling back to any of them."""
-        rows = sorted(self._claimed_rows(), key=lambda d: (d.claimed_at, d.id))
-        standing = [
-            m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)
-            for row in rows
-        ]  # fmt: skip
         former = self._former_holder()
         if which == "former" and former is not None:
             return former
-        if standing:
-            return standing[0] if which == "oldest" else standing[-1]
-        return former
+        rows = sorted(self._claimed_rows(), key=lambda d: (d.claimed_at, d.id))
+        if not rows:
+            return former
+        row = rows[0] if which == "oldest" else rows[-1]
+        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)
 
     def _former_holder(self) -> m.Lease | None:
         """The lease last issued that no longer holds its row (which still exists)."""
