@@ -21,6 +21,7 @@ import socket
 import sys
 
 from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.harness.interrupts import interruptible
 from leaseproof.conformance.harness.provision import (
     Server,
     databases_named,
@@ -56,10 +57,6 @@ def _drop_orphans(server: Server) -> None:
             drop_database(server, name)
 
 
-def _ended(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m leaseproof.conformance.boundary.serve", description=__doc__.splitlines()[0]
@@ -71,10 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     mutant = by_name(SERVED, args.mutant) if args.mutant else None
     # Through every `with`, as Ctrl-C does. SIGINT too: a child started from a
     # background job inherits it ignored, and Python then leaves it so.
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, _ended)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with contextlib.ExitStack() as stack:
+        with interruptible(), contextlib.ExitStack() as stack:
             server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
             _drop_orphans(server)
             # One scratch database per machine, so each reset is its machine's alone.

@@ -14,9 +14,7 @@ import importlib
 import inspect
 import json
 import random
-import signal
 import sys
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,7 @@ from leaseproof.conformance.concurrent.stress import stress as run_stress
 from leaseproof.conformance.evidence import killmatrix
 from leaseproof.conformance.evidence import score as mutation_score
 from leaseproof.conformance.frontends.progress import ProgressLine
+from leaseproof.conformance.harness.interrupts import interruptible
 from leaseproof.conformance.harness.provision import ProvisioningError, Server, postgres_server, scratch_database
 from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
 from leaseproof.conformance.lockstep.delivery import Coverage
@@ -1000,43 +999,16 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
 }
 
 
-# The signals that end a run as Ctrl-C does (a signal ignored when the run starts, as
-# nohup ignores SIGHUP, stays ignored).
-_INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM and SIGHUP end a run as Ctrl-C does: through every `with`, so scratch
     # databases are dropped, worker processes stopped and an embedded server shut down.
-    previous = _interruptible() if threading.current_thread() is threading.main_thread() else {}
     try:
-        return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
+        with interruptible():
+            return COMMANDS[args.command](args, sys.stdout, sys.stderr)  # argparse only allows known commands
     except KeyboardInterrupt:
         sys.stderr.write("leaseproof: interrupted; cleaned up\n")
         return EXIT_INTERRUPTED
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-def _interruptible() -> dict[signal.Signals, Any]:
-    """Make SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt; return the handlers replaced."""
-    previous: dict[signal.Signals, Any] = {}
-    for signum in _INTERRUPTING:
-        handler = signal.getsignal(signum)
-        if handler is signal.SIG_IGN:
-            continue
-        previous[signum] = signal.signal(signum, _interrupted)
-    return previous
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    # Once: a second signal must not cut short the cleanup that the first started.
-    for each in _INTERRUPTING:
-        if signal.getsignal(each) is _interrupted:
-            signal.signal(each, signal.SIG_IGN)
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -134,11 +134,16 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
                 in_process[name] = _kill(local)
             finally:
                 local.close()
+
+    def remotely(name: str | None) -> Any:
         remote = SubprocessAdapter(serve_command(pg_server.dsn, name))  # its own scratch database
         try:
-            over_wire[name] = _kill(remote)
+            return _kill(remote)
         finally:
             remote.close()
+
+    with ThreadPoolExecutor(4) as pool:  # each child a process of its own
+        over_wire.update(zip(in_process, pool.map(remotely, in_process), strict=True))
     killed_in_process = {name for name, result in in_process.items() if result}
     killed_over_wire = {name for name, result in over_wire.items() if result}
     assert killed_in_process == {mu.name for mu in MUTANTS}  # and the bundled store (None) survives both
@@ -1033,7 +1038,8 @@ def _lifecycle_kill(adapter: Any) -> str | None:
 
 
 def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: Server) -> None:
-    in_process, over_wire = {}, {}
+    in_process: dict[str | None, str | None] = {}
+    over_wire: dict[str | None, str | None] = {}
     for mutant in (None, *LIFECYCLE_MUTANTS):
         name = mutant.name if mutant else None
         with scratch_database(pg_server) as dsn:
@@ -1042,12 +1048,17 @@ def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: S
                 in_process[name] = _lifecycle_kill(local)
             finally:
                 local.close()
+
+    def remotely(name: str | None) -> str | None:
         remote = SubprocessAdapter(serve_command(pg_server.dsn, name), machine="lifecycle")
         try:
             assert "lifecycle" in remote.machines and remote.operations == LIFECYCLE_OPERATIONS
-            over_wire[name] = _lifecycle_kill(remote)
+            return _lifecycle_kill(remote)
         finally:
             remote.close()
+
+    with ThreadPoolExecutor(4) as pool:  # each child a process of its own
+        over_wire.update(zip(in_process, pool.map(remotely, in_process), strict=True))
     assert in_process[None] is None and over_wire[None] is None  # the bundled implementation passes both
     assert {n for n, r in in_process.items() if r} == {mu.name for mu in LIFECYCLE_MUTANTS}
     assert over_wire == in_process  # the same scenario, the same disagreement, word for word
