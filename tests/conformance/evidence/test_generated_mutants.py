@@ -7,7 +7,7 @@ must be killed, an equivalent one (impl/mutants/generated/equivalent.py) must no
 machine, pytest-xdist spreads these tests over processes or hosts (execnet
 gateways), each worker with its own server and databases:
 
-    pip install '.[dist]'
+    pip install '.[test]'
     python -m pytest -m mutation -n auto tests/conformance/evidence/test_generated_mutants.py
     python -m pytest -m mutation --dist load --tx 4*popen --tx ssh=ci-2//python=python3 ...
 
