@@ -10,14 +10,17 @@ one in exactly the statement it names.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
+from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
 from leaseproof.model.errors import Refused
@@ -34,10 +37,45 @@ _DELIVERY_COLUMNS = """
 """
 
 
-def connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
-    """A connection as the store expects it: autocommit, UTC, dict rows."""
+@attrs.frozen
+class Waits:
+    """How long a store call may wait, in seconds, each bound enforced by the server
+    (one client stalled inside a transaction must not stop every other):
+
+    - `lock`: for a row or advisory lock another client holds (lock_timeout);
+    - `statement`: for any one statement (statement_timeout);
+    - `idle_in_transaction`: how long a client of the store may sit inside an
+      open transaction before the server ends its session and releases its
+      locks (idle_in_transaction_session_timeout): the bound on how long a
+      stalled client can hold up the others.
+
+    A call that waits past `lock` or `statement` raises `Unavailable`.
+    """
+
+    lock: float = 5.0
+    statement: float = 30.0
+    idle_in_transaction: float = 60.0
+
+    def settings(self) -> str:
+        """The SET statements that apply these bounds to a session (in milliseconds)."""
+        return "; ".join(
+            f"SET {name} = {round(seconds * 1000)}"
+            for name, seconds in (
+                ("lock_timeout", self.lock),
+                ("statement_timeout", self.statement),
+                ("idle_in_transaction_session_timeout", self.idle_in_transaction),
+            )
+        )
+
+
+WAITS = Waits()
+
+
+def connect(dsn: str, waits: Waits = WAITS) -> psycopg.Connection[dict[str, Any]]:
+    """A connection as the store expects it: autocommit, UTC, dict rows, bounded waits
+    (one round trip sets them all)."""
     conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
-    conn.execute("SET TIME ZONE 'UTC'")
+    conn.execute(f"SET TIME ZONE 'UTC'; {waits.settings()}".encode())
     return conn
 
 
@@ -115,6 +153,51 @@ class FencedWriter:
 
     def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
         return self.conn.execute(sql, params).fetchone()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """`conn.transaction()`, telling a connection lost while committing (the
+        outcome is unknown) from one lost before (nothing took effect)."""
+        transaction = self.conn.transaction()
+        transaction.__enter__()
+        try:
+            yield
+        except BaseException as exc:
+            transaction.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, or finds the connection gone
+            raise
+        try:
+            transaction.__exit__(None, None, None)  # the COMMIT
+        except psycopg.OperationalError as exc:
+            raise _Committing(exc) from exc
+
+
+class _Committing(Exception):
+    """The connection was lost while the COMMIT was on its way (raised inside the store)."""
+
+    def __init__(self, cause: psycopg.OperationalError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+# What the server says when it gives a transaction up and rolls it back: it may be sent again.
+_GAVE_UP = {
+    "55P03": "gave up waiting for a lock another client holds",  # lock_timeout
+    "57014": "the statement ran past its bound",  # statement_timeout (or a cancel)
+    "40P01": "the server broke a deadlock by rolling it back",
+    "40001": "the server rolled it back (a serialization failure)",
+}
+
+
+def typed_error(operation: str, exc: BaseException, conn: Any) -> BaseException | None:
+    """The typed error (`leaseproof.impl.errors`) for `exc`, raised by a store call
+    on `conn`; None if it is none of them (a bug, raised as it is)."""
+    if isinstance(exc, _Committing):
+        return ConnectionLost(operation, None, exc.cause)
+    if isinstance(exc, psycopg.Error) and (conn.closed or conn.broken):
+        return ConnectionLost(operation, False, exc)  # the session is gone (ended by the server, cut)
+    if isinstance(exc, psycopg.errors.DatabaseError) and (reason := _GAVE_UP.get(exc.sqlstate or "")):
+        return Unavailable(operation, f"{reason} ({exc.sqlstate}: {str(exc).strip()})")
+    return None
 
 
 class PostgresDeliveryStore(FencedWriter):
@@ -319,19 +402,24 @@ class PostgresDeliveryStore(FencedWriter):
                 # won the race with our explicit check): the same refusal.
                 state = m.CommunityState(exc.diag.message_detail or "deleted")
                 raise Refused(m.CommunityNotWritable(community_id, state)) from exc
-            raise
+            typed = typed_error(type(command).__name__, exc, self.conn)
+            if typed is None:
+                raise
+            raise typed from exc
+        except _Committing as exc:
+            raise ConnectionLost(type(command).__name__, None, exc.cause) from exc.cause
 
     # -- communities, workflows, runs, events ----------------------------------
 
     def create_community(self, c: m.CreateCommunity) -> m.Ok:
-        with self.conn.transaction():
+        with self._transaction():
             if self._one(self.SQL_CREATE_COMMUNITY, {"community_id": c.community_id}) is None:
                 raise Refused(m.AlreadyExists("community", c.community_id, c.community_id))
         return m.Ok()
 
     def set_community_state(self, c: m.SetCommunityState) -> m.Ok:
         params = {"community_id": c.community_id, "state": c.state.value}
-        with self.conn.transaction():
+        with self._transaction():
             row = self._one(self.SQL_COMMUNITY_FOR_UPDATE, params)
             if row is None:
                 raise Refused(m.UnknownCommunity(c.community_id))
@@ -342,7 +430,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def delete_community(self, c: m.DeleteCommunity) -> m.Ok:
         params = {"community_id": c.community_id, "state": m.CommunityState.DELETED.value}
-        with self.conn.transaction():
+        with self._transaction():
             if self._one(self.SQL_COMMUNITY_FOR_UPDATE, params) is None:
                 raise Refused(m.UnknownCommunity(c.community_id))
             self.conn.execute(self.SQL_SET_COMMUNITY_STATE, params)
@@ -352,7 +440,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def create_workflow(self, c: m.CreateWorkflow) -> m.Ok:
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_CREATE_WORKFLOW, params) is None:
                 raise Refused(m.AlreadyExists("workflow", c.community_id, c.workflow_id))
@@ -360,7 +448,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def delete_workflow(self, c: m.DeleteWorkflow) -> m.Ok:
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_DELETE_WORKFLOW, params) is None:
                 raise Refused(m.NotFound("workflow", c.community_id, c.workflow_id))
@@ -368,7 +456,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def create_run(self, c: m.CreateRun) -> m.Ok:
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id, "run_id": c.run_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_WORKFLOW_EXISTS, params) is None:
                 raise Refused(m.NotFound("workflow", c.community_id, c.workflow_id))
@@ -378,7 +466,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def delete_run(self, c: m.DeleteRun) -> m.Ok:
         params = {"community_id": c.community_id, "run_id": c.run_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_DELETE_RUN, params) is None:
                 raise Refused(m.NotFound("run", c.community_id, c.run_id))
@@ -386,7 +474,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def publish_event(self, c: m.PublishEvent) -> m.Ok:
         params = {"community_id": c.community_id, "event_id": c.event_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_PUBLISH_EVENT, params) is None:
                 raise Refused(m.AlreadyExists("event", c.community_id, c.event_id))
@@ -394,7 +482,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def delete_event(self, c: m.DeleteEvent) -> m.Ok:
         params = {"community_id": c.community_id, "event_id": c.event_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             if self._one(self.SQL_DELETE_EVENT, params) is None:
                 raise Refused(m.NotFound("event", c.community_id, c.event_id))
@@ -404,7 +492,7 @@ class PostgresDeliveryStore(FencedWriter):
 
     def commit_deliveries(self, c: m.CommitDeliveries) -> m.Committed:
         params = {"community_id": c.community_id, "run_id": c.run_id, "step_id": c.step_id}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             self.conn.execute(self.SQL_LOCK_IDENTITY, params)
             existed = self._one(self.SQL_IDENTITY_EXISTS, params)["existed"]  # type: ignore[index]  # the statement always returns one row
@@ -454,7 +542,7 @@ class PostgresDeliveryStore(FencedWriter):
             "match": expected is not None,
             **_expected_columns(expected),
         }
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             row = self._one(self.SQL_CLAIM, params)
         if row is None:
@@ -471,14 +559,14 @@ class PostgresDeliveryStore(FencedWriter):
 
     def renew(self, c: m.Renew) -> m.Renewed | m.LeaseLost:
         params = {**_lease_params(c.lease), "lease_seconds": c.lease_seconds}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.lease.community_id)
             row = self._one(self.SQL_RENEW, params)
         return m.LeaseLost() if row is None else m.Renewed(row["lease_until"])
 
     def finish(self, c: m.Finish) -> m.Settled | m.AlreadyTerminal | m.LeaseLost:
         params = {**_lease_params(c.lease), "outcome": c.outcome.value}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.lease.community_id)
             row = self._one(self.SQL_FINISH, params)
             if row is not None:
@@ -489,7 +577,7 @@ class PostgresDeliveryStore(FencedWriter):
         return m.LeaseLost() if row is None else m.AlreadyTerminal(m.Status(row["status"]))
 
     def reap(self, c: m.Reap | None = None) -> m.Reaped:
-        with self.conn.transaction():
+        with self._transaction():
             self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
             row = self._one(self.SQL_REAP, {})
         return m.Reaped(row["reaped"])  # type: ignore[index]  # the statement always returns one row

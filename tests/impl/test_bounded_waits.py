@@ -1,0 +1,216 @@
+"""Bounded waits and typed errors: a stalled client cannot stop the store.
+
+Each test stalls a real client inside a transaction on a real server (a
+second connection that takes a lock and then does nothing, as a worker
+paused between its UPDATE and its COMMIT would) or cuts a store's connection
+at a chosen point (the statement gate parks it there, and the server ends its
+backend). A store call then ends within its bound, with an error that says
+whether it took effect, and the database shows that it did what it says.
+Nothing sleeps: each wait is for a condition, bounded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
+from leaseproof.impl.errors import ConnectionLost, Unavailable
+from leaseproof.impl.hooks.gate import Schedule
+from leaseproof.model import delivery as m
+from leaseproof.model.binding import Binding, EventCause
+from leaseproof.model.errors import Refused
+
+A, B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
+WORKFLOW, RUN, LATER = uuid.UUID(int=0x100), uuid.UUID(int=0x200), uuid.UUID(int=0x300)
+TARGET, MESSAGE, DEFINITION = b"\x01" * 32, b"\x03" * 32, b"\x04" * 32
+DELIVERY = {A: uuid.UUID(int=0xDA), B: uuid.UUID(int=0xDB)}
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+SHORT = Waits(lock=0.2, statement=5, idle_in_transaction=5)
+_BOUND = 30.0  # seconds a call may take before the test calls it unbounded
+
+
+@pytest.fixture
+def world(delivery_dsn: str) -> Iterator[str]:
+    """Communities A and B, each with one delivery claimed for 30 s, and the
+    (pinned) clock 60 s on: both leases expired, waiting for the reaper."""
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    try:
+        adapter.reset(T0)
+        for community in (A, B):
+            for command in (
+                m.CreateCommunity(community),
+                m.CreateWorkflow(community, WORKFLOW),
+                m.CreateRun(community, WORKFLOW, RUN),
+                m.PublishEvent(community, MESSAGE),
+            ):
+                assert adapter.execute(command) == m.Ok()
+            binding = Binding(community, WORKFLOW, RUN, "s1", TARGET, DEFINITION, MESSAGE, EventCause(b"\x05" * 32))
+            adapter.execute(m.CommitDeliveries(community, RUN, "s1", [m.NewDelivery(DELIVERY[community], binding)]))
+            assert isinstance(adapter.execute(m.Claim(community, TARGET, 30)), m.Claimed)
+        adapter.execute(m.AdvanceClock(dt.timedelta(seconds=60)))
+    finally:
+        adapter.close()
+    yield delivery_dsn
+
+
+@pytest.fixture
+def stalled(world: str) -> Iterator[psycopg.Connection[Any]]:
+    """A client that opened a transaction and stopped; rolled back at the end."""
+    conn = connect(world)
+    conn.execute("BEGIN")
+    yield conn
+    if not conn.closed:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def _within_bound(call: Callable[[], Any]) -> Any:
+    """`call()`'s result or exception, failing (not hanging) if it does not end within _BOUND."""
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(("returned", call()))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            result.append(("raised", exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(_BOUND)
+    assert result, f"the call did not end within {_BOUND:g}s: its wait is not bounded"
+    return result[0]
+
+
+def _store(dsn: str, waits: Waits = SHORT) -> PostgresDeliveryStore:
+    return PostgresDeliveryStore(connect(dsn, waits))
+
+
+def _statuses(dsn: str) -> dict[uuid.UUID, tuple[str, int]]:
+    with connect(dsn) as conn:
+        rows = conn.execute("SELECT id, status, lease_generation FROM workflow_agent_deliveries").fetchall()
+    return {row["id"]: (row["status"], row["lease_generation"]) for row in rows}
+
+
+def test_a_write_blocked_by_a_stalled_client_gives_up_writes_nothing_and_other_tenants_go_on(
+    world: str, stalled: psycopg.Connection[Any]
+) -> None:
+    stalled.execute("SELECT state FROM communities WHERE id = %s FOR UPDATE", (A,))  # a stalled state change
+    store = _store(world)
+    try:
+        how, error = _within_bound(lambda: store.execute(m.CreateRun(A, WORKFLOW, LATER)))
+        assert how == "raised" and isinstance(error, Unavailable), error
+        assert error.operation == "CreateRun" and "lock another client holds" in str(error)
+        assert "did not take effect and may be retried" in str(error)
+        # The other tenant is not held up, and the same connection goes on working.
+        assert _within_bound(lambda: store.execute(m.CreateRun(B, WORKFLOW, LATER))) == ("returned", m.Ok())
+        stalled.execute("ROLLBACK")
+        assert store.execute(m.CreateRun(A, WORKFLOW, LATER)) == m.Ok()  # it had written nothing
+    finally:
+        store.conn.close()
+
+
+def test_the_reaper_blocked_by_a_stalled_holder_gives_up_whole_and_reaps_all_once_it_is_gone(
+    world: str, stalled: psycopg.Connection[Any]
+) -> None:
+    before = _statuses(world)
+    stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
+    store = _store(world)
+    try:
+        how, error = _within_bound(lambda: store.execute(m.Reap()))
+        assert how == "raised" and isinstance(error, Unavailable) and error.operation == "Reap", error
+        assert _statuses(world) == before  # all or nothing: no tenant's lease was half reaped
+        stalled.execute("ROLLBACK")
+        assert store.execute(m.Reap()) == m.Reaped(2)
+    finally:
+        store.conn.close()
+
+
+def test_the_server_ends_a_client_stalled_inside_a_transaction_and_the_reaper_then_goes_on(world: str) -> None:
+    stalled = connect(world, Waits(idle_in_transaction=0.3))
+    pid = stalled.info.backend_pid
+    stalled.execute("BEGIN")
+    stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
+    store = _store(world, Waits())  # the default bounds: its lock wait outlasts the stalled client
+    try:
+        assert _within_bound(lambda: store.execute(m.Reap())) == ("returned", m.Reaped(2))
+        with connect(world) as monitor:
+            deadline = time.monotonic() + _BOUND
+            while monitor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline, "the stalled session was not ended"
+                time.sleep(0.05)  # the poll interval of a condition
+        with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+            stalled.execute("COMMIT")  # its session was ended: nothing it did commits
+        assert stalled.broken
+    finally:
+        store.conn.close()
+        stalled.close()
+
+
+def _cut(world: str, at: Callable[[Any], Any]) -> tuple[BaseException, Callable[[], bool]]:
+    """Run CreateRun(A, LATER) on a gated store, end its backend where `at(gate)`
+    parks it, and return what the call raised and whether the run exists now."""
+    with Schedule(world) as schedule:
+        client = schedule.client("cut")
+        store = PostgresDeliveryStore(client.gate.as_connection())
+        pause = at(client.gate)
+        client.start(lambda: store.execute(m.CreateRun(A, WORKFLOW, LATER)))
+        pause.wait_parked()
+        terminated = schedule.monitor.execute("SELECT pg_terminate_backend(%s, 10000) AS done", (client.pid,))
+        assert terminated.fetchone()["done"]  # type: ignore[index]  # one row
+        pause.release()
+        client.wait_finished()
+        error = client._error
+    assert error is not None, "the call returned although its connection was ended"
+
+    def exists() -> bool:
+        with connect(world) as conn:
+            return conn.execute("SELECT 1 FROM workflow_runs WHERE id = %s", (LATER,)).fetchone() is not None
+
+    return error, exists
+
+
+def test_a_connection_lost_before_the_commit_says_the_call_did_not_take_effect(world: str) -> None:
+    error, exists = _cut(world, lambda gate: gate.pause_before(PostgresDeliveryStore.SQL_CREATE_RUN))
+    assert isinstance(error, ConnectionLost) and error.applied is False, error
+    assert "before it committed: it did not take effect" in str(error)
+    assert not exists()
+
+
+def test_a_connection_lost_while_committing_says_the_outcome_is_unknown(world: str) -> None:
+    error, exists = _cut(world, lambda gate: gate.pause_before_commit())
+    assert isinstance(error, ConnectionLost) and error.applied is None, error
+    assert "while it was committing: it may or may not have taken effect" in str(error)
+    assert isinstance(error, ConnectionError)  # what the conformance harness records as indeterminate
+    assert not exists()  # here the COMMIT never reached the server; the error could not know that
+
+
+def test_a_refusal_is_still_an_answer(world: str) -> None:
+    store = _store(world)
+    try:
+        with pytest.raises(Refused):
+            store.execute(m.CreateRun(A, WORKFLOW, RUN))  # it exists
+    finally:
+        store.conn.close()
+
+
+def test_the_bounds_are_set_on_every_connection_of_the_store(world: str) -> None:
+    with connect(world, Waits(lock=1.5, statement=7, idle_in_transaction=90)) as conn:
+        got = {
+            name: conn.execute(f"SHOW {name}").fetchone()[name]  # type: ignore[index]  # SHOW returns one row
+            for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout", "TimeZone")
+        }
+    assert got == {
+        "lock_timeout": "1500ms",
+        "statement_timeout": "7s",
+        "idle_in_transaction_session_timeout": "90s",
+        "TimeZone": "UTC",
+    }
