@@ -7,12 +7,27 @@ from __future__ import annotations
 import gc
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from leaseproof.conformance.harness import interrupts
 from leaseproof.conformance.harness.interrupts import interruptible
+
+
+@pytest.fixture(autouse=True)
+def signals_as_in_a_terminal() -> Iterator[None]:
+    """The three signals as a run started from a terminal has them (a pytest-xdist
+    worker starts with SIGINT ignored, which `interruptible` would leave so)."""
+    previous = {signum: signal.getsignal(signum) for signum in interrupts.INTERRUPTING}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _signal_inside_a_gc_callback(signum: int) -> Callable[[str, dict[str, int]], None]:
