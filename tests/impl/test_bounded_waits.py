@@ -214,3 +214,21 @@ def test_the_bounds_are_set_on_every_connection_of_the_store(world: str) -> None
         "idle_in_transaction_session_timeout": "90s",
         "TimeZone": "UTC",
     }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="finding: one tenant's expired lease locked by a stalled client stops the reaper for every tenant "
+    "(the sweep is one fleet-wide transaction); the nemesis measures it as the healthy tenants' reap delay",
+)
+def test_finding_a_stalled_tenant_does_not_stop_the_reaping_of_another(
+    world: str, stalled: psycopg.Connection[Any]
+) -> None:
+    stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
+    store = _store(world)
+    try:
+        _within_bound(lambda: store.execute(m.Reap()))
+        assert _statuses(world)[DELIVERY[B]] == ("pending", 2)  # B's expired lease is reaped meanwhile
+    finally:
+        store.conn.close()

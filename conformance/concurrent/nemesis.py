@@ -1,0 +1,411 @@
+"""The nemesis: the bundled delivery store used as a service uses it, under faults.
+
+`python -m leaseproof.conformance.concurrent.nemesis --seed N --duration S`
+runs worker processes that claim, renew and finish deliveries of several
+tenants on the database's real clock with short leases, and a reaper
+process that sweeps expired leases, while a seeded schedule injects faults:
+
+- `kill`: SIGKILL of a worker (it is started again);
+- `terminate`: the server ends a worker's backend (`pg_terminate_backend`);
+- `pause`: SIGSTOP of a worker for longer than its lease, then SIGCONT;
+- `stall`: a client takes the row locks of every claimed delivery of the
+  first tenant ("the stalled tenant") inside a transaction and does nothing
+  for a while, as a worker paused between its UPDATE and its COMMIT would.
+
+Every worker appends what the store answered it to a log of its own (a line
+is written whole, so a killed worker leaves whole lines). Afterwards an audit
+judges the logs and the rows: no committed delivery lost, none settled twice,
+no completion accepted from a stale holder (the accepted finish's generation
+is the row's), no two claims handed the same generation, every row in a
+state the model allows; and liveness per tenant: the longest a healthy
+tenant's expired lease waited for the reaper, against a stated bound, while
+the stalled tenant was stalled.
+
+The figures (cycles, faults of each kind, lost, double, stale, worst reap
+delay) are printed, and the exit status is 0 only if every safety check and
+the liveness bound hold. The seed fixes the schedule (which fault, which
+worker, each round of decisions taking every kind once, in a seeded order);
+the timing is the real clock's, so two runs of one seed differ in detail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from leaseproof.conformance.harness.interrupts import interruptible
+from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
+from leaseproof.impl.errors import ConnectionLost, Unavailable
+from leaseproof.impl.migrate import migrate
+from leaseproof.model import delivery as m
+from leaseproof.model.binding import Binding, EventCause
+from leaseproof.model.errors import Refused
+
+FAULTS = ("kill", "terminate", "pause", "stall")
+TARGET = b"\x07" * 32
+WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
+MESSAGE, DEFINITION = b"\x03" * 32, b"\x04" * 32
+LEASE_SECONDS = 1
+REAP_EVERY = 0.1  # seconds between sweeps
+WORK_SECONDS = 0.3  # the most a worker spends on one delivery (well inside its lease)
+STALL_SECONDS = 2.0
+PAUSE_SECONDS = LEASE_SECONDS + 0.5
+# The reaper sweeps every REAP_EVERY; a healthy tenant's expired lease should
+# wait no longer than a few sweeps, whatever another tenant's client does.
+REAP_BOUND = 1.0
+WAITS = Waits(lock=0.5, statement=5, idle_in_transaction=10)
+
+
+def tenant(index: int) -> uuid.UUID:
+    return uuid.UUID(int=0xC0 + index)
+
+
+@attrs.frozen
+class Plan:
+    seed: int
+    duration: float
+    workers: int = 4
+    tenants: int = 3
+    per_tenant: int = 400
+    faults: tuple[str, ...] = FAULTS
+    every: float = 0.4  # seconds between fault decisions
+
+
+@attrs.define
+class Report:
+    committed: int = 0
+    cycles: int = 0  # finishes the store accepted
+    faults: Counter[str] = attrs.field(factory=Counter)
+    lost: list[str] = attrs.field(factory=list)
+    double: list[str] = attrs.field(factory=list)
+    stale: list[str] = attrs.field(factory=list)
+    same_generation: list[str] = attrs.field(factory=list)
+    answers: Counter[str] = attrs.field(factory=Counter)
+    worst_healthy_delay: float = 0.0
+    worst_stalled_delay: float = 0.0
+
+    @property
+    def safe(self) -> bool:
+        return not (self.lost or self.double or self.stale or self.same_generation)
+
+    @property
+    def live(self) -> bool:
+        return self.worst_healthy_delay <= REAP_BOUND
+
+    def lines(self) -> list[str]:
+        faults = ", ".join(f"{kind} {self.faults[kind]}" for kind in FAULTS) or "none"
+        answers = ", ".join(f"{name} {count}" for name, count in sorted(self.answers.items()))
+        return [
+            f"committed deliveries: {self.committed}   cycles (finishes accepted): {self.cycles}",
+            f"faults: {faults}",
+            f"answers: {answers}",
+            f"lost: {len(self.lost)}   settled twice: {len(self.double)}   stale accepted: {len(self.stale)}"
+            f"   one generation claimed twice: {len(self.same_generation)}",
+            f"worst reap delay: healthy tenants {self.worst_healthy_delay:.2f}s (bound {REAP_BOUND:g}s)"
+            f", the stalled tenant {self.worst_stalled_delay:.2f}s",
+            *(f"  {problem}" for problem in (*self.lost, *self.double, *self.stale, *self.same_generation)[:20]),
+            "verdict: " + ("SAFE" if self.safe else "UNSAFE") + ", " + ("LIVE" if self.live else "NOT LIVE"),
+        ]
+
+
+def _named(dsn: str, name: str) -> str:
+    return make_conninfo(dsn, application_name=name)
+
+
+def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
+    """Migrate, and commit `per_tenant` deliveries in each tenant, on the real clock."""
+    ids: list[uuid.UUID] = []
+    with connect(dsn) as conn:
+        migrate(conn)
+        store = PostgresDeliveryStore(conn)
+        for t in range(plan.tenants):
+            community = tenant(t)
+            for command in (
+                m.CreateCommunity(community),
+                m.CreateWorkflow(community, WORKFLOW),
+                m.CreateRun(community, WORKFLOW, RUN),
+                m.PublishEvent(community, MESSAGE),
+            ):
+                store.execute(command)
+            for n in range(plan.per_tenant):  # one per step: a step has one delivery per target
+                step, delivery = f"s{n}", uuid.UUID(int=(t << 64) | (n + 1))
+                binding = Binding(community, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(b"\x05" * 32))
+                store.execute(m.CommitDeliveries(community, RUN, step, [m.NewDelivery(delivery, binding)]))
+                ids.append(delivery)
+    return ids
+
+
+def _log(out: Any, **entry: Any) -> None:
+    out.write(json.dumps(entry, default=str) + "\n")
+    out.flush()
+
+
+def _quiet() -> None:
+    """In a worker: SIGINT is the parent's to handle, and psycopg's warning that a
+    rollback found the connection gone (what the faults do) is not news."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
+
+
+def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int) -> None:
+    """Claim, sometimes renew, finish; reconnect whenever the connection is lost."""
+    _quiet()
+    rng = random.Random(seed)
+    with open(log_path, "a", encoding="utf-8") as out:
+        conn: psycopg.Connection[Any] | None = None
+        while time.time() < until:
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect(_named(dsn, name), WAITS)
+                store = PostgresDeliveryStore(conn)
+                community = tenant(rng.randrange(tenants))
+                got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS))
+                if not isinstance(got, m.Claimed):
+                    _log(out, op="claim", answer=type(got).__name__)
+                    time.sleep(0.005)  # nothing to do: poll again, as a worker does
+                    continue
+                lease = got.lease
+                _log(out, op="claim", answer="Claimed", id=lease.delivery_id, gen=lease.lease_generation)
+                time.sleep(rng.uniform(0, WORK_SECONDS))  # the work the delivery asks for
+                if rng.random() < 0.3:
+                    renewed = store.execute(m.Renew(lease, LEASE_SECONDS))
+                    _log(out, op="renew", answer=type(renewed).__name__, id=lease.delivery_id,
+                         gen=lease.lease_generation)  # fmt: skip
+                    if isinstance(renewed, m.Renewed):
+                        lease = attrs.evolve(lease, lease_until=renewed.lease_until)
+                done = store.execute(m.Finish(lease, m.Status.FINISHED))
+                _log(out, op="finish", answer=type(done).__name__, id=lease.delivery_id, gen=lease.lease_generation)
+            except Refused as refused:
+                _log(out, op="refused", answer=type(refused.rejection).__name__)
+            except Unavailable as exc:
+                _log(out, op="unavailable", answer="Unavailable", reason=exc.reason)
+            except (ConnectionLost, psycopg.Error) as exc:
+                _log(out, op="lost", answer=type(exc).__name__)
+                with contextlib.suppress(Exception):
+                    if conn is not None:
+                        conn.close()
+                conn = None
+
+
+def reaper(dsn: str, until: float, log_path: str) -> None:
+    _quiet()
+    with open(log_path, "a", encoding="utf-8") as out:
+        conn: psycopg.Connection[Any] | None = None
+        while time.time() < until:
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = connect(_named(dsn, "lp-nemesis-reaper"), WAITS)
+                reaped = PostgresDeliveryStore(conn).execute(m.Reap())
+                assert isinstance(reaped, m.Reaped)
+                _log(out, op="reap", answer="Reaped", count=reaped.count)
+            except Unavailable as exc:
+                _log(out, op="reap", answer="Unavailable", reason=exc.reason)
+            except (ConnectionLost, psycopg.Error) as exc:
+                _log(out, op="reap", answer=type(exc).__name__)
+                conn = None
+            time.sleep(REAP_EVERY)  # the sweep's period
+
+
+_OVERDUE = """
+    SELECT community_id, EXTRACT(EPOCH FROM max(now() - lease_until))::float8 AS overdue
+    FROM workflow_agent_deliveries
+    WHERE status = 'claimed' AND lease_until < now()
+    GROUP BY community_id
+"""
+
+
+def run(dsn: str, plan: Plan, folder: Path, say: Any = print) -> Report:
+    """The whole nemesis run on the migrated-or-empty database `dsn`; logs go to `folder`."""
+    report = Report()
+    ids = prepare(dsn, plan)
+    report.committed = len(ids)
+    rng = random.Random(plan.seed)
+    ctx = multiprocessing.get_context("spawn")
+    until = time.time() + plan.duration
+    logs = [folder / f"worker-{i}.jsonl" for i in range(plan.workers)]
+    procs: dict[int, Any] = {}
+
+    def start(i: int) -> None:
+        seed = rng.randrange(2**32)
+        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants)
+        procs[i] = ctx.Process(target=worker, args=args, daemon=True)
+        procs[i].start()
+
+    for i in range(plan.workers):
+        start(i)
+    sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl")), daemon=True)
+    sweeper.start()
+    paused: dict[int, float] = {}  # worker -> when to continue it
+    staller: psycopg.Connection[Any] | None = None
+    stalled_until = 0.0
+    monitor = connect(dsn)
+    kinds: list[str] = []
+    try:
+        next_fault = time.time() + plan.every
+        while time.time() < until:
+            now = time.time()
+            for i, resume in list(paused.items()):
+                if now >= resume:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(procs[i].pid, signal.SIGCONT)
+                    del paused[i]
+            if staller is not None and now >= stalled_until:
+                with contextlib.suppress(psycopg.Error):
+                    staller.execute("ROLLBACK")
+                staller.close()
+                staller = None
+            for row in monitor.execute(_OVERDUE).fetchall():
+                overdue = max(0.0, row["overdue"])
+                if row["community_id"] == tenant(0):
+                    report.worst_stalled_delay = max(report.worst_stalled_delay, overdue)
+                else:
+                    report.worst_healthy_delay = max(report.worst_healthy_delay, overdue)
+            if now >= next_fault and plan.faults:
+                next_fault = now + plan.every
+                if not kinds:  # every kind once per round, in a seeded order
+                    kinds = rng.sample(plan.faults, len(plan.faults))
+                kind = kinds.pop()
+                i = rng.randrange(plan.workers)
+                if kind == "kill" and i not in paused:
+                    procs[i].kill()
+                    procs[i].join(10)
+                    start(i)
+                elif kind == "terminate":
+                    monitor.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                        (f"lp-nemesis-worker-{i}",),
+                    )
+                elif kind == "pause" and i not in paused:
+                    os.kill(procs[i].pid, signal.SIGSTOP)
+                    paused[i] = now + PAUSE_SECONDS
+                elif kind == "stall" and staller is None:
+                    staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
+                    staller.execute("BEGIN")
+                    staller.execute(
+                        "SELECT 1 FROM workflow_agent_deliveries WHERE community_id = %s AND status = 'claimed'"
+                        " FOR UPDATE",
+                        (tenant(0),),
+                    )
+                    stalled_until = now + STALL_SECONDS
+                else:
+                    continue
+                report.faults[kind] += 1
+            time.sleep(0.02)  # the monitor's sampling period
+    finally:
+        for i in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(procs[i].pid, signal.SIGCONT)
+        if staller is not None:
+            staller.close()
+        for proc in (*procs.values(), sweeper):
+            proc.join(10 + WAITS.statement)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+        monitor.close()
+    _audit(dsn, ids, logs, report)
+    for line in report.lines():
+        say(line)
+    return report
+
+
+def _entries(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(json.JSONDecodeError):  # a line cut by SIGKILL mid-write
+                    yield json.loads(line)
+
+
+def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report) -> None:
+    with connect(dsn) as conn:
+        rows = {
+            row["id"]: row
+            for row in conn.execute(
+                "SELECT id, status, lease_generation, lease_until, claimed_at, finished_at"
+                " FROM workflow_agent_deliveries"
+            ).fetchall()
+        }
+    for delivery in ids:
+        if delivery not in rows:
+            report.lost.append(f"lost: delivery {delivery} was committed and is gone")
+    settled: dict[str, list[int]] = defaultdict(list)
+    claims: dict[tuple[str, int], int] = Counter()
+    for entry in _entries(logs):
+        report.answers[f"{entry['op']}:{entry['answer']}"] += 1
+        if entry["op"] == "claim" and entry["answer"] == "Claimed":
+            claims[(entry["id"], entry["gen"])] += 1
+        if entry["op"] == "finish" and entry["answer"] == "Settled":
+            settled[entry["id"]].append(entry["gen"])
+    report.cycles = sum(map(len, settled.values()))
+    for (claimed, generation), count in claims.items():
+        if count > 1:
+            report.same_generation.append(f"claimed twice: delivery {claimed} at generation {generation}")
+    by_text = {str(k): v for k, v in rows.items()}
+    for settled_id, generations in settled.items():
+        if len(generations) > 1:
+            report.double.append(f"settled twice: delivery {settled_id} at generations {generations}")
+        row = by_text.get(settled_id)
+        if row is None:
+            continue
+        if row["status"] != "finished" or row["lease_generation"] != generations[-1]:
+            report.stale.append(
+                f"stale accepted: delivery {settled_id} settled at generation {generations[-1]}, the row is"
+                f" {row['status']} at generation {row['lease_generation']}"
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.concurrent.nemesis", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--dsn", help="server (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the fault schedule's seed (default: a fresh one, printed)"
+    )
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    args = parser.parse_args(argv)
+    faults = tuple(f for f in args.faults.split(",") if f)
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown or args.duration <= 0 or args.workers < 1:
+        parser.error(f"unknown faults {unknown}" if unknown else "--duration and --workers must be positive")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    print(f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}")
+    try:
+        with (
+            interruptible(),
+            postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)) as server,
+            scratch_database(server) as dsn,
+            tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder,
+        ):
+            plan = Plan(seed=seed, duration=args.duration, workers=args.workers, faults=faults)
+            report = run(dsn, plan, Path(folder))
+    except KeyboardInterrupt:
+        print("nemesis: interrupted; cleaned up", file=sys.stderr)
+        return 130
+    return 0 if report.safe and report.live else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

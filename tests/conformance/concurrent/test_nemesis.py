@@ -1,0 +1,94 @@
+"""The nemesis on a real server: worker processes killed, their backends ended,
+paused past their leases, and a client stalled on a tenant's rows, while the
+store is used on the real clock; then the audit. And the audit itself, on
+logs and rows made to break each rule it checks."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leaseproof.conformance.concurrent import nemesis
+from leaseproof.conformance.concurrent.nemesis import FAULTS, Plan, Report
+from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.impl.delivery.store import connect
+
+SEED = 20261202
+
+
+def test_a_seeded_run_under_every_fault_loses_nothing_settles_once_and_accepts_no_stale_holder(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    said: list[str] = []
+    with scratch_database(pg_server) as dsn:
+        report = nemesis.run(dsn, Plan(seed=SEED, duration=6, workers=3, per_tenant=200), tmp_path, said.append)
+    assert all(report.faults[kind] >= 1 for kind in FAULTS), report.faults  # each kind was injected
+    assert report.cycles > 0 and report.answers["claim:Claimed"] > 0, said
+    assert report.safe, "\n".join(said)
+    assert report.committed == 600
+    assert any(line.startswith("verdict: SAFE") for line in said)
+
+
+def _log(path: Path, *entries: dict[str, object]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries) + '{"op": "fin', encoding="utf-8")  # a cut line
+    return path
+
+
+def test_the_audit_finds_a_lost_delivery_a_double_settlement_a_stale_holder_and_a_shared_generation(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    with scratch_database(pg_server) as dsn:
+        ids = nemesis.prepare(dsn, Plan(seed=1, duration=1, tenants=1, per_tenant=3))
+        first, second, third = (str(i) for i in ids)
+        claim = (
+            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = %s,"
+            " lease_until = now() + interval '1 minute', claimed_at = now() WHERE id = %s"
+        )
+        with connect(dsn) as conn:
+            conn.execute(claim, (1, uuid.UUID(first)))  # first: claimed at 1, then finished
+            conn.execute(
+                "UPDATE workflow_agent_deliveries SET status = 'finished', lease_until = NULL, claimed_at = NULL,"
+                " finished_at = now()"
+                " WHERE id = %s",
+                (uuid.UUID(first),),
+            )
+            conn.execute(claim, (2, uuid.UUID(second)))  # second: claimed at 2, by someone else
+            conn.execute("UPDATE communities SET state = 'deleted'")  # the fence admits the delete
+            conn.execute("DELETE FROM workflow_agent_deliveries WHERE id = %s", (uuid.UUID(third),))
+        log = _log(
+            tmp_path / "worker-0.jsonl",
+            {"op": "claim", "answer": "Claimed", "id": first, "gen": 1},
+            {"op": "claim", "answer": "Claimed", "id": first, "gen": 1},  # one generation handed out twice
+            {"op": "finish", "answer": "Settled", "id": first, "gen": 1},
+            {"op": "finish", "answer": "Settled", "id": first, "gen": 1},  # settled twice
+            {"op": "finish", "answer": "Settled", "id": second, "gen": 1},  # the row is at generation 2, claimed
+        )
+        report = Report()
+        nemesis._audit(dsn, ids, [log], report)
+    assert report.lost == [f"lost: delivery {third} was committed and is gone"]
+    assert report.double == [f"settled twice: delivery {first} at generations [1, 1]"]
+    assert report.stale == [
+        f"stale accepted: delivery {second} settled at generation 1, the row is claimed at generation 2"
+    ]
+    assert report.same_generation == [f"claimed twice: delivery {first} at generation 1"]
+    assert not report.safe and report.lines()[-1].startswith("verdict: UNSAFE")
+
+
+def test_liveness_is_judged_against_its_bound() -> None:
+    report = Report(worst_healthy_delay=nemesis.REAP_BOUND + 0.01)
+    assert report.safe and not report.live and report.lines()[-1] == "verdict: SAFE, NOT LIVE"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--faults", "kill,bogus"], "unknown faults ['bogus']"), (["--duration", "0"], "must be positive")],
+)
+def test_bad_arguments_exit_2_before_anything_starts(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        nemesis.main(args)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
