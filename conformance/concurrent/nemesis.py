@@ -300,9 +300,9 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print) -> Report:
                 elif kind == "stall" and staller is None:
                     staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
                     staller.execute("BEGIN")
-                    staller.execute(
+                    staller.execute(  # what it can lock now: a client holds what it took
                         "SELECT 1 FROM workflow_agent_deliveries WHERE community_id = %s AND status = 'claimed'"
-                        " FOR UPDATE",
+                        " FOR UPDATE SKIP LOCKED",
                         (tenant(0),),
                     )
                     stalled_until = now + STALL_SECONDS
@@ -384,12 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--deliveries", type=int, default=400, help="committed per tenant before the run (default 400)")
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
     args = parser.parse_args(argv)
     faults = tuple(f for f in args.faults.split(",") if f)
     unknown = sorted(set(faults) - set(FAULTS))
-    if unknown or args.duration <= 0 or args.workers < 1:
-        parser.error(f"unknown faults {unknown}" if unknown else "--duration and --workers must be positive")
+    if unknown or args.duration <= 0 or args.workers < 1 or args.deliveries < 1:
+        parser.error(f"unknown faults {unknown}" if unknown else "--duration, --workers, --deliveries must be positive")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     print(f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}")
     try:
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             scratch_database(server) as dsn,
             tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder,
         ):
-            plan = Plan(seed=seed, duration=args.duration, workers=args.workers, faults=faults)
+            plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults)
             report = run(dsn, plan, Path(folder))
     except KeyboardInterrupt:
         print("nemesis: interrupted; cleaned up", file=sys.stderr)
