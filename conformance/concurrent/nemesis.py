@@ -45,7 +45,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 import psycopg
@@ -374,38 +374,59 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.concurrent.nemesis", description=__doc__.splitlines()[0]
-    )
+DESCRIPTION = (
+    "Worker processes claim, renew and finish deliveries of three tenants with the bundled store on the "
+    "database's real clock, a reaper sweeps, and a seeded schedule kills workers, ends their backends, pauses "
+    "them past their leases and stalls a client on one tenant's rows; then an audit: nothing lost, nothing "
+    "settled twice, no stale holder's finish accepted, and the healthy tenants' worst reap delay against its bound."
+)
+EXITS = "exit status: 0 safe and live, 1 a safety check or the liveness bound failed, 2 usage, 130 interrupted"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The nemesis's options, for its own command line and for `leaseproof nemesis`."""
     parser.add_argument("--dsn", help="server (default: LEASEPROOF_DSN, else Docker, else embedded)")
-    parser.add_argument(
-        "--seed", type=int, default=None, help="the fault schedule's seed (default: a fresh one, printed)"
-    )
+    parser.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (default: fresh, printed)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--deliveries", type=int, default=400, help="committed per tenant before the run (default 400)")
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
-    args = parser.parse_args(argv)
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)} (all)")
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run the nemesis as `args` say; 2 (nothing started) for bad arguments."""
     faults = tuple(f for f in args.faults.split(",") if f)
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown or args.duration <= 0 or args.workers < 1 or args.deliveries < 1:
-        parser.error(f"unknown faults {unknown}" if unknown else "--duration, --workers, --deliveries must be positive")
+        problem = f"unknown faults {unknown}" if unknown else "--duration, --workers, --deliveries must be positive"
+        err.write(f"nemesis: {problem}\n")
+        return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    print(f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}")
+    out.write(
+        f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}\n"
+    )
+    with (
+        postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server,
+        scratch_database(server) as dsn,
+        tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder,
+    ):
+        plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults)
+        report = run(dsn, plan, Path(folder), say=lambda line: out.write(line + "\n"))
+    return 0 if report.safe and report.live else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.concurrent.nemesis", description=DESCRIPTION, epilog=EXITS
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
     try:
-        with (
-            interruptible(),
-            postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)) as server,
-            scratch_database(server) as dsn,
-            tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder,
-        ):
-            plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults)
-            report = run(dsn, plan, Path(folder))
+        with interruptible():
+            return command(args, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
         print("nemesis: interrupted; cleaned up", file=sys.stderr)
         return 130
-    return 0 if report.safe and report.live else 1
 
 
 if __name__ == "__main__":

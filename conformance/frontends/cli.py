@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from leaseproof.conformance.boundary.protocols import DeliveryAdapter
 from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
+from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
 from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
 from leaseproof.conformance.concurrent.models import SPECS
@@ -224,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument(
         "--specs", type=Path, default=Path("specs"), metavar="DIR", help="the spec pages (default: specs)"
     )
+
+    nemesis_parser = commands.add_parser(
+        "nemesis",
+        help="run the bundled delivery store under faults (kills, ended backends, pauses, a stalled tenant) and audit",
+        description=nemesis.DESCRIPTION,
+        epilog=nemesis.EXITS,
+    )
+    nemesis.add_arguments(nemesis_parser)
 
     stress = commands.add_parser(
         "stress",
@@ -989,6 +998,7 @@ def explore_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "verify": verify,
+    "nemesis": nemesis.command,
     "replay": replay_traces,
     "check-trace": check_trace,
     "check-history": check_history_command,

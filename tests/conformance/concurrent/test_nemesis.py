@@ -13,6 +13,7 @@ import pytest
 
 from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.nemesis import FAULTS, Plan, Report
+from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import connect
 
@@ -89,6 +90,16 @@ def test_liveness_is_judged_against_its_bound() -> None:
 def test_bad_arguments_exit_2_before_anything_starts(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        nemesis.main(args)
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert cli.main(["nemesis", "--dsn", "postgresql://nobody@/nowhere", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_prints_the_figures_and_its_exit_status_follows_the_verdict(
+    pg_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--seed", "3", "--duration", "2", "--workers", "2", "--deliveries", "20", "--faults", "kill,terminate"]
+    status = cli.main(["nemesis", "--dsn", pg_server.dsn, *args])
+    out = capsys.readouterr().out
+    assert out.startswith("nemesis seed 3: 2 workers, 2s, faults kill, terminate\n")
+    assert "committed deliveries: 60" in out and "verdict: SAFE" in out, out
+    assert status == (0 if "verdict: SAFE, LIVE" in out else 1)
