@@ -11,8 +11,8 @@ Nothing sleeps: each wait is for a condition, bounded.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,7 +24,7 @@ import pytest
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
-from leaseproof.impl.hooks.gate import Schedule
+from leaseproof.impl.hooks.gate import Client, Schedule
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause
 from leaseproof.model.errors import Refused
@@ -73,21 +73,25 @@ def stalled(world: str) -> Iterator[psycopg.Connection[Any]]:
         conn.close()
 
 
-def _within_bound(call: Callable[[], Any]) -> Any:
-    """`call()`'s result or exception, failing (not hanging) if it does not end within _BOUND."""
-    result: list[Any] = []
+@contextlib.contextmanager
+def _bounded_store(world: str, waits: Waits = SHORT) -> Iterator[tuple[Client, PostgresDeliveryStore]]:
+    """A store whose calls its own thread runs (the statement gate's Client), so a call
+    that does not end within _BOUND (`runner.run(..., timeout=_BOUND)`) fails the test
+    instead of hanging it."""
+    conn = connect(world, waits)
+    try:
+        with Schedule(world) as schedule:
+            runner = schedule.client("store", conn)
+            yield runner, PostgresDeliveryStore(runner.gate.as_connection())
+    finally:
+        conn.close()
 
-    def run() -> None:
-        try:
-            result.append(("returned", call()))
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            result.append(("raised", exc))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(_BOUND)
-    assert result, f"the call did not end within {_BOUND:g}s: its wait is not bounded"
-    return result[0]
+@pytest.fixture
+def client(world: str) -> Iterator[tuple[Client, PostgresDeliveryStore]]:
+    """A bounded store with short bounds."""
+    with _bounded_store(world) as bounded:
+        yield bounded
 
 
 def _store(dsn: str, waits: Waits = SHORT) -> PostgresDeliveryStore:
@@ -101,37 +105,33 @@ def _statuses(dsn: str) -> dict[uuid.UUID, tuple[str, int]]:
 
 
 def test_a_write_blocked_by_a_stalled_client_gives_up_writes_nothing_and_other_tenants_go_on(
-    world: str, stalled: psycopg.Connection[Any]
+    client: tuple[Client, PostgresDeliveryStore], stalled: psycopg.Connection[Any]
 ) -> None:
+    runner, store = client
     stalled.execute("SELECT state FROM communities WHERE id = %s FOR UPDATE", (A,))  # a stalled state change
-    store = _store(world)
-    try:
-        how, error = _within_bound(lambda: store.execute(m.CreateRun(A, WORKFLOW, LATER)))
-        assert how == "raised" and isinstance(error, Unavailable), error
-        assert error.operation == "CreateRun" and "lock another client holds" in str(error)
-        assert "did not take effect and may be retried" in str(error)
-        # The other tenant is not held up, and the same connection goes on working.
-        assert _within_bound(lambda: store.execute(m.CreateRun(B, WORKFLOW, LATER))) == ("returned", m.Ok())
-        stalled.execute("ROLLBACK")
-        assert store.execute(m.CreateRun(A, WORKFLOW, LATER)) == m.Ok()  # it had written nothing
-    finally:
-        store.conn.close()
+    with pytest.raises(Unavailable) as raised:
+        runner.run(lambda: store.execute(m.CreateRun(A, WORKFLOW, LATER)), timeout=_BOUND)
+    error = raised.value
+    assert error.operation == "CreateRun" and "lock another client holds" in str(error)
+    assert "did not take effect and may be retried" in str(error)
+    # The other tenant is not held up, and the same connection goes on working.
+    assert runner.run(lambda: store.execute(m.CreateRun(B, WORKFLOW, LATER)), timeout=_BOUND) == m.Ok()
+    stalled.execute("ROLLBACK")
+    assert runner.run(lambda: store.execute(m.CreateRun(A, WORKFLOW, LATER))) == m.Ok()  # it had written nothing
 
 
 def test_the_reaper_blocked_by_a_stalled_holder_gives_up_whole_and_reaps_all_once_it_is_gone(
-    world: str, stalled: psycopg.Connection[Any]
+    world: str, client: tuple[Client, PostgresDeliveryStore], stalled: psycopg.Connection[Any]
 ) -> None:
+    runner, store = client
     before = _statuses(world)
     stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
-    store = _store(world)
-    try:
-        how, error = _within_bound(lambda: store.execute(m.Reap()))
-        assert how == "raised" and isinstance(error, Unavailable) and error.operation == "Reap", error
-        assert _statuses(world) == before  # all or nothing: no tenant's lease was half reaped
-        stalled.execute("ROLLBACK")
-        assert store.execute(m.Reap()) == m.Reaped(2)
-    finally:
-        store.conn.close()
+    with pytest.raises(Unavailable) as raised:
+        runner.run(lambda: store.execute(m.Reap()), timeout=_BOUND)
+    assert raised.value.operation == "Reap"
+    assert _statuses(world) == before  # all or nothing: no tenant's lease was half reaped
+    stalled.execute("ROLLBACK")
+    assert runner.run(lambda: store.execute(m.Reap())) == m.Reaped(2)
 
 
 def test_the_server_ends_a_client_stalled_inside_a_transaction_and_the_reaper_then_goes_on(world: str) -> None:
@@ -139,9 +139,9 @@ def test_the_server_ends_a_client_stalled_inside_a_transaction_and_the_reaper_th
     pid = stalled.info.backend_pid
     stalled.execute("BEGIN")
     stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
-    store = _store(world, Waits())  # the default bounds: its lock wait outlasts the stalled client
-    try:
-        assert _within_bound(lambda: store.execute(m.Reap())) == ("returned", m.Reaped(2))
+    # The default bounds: its lock wait outlasts the stalled client.
+    with contextlib.closing(stalled), _bounded_store(world, Waits()) as (runner, store):
+        assert runner.run(lambda: store.execute(m.Reap()), timeout=_BOUND) == m.Reaped(2)
         with connect(world) as monitor:
             deadline = time.monotonic() + _BOUND
             while monitor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
@@ -150,12 +150,9 @@ def test_the_server_ends_a_client_stalled_inside_a_transaction_and_the_reaper_th
         with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
             stalled.execute("COMMIT")  # its session was ended: nothing it did commits
         assert stalled.broken
-    finally:
-        store.conn.close()
-        stalled.close()
 
 
-def _cut(world: str, at: Callable[[Any], Any]) -> tuple[BaseException, Callable[[], bool]]:
+def _cut(world: str, at: Callable[[Any], Any]) -> tuple[ConnectionLost, Callable[[], bool]]:
     """Run CreateRun(A, LATER) on a gated store, end its backend where `at(gate)`
     parks it, and return what the call raised and whether the run exists now."""
     with Schedule(world) as schedule:
@@ -167,9 +164,9 @@ def _cut(world: str, at: Callable[[Any], Any]) -> tuple[BaseException, Callable[
         terminated = schedule.monitor.execute("SELECT pg_terminate_backend(%s, 10000) AS done", (client.pid,))
         assert terminated.fetchone()["done"]  # type: ignore[index]  # one row
         pause.release()
-        client.wait_finished()
-        error = client._error
-    assert error is not None, "the call returned although its connection was ended"
+        with pytest.raises(ConnectionLost) as raised:  # not a return: its connection was ended
+            client.result()
+    error = raised.value
 
     def exists() -> bool:
         with connect(world) as conn:
@@ -223,12 +220,10 @@ def test_the_bounds_are_set_on_every_connection_of_the_store(world: str) -> None
     "(the sweep is one fleet-wide transaction); the nemesis measures it as the healthy tenants' reap delay",
 )
 def test_finding_a_stalled_tenant_does_not_stop_the_reaping_of_another(
-    world: str, stalled: psycopg.Connection[Any]
+    world: str, client: tuple[Client, PostgresDeliveryStore], stalled: psycopg.Connection[Any]
 ) -> None:
+    runner, store = client
     stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
-    store = _store(world)
-    try:
-        _within_bound(lambda: store.execute(m.Reap()))
-        assert _statuses(world)[DELIVERY[B]] == ("pending", 2)  # B's expired lease is reaped meanwhile
-    finally:
-        store.conn.close()
+    with contextlib.suppress(Unavailable):  # what it answers is not the point: what it did meanwhile is
+        runner.run(lambda: store.execute(m.Reap()), timeout=_BOUND)
+    assert _statuses(world)[DELIVERY[B]] == ("pending", 2)  # B's expired lease is reaped meanwhile
