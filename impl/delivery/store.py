@@ -188,12 +188,11 @@ _GAVE_UP = {
 }
 
 
-def typed_error(operation: str, exc: BaseException, conn: Any) -> BaseException | None:
+def typed_error(operation: str, exc: psycopg.Error, conn: Any) -> BaseException | None:
     """The typed error (`leaseproof.impl.errors`) for `exc`, raised by a store call
-    on `conn`; None if it is none of them (a bug, raised as it is)."""
-    if isinstance(exc, _Committing):
-        return ConnectionLost(operation, None, exc.cause)
-    if isinstance(exc, psycopg.Error) and (conn.closed or conn.broken):
+    on `conn` before any COMMIT (a lost COMMIT is `_Committing`); None if it is
+    none of them (a bug, raised as it is)."""
+    if conn.closed or conn.broken:
         return ConnectionLost(operation, False, exc)  # the session is gone (ended by the server, cut)
     if isinstance(exc, psycopg.errors.DatabaseError) and (reason := _GAVE_UP.get(exc.sqlstate or "")):
         return Unavailable(operation, f"{reason} ({exc.sqlstate}: {str(exc).strip()})")
