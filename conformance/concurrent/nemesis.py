@@ -166,17 +166,34 @@ def _quiet() -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
+class _Session:
+    """A worker's store on a connection of its own, opened again whenever it is lost."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        self.dsn = _named(dsn, name)
+        self._store: PostgresDeliveryStore | None = None
+
+    def store(self) -> PostgresDeliveryStore:
+        if self._store is None or self._store.conn.closed or self._store.conn.broken:
+            self._store = PostgresDeliveryStore(connect(self.dsn, WAITS))
+        return self._store
+
+    def lost(self) -> None:
+        if self._store is not None:
+            with contextlib.suppress(Exception):
+                self._store.conn.close()
+        self._store = None
+
+
 def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int) -> None:
     """Claim, sometimes renew, finish; reconnect whenever the connection is lost."""
     _quiet()
     rng = random.Random(seed)
+    session = _Session(dsn, name)
     with open(log_path, "a", encoding="utf-8") as out:
-        conn: psycopg.Connection[Any] | None = None
         while time.time() < until:
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = connect(_named(dsn, name), WAITS)
-                store = PostgresDeliveryStore(conn)
+                store = session.store()
                 community = tenant(rng.randrange(tenants))
                 got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS))
                 if not isinstance(got, m.Claimed):
@@ -200,28 +217,23 @@ def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants:
                 _log(out, op="unavailable", answer="Unavailable", reason=exc.reason)
             except (ConnectionLost, psycopg.Error) as exc:
                 _log(out, op="lost", answer=type(exc).__name__)
-                with contextlib.suppress(Exception):
-                    if conn is not None:
-                        conn.close()
-                conn = None
+                session.lost()
 
 
 def reaper(dsn: str, until: float, log_path: str) -> None:
     _quiet()
+    session = _Session(dsn, "lp-nemesis-reaper")
     with open(log_path, "a", encoding="utf-8") as out:
-        conn: psycopg.Connection[Any] | None = None
         while time.time() < until:
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = connect(_named(dsn, "lp-nemesis-reaper"), WAITS)
-                reaped = PostgresDeliveryStore(conn).execute(m.Reap())
+                reaped = session.store().execute(m.Reap())
                 assert isinstance(reaped, m.Reaped)
                 _log(out, op="reap", answer="Reaped", count=reaped.count)
             except Unavailable as exc:
                 _log(out, op="reap", answer="Unavailable", reason=exc.reason)
             except (ConnectionLost, psycopg.Error) as exc:
                 _log(out, op="reap", answer=type(exc).__name__)
-                conn = None
+                session.lost()
             time.sleep(REAP_EVERY)  # the sweep's period
 
 
@@ -310,6 +322,10 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print) -> Report:
                     continue
                 report.faults[kind] += 1
             time.sleep(0.02)  # the monitor's sampling period
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: the workers stop now, not at `until`
+        for proc in (*procs.values(), sweeper):
+            proc.kill()
+        raise
     finally:
         for i in paused:
             with contextlib.suppress(ProcessLookupError):
