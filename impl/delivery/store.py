@@ -324,7 +324,10 @@ class PostgresDeliveryStore(FencedWriter):
 
     # Fleet-wide, but only communities that still allow writes; their rows
     # are share-locked so a concurrent fence waits for the sweep rather than
-    # aborting it half way.
+    # aborting it half way. An expired row another transaction holds locked
+    # (a client stalled between its UPDATE and its COMMIT) is skipped, left
+    # for the next sweep: one stalled client must not stop the reaping of
+    # every other row and tenant.
     SQL_REAP = """
         WITH expired AS (
             SELECT DISTINCT community_id FROM workflow_agent_deliveries
@@ -333,12 +336,16 @@ class PostgresDeliveryStore(FencedWriter):
             SELECT c.id FROM communities c JOIN expired e ON e.community_id = c.id
             WHERE c.state = 'active'
             FOR SHARE OF c
+        ), due AS (
+            SELECT d.community_id, d.id FROM workflow_agent_deliveries d JOIN writable w ON w.id = d.community_id
+            WHERE d.status = 'claimed' AND d.lease_until < lp_now()
+            FOR UPDATE OF d SKIP LOCKED
         ), reaped AS (
             UPDATE workflow_agent_deliveries d
             SET status = 'pending', lease_generation = d.lease_generation + 1,
                 lease_until = NULL, claimed_at = NULL
-            FROM writable
-            WHERE d.community_id = writable.id AND d.status = 'claimed' AND d.lease_until < lp_now()
+            FROM due
+            WHERE d.community_id = due.community_id AND d.id = due.id
             RETURNING 1
         )
         SELECT count(*) AS reaped FROM reaped
