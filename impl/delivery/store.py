@@ -351,10 +351,14 @@ class PostgresDeliveryStore(FencedWriter):
         SELECT count(*) AS reaped FROM reaped
     """
 
-    # Sweeps take turns. Two overlapping sweeps meet on the same expired rows:
-    # the later one waits, re-checks a row the earlier one returned to
-    # pending, leaves it, and yet keeps it locked until it commits, so a
-    # claimer (which skips locked rows) passes over the oldest pending row.
+    # Sweeps take turns. A sweep whose statement waited (on a community row a
+    # fence holds) after its snapshot may then lock an expired row of its
+    # snapshot that an overlapping sweep has since returned to pending: the
+    # lock is taken on the newest version, the re-check fails, the row is
+    # left, and yet stays locked until this sweep commits, so a claimer
+    # (which skips locked rows) passes over the oldest pending row. SKIP
+    # LOCKED does not prevent it (the row is no longer locked when met);
+    # taking turns does (schedules.py, a_second_sweep_then_a_claim).
     SQL_ONE_SWEEP_AT_A_TIME = "SELECT pg_advisory_xact_lock(hashtextextended('leaseproof reaper', 0))"
 
     SQL_GET_DELIVERY = f"""
