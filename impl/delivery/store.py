@@ -200,6 +200,15 @@ def typed_error(operation: str, exc: BaseException, conn: Any) -> BaseException 
     return None
 
 
+@attrs.frozen
+class Sweep:
+    """What one sweep of the reaper did: how many expired leases it reaped, and the
+    (community, delivery) of each it left for the next sweep."""
+
+    reaped: int
+    left: tuple[tuple[uuid.UUID, uuid.UUID], ...] = ()
+
+
 class PostgresDeliveryStore(FencedWriter):
     """The delivery machine on PostgreSQL. One connection; not thread-safe."""
 
@@ -361,6 +370,17 @@ class PostgresDeliveryStore(FencedWriter):
     # taking turns does (schedules.py, a_second_sweep_then_a_claim).
     SQL_ONE_SWEEP_AT_A_TIME = "SELECT pg_advisory_xact_lock(hashtextextended('leaseproof reaper', 0))"
 
+    # What a sweep left, read after it in its transaction (so its own reaps are
+    # gone and the clock is the same): expired leases of writable communities
+    # that another transaction holds locked. Outside the model (its Reap
+    # reports a count), so the conformance checks never run it.
+    SQL_SWEEP_LEFT = """
+        SELECT d.community_id, d.id FROM workflow_agent_deliveries d
+        JOIN communities c ON c.id = d.community_id
+        WHERE d.status = 'claimed' AND d.lease_until < lp_now() AND c.state = 'active'
+        ORDER BY d.community_id, d.id
+    """
+
     SQL_GET_DELIVERY = f"""
         SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries
         WHERE community_id = %(community_id)s AND id = %(delivery_id)s
@@ -404,21 +424,39 @@ class PostgresDeliveryStore(FencedWriter):
     def execute(self, command: m.Command) -> m.Outcome:
         """Run one model command; a refusal is raised as `Refused`."""
         handler = getattr(self, _METHOD_FOR[type(command)])
+        with self._typed_errors(type(command).__name__, _community_of(command)):
+            outcome: m.Outcome = handler(command)
+        return outcome
+
+    def sweep(self) -> Sweep:
+        """The reaper's sweep as a service runs it: the model's Reap, and a report of
+        the expired leases it left, each held locked by another transaction (a
+        holder between its write and its COMMIT) or in a community that became
+        writable during the sweep; the next sweep takes them."""
+        with self._typed_errors("Sweep", None), self._transaction():
+            self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
+            row = self._one(self.SQL_REAP, {})
+            left = self.conn.execute(self.SQL_SWEEP_LEFT).fetchall()
+        return Sweep(row["reaped"], tuple((r["community_id"], r["id"]) for r in left))  # type: ignore[index]  # the statement always returns one row
+
+    @contextlib.contextmanager
+    def _typed_errors(self, operation: str, community_id: uuid.UUID | None) -> Iterator[None]:
+        """Raise what a store call's failure means: `Refused` for the database's own
+        fence, the typed errors of `leaseproof.impl.errors`, or the error itself (a bug)."""
         try:
-            return handler(command)
+            yield
         except psycopg.errors.DatabaseError as exc:
-            community_id = _community_of(command)
             if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
                 # The database's own fence fired (a concurrent state change
                 # won the race with our explicit check): the same refusal.
                 state = m.CommunityState(exc.diag.message_detail or "deleted")
                 raise Refused(m.CommunityNotWritable(community_id, state)) from exc
-            typed = typed_error(type(command).__name__, exc, self.conn)
+            typed = typed_error(operation, exc, self.conn)
             if typed is None:
                 raise
             raise typed from exc
         except _Committing as exc:
-            raise ConnectionLost(type(command).__name__, None, exc.cause) from exc.cause
+            raise ConnectionLost(operation, None, exc.cause) from exc.cause
 
     # -- communities, workflows, runs, events ----------------------------------
 

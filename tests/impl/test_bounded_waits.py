@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.impl.hooks.gate import Schedule
 from leaseproof.model import delivery as m
@@ -132,6 +132,31 @@ def test_the_reaper_skips_a_row_a_stalled_holder_locks_and_reaps_every_other_ten
         stalled.execute("ROLLBACK")
         assert store.execute(m.Reap()) == m.Reaped(1)  # the next sweep takes the row it skipped
         assert _statuses(world)[DELIVERY[A]] == ("pending", 2)
+    finally:
+        store.conn.close()
+
+
+def test_a_sweep_reports_the_expired_lease_it_left_and_the_next_one_takes_it(
+    world: str, stalled: psycopg.Connection[Any]
+) -> None:
+    stalled.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (DELIVERY[A],))
+    store = _store(world)
+    try:
+        assert _within_bound(store.sweep) == ("returned", Sweep(1, ((A, DELIVERY[A]),)))
+        stalled.execute("ROLLBACK")
+        assert store.sweep() == Sweep(1, ())
+        assert store.sweep() == Sweep(0, ())
+        assert _statuses(world) == {DELIVERY[A]: ("pending", 2), DELIVERY[B]: ("pending", 2)}
+    finally:
+        store.conn.close()
+
+
+def test_a_sweep_leaves_and_does_not_report_the_leases_of_a_community_that_is_not_writable(world: str) -> None:
+    store = _store(world)
+    try:
+        assert store.execute(m.SetCommunityState(B, m.CommunityState.FENCED)) == m.Ok()
+        assert store.sweep() == Sweep(1, ())  # A's reaped; B's stays claimed, as the model's Reap leaves it
+        assert _statuses(world) == {DELIVERY[A]: ("pending", 2), DELIVERY[B]: ("claimed", 1)}
     finally:
         store.conn.close()
 
