@@ -170,6 +170,27 @@ class FencedWriter:
         except psycopg.OperationalError as exc:
             raise _Committing(exc) from exc
 
+    @contextlib.contextmanager
+    def typed_errors(self, operation: str, community_id: uuid.UUID | None = None) -> Iterator[None]:
+        """Raise what a failure of the store call `operation` on this connection means:
+        `Refused` for the database's own fence (when the call acts for `community_id`),
+        the typed errors of `leaseproof.impl.errors` (`Unavailable`, `ConnectionLost`),
+        or the error itself (a bug)."""
+        try:
+            yield
+        except psycopg.errors.DatabaseError as exc:
+            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
+                # The database's own fence fired (a concurrent state change
+                # won the race with our explicit check): the same refusal.
+                state = m.CommunityState(exc.diag.message_detail or "deleted")
+                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
+            typed = typed_error(operation, exc, self.conn)
+            if typed is None:
+                raise
+            raise typed from exc
+        except _Committing as exc:
+            raise ConnectionLost(operation, None, exc.cause) from exc.cause
+
 
 class _Committing(Exception):
     """The connection was lost while the COMMIT was on its way (raised inside the store)."""
@@ -424,7 +445,7 @@ class PostgresDeliveryStore(FencedWriter):
     def execute(self, command: m.Command) -> m.Outcome:
         """Run one model command; a refusal is raised as `Refused`."""
         handler = getattr(self, _METHOD_FOR[type(command)])
-        with self._typed_errors(type(command).__name__, _community_of(command)):
+        with self.typed_errors(type(command).__name__, _community_of(command)):
             outcome: m.Outcome = handler(command)
         return outcome
 
@@ -433,30 +454,11 @@ class PostgresDeliveryStore(FencedWriter):
         the expired leases it left, each held locked by another transaction (a
         holder between its write and its COMMIT) or in a community that became
         writable during the sweep; the next sweep takes them."""
-        with self._typed_errors("Sweep", None), self._transaction():
+        with self.typed_errors("Sweep", None), self._transaction():
             self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
             row = self._one(self.SQL_REAP, {})
             left = self.conn.execute(self.SQL_SWEEP_LEFT).fetchall()
         return Sweep(row["reaped"], tuple((r["community_id"], r["id"]) for r in left))  # type: ignore[index]  # the statement always returns one row
-
-    @contextlib.contextmanager
-    def _typed_errors(self, operation: str, community_id: uuid.UUID | None) -> Iterator[None]:
-        """Raise what a store call's failure means: `Refused` for the database's own
-        fence, the typed errors of `leaseproof.impl.errors`, or the error itself (a bug)."""
-        try:
-            yield
-        except psycopg.errors.DatabaseError as exc:
-            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
-                # The database's own fence fired (a concurrent state change
-                # won the race with our explicit check): the same refusal.
-                state = m.CommunityState(exc.diag.message_detail or "deleted")
-                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
-            typed = typed_error(operation, exc, self.conn)
-            if typed is None:
-                raise
-            raise typed from exc
-        except _Committing as exc:
-            raise ConnectionLost(operation, None, exc.cause) from exc.cause
 
     # -- communities, workflows, runs, events ----------------------------------
 

@@ -242,3 +242,44 @@ def test_the_bounds_are_set_on_every_connection_of_the_store(world: str) -> None
         "idle_in_transaction_session_timeout": "90s",
         "TimeZone": "UTC",
     }
+
+
+# -- the lifecycle machine's writers and replicas: the same bounds, the same typed errors --
+
+
+def test_a_lifecycle_write_blocked_by_a_stalled_client_gives_up_with_unavailable(
+    world: str, stalled: psycopg.Connection[Any]
+) -> None:
+    from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+    from leaseproof.model import lifecycle as lc
+
+    adapter = PostgresLifecycleAdapter(world, connect=lambda dsn: connect(dsn, SHORT))
+    try:
+        stalled.execute("SELECT state FROM communities WHERE id = %s FOR UPDATE", (A,))  # a stalled state change
+        grant = lc.SetAuthority(A, WORKFLOW, TARGET, True)
+        how, error = _within_bound(lambda: adapter.execute(grant))
+        assert how == "raised" and isinstance(error, Unavailable), error
+        assert error.operation == "SetAuthority" and "lock another client holds" in str(error)
+        assert _within_bound(lambda: adapter.execute(lc.SetAuthority(B, WORKFLOW, TARGET, True))) == (
+            "returned",
+            m.Ok(),
+        )
+        stalled.execute("ROLLBACK")
+        assert adapter.execute(grant) == m.Ok()
+    finally:
+        adapter.close()
+
+
+def test_a_lifecycle_call_on_a_connection_the_server_ended_says_it_did_not_take_effect(world: str) -> None:
+    from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+    from leaseproof.model import lifecycle as lc
+
+    adapter = PostgresLifecycleAdapter(world, connect=lambda dsn: connect(dsn, SHORT))
+    try:
+        with connect(world) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (adapter.conn.info.backend_pid,))
+        how, error = _within_bound(lambda: adapter.execute(lc.SetAuthority(A, WORKFLOW, TARGET, True)))
+        assert how == "raised" and isinstance(error, ConnectionLost) and error.applied is False, error
+        assert error.operation == "SetAuthority"
+    finally:
+        adapter.close()
