@@ -203,7 +203,7 @@ class Race:
         where some serial order explains the outcomes and only real time rules it out."""
         result = self.real_time(intervals)
         if result.linearizable != conforms:
-            raise AssertionError(result.summary())
+            raise AssertionError(result.summary() + " :: " + describe_history(self.outcomes))
 
     def judge(self, implied: str, conforms: bool) -> None:
         """`implied`: the serial order the schedule implies, as client names ("test stale newer").
@@ -348,33 +348,56 @@ def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
 
 
 def a_second_sweep_then_a_claim(race: Race) -> Forced:
-    """d1 (older) is claimed and expired, d2 (younger) pending. Sweep one reaps d1 and
-    is parked before its COMMIT; sweep two starts and must wait (for its turn, or on
-    d1's row lock); sweep one commits; sweep two finds nothing and is parked before
-    its COMMIT; then a claim must take d1, the oldest pending row. Overlapping sweeps
-    leave d1 locked by the second one's failed re-check, and the claim skips to d2.
+    """In community B, d1 (older) is claimed and expired, d2 (younger) pending; in
+    community A (whose id sorts first), its own row is claimed for longer. Sweep one
+    reaps B's d1 and is parked before its COMMIT. The clock moves on until A's lease
+    has expired too, and a state change of A (active to active) takes A's row lock and
+    is parked before its COMMIT. Sweep two starts: it must wait (for its turn, or,
+    inside its statement, for A's row lock, after its snapshot was taken with d1 still
+    claimed: a sweep locks the communities it reaps in in the order of their ids).
+    Sweep one commits, then the change; sweep two reaps A's row and is parked before its
+    COMMIT; then a claim in B must take d1, the oldest pending row. Sweeps that overlap
+    leave d1 locked by the second one's failed re-check of its snapshot's d1 (a sweep
+    skips a row locked *now*, but locks the newest version of one a committed
+    transaction changed, and keeps that lock when the re-check fails), so the claim
+    skips to d2.
 
     The serial order "claimer one two" explains a mutant's outcomes too; only real
     time (the claim began after sweep one returned) rules it out, so the history is
     judged by the checker, with the order of events this schedule fixes."""
     store = race.adapter.store_class
-    race.setup(ONE_ROW)
-    race.setup(CLAIM, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
-    race.setup(d.AdvanceClock(LEASE * SECOND))
-    one, two, claimer = race.client("one"), race.client("two"), race.client("claimer")
+    b, w1, r1, m1 = w.COMMUNITIES["B"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
+
+    def in_b(delivery: Any, step: str) -> d.NewDelivery:
+        return d.NewDelivery(delivery, w.binding("B", "W1", "R1", step, "T1", "D1", "M1", "event:E1"))
+
+    race.setup(ONE_ROW, d.Claim(C, T1, 2 * LEASE))
+    race.setup(d.CreateCommunity(b), d.CreateWorkflow(b, w1), d.CreateRun(b, w1, r1), d.PublishEvent(b, m1))
+    race.setup(d.CommitDeliveries(b, r1, "s1", [in_b(D1, "s1")]), d.Claim(b, T1, LEASE))
+    race.setup(d.AdvanceClock(SECOND), d.CommitDeliveries(b, r1, "s2", [in_b(D2, "s2")]))
+    race.setup(d.AdvanceClock(LEASE * SECOND))  # B's d1 has expired, A's lease has not
+    one, test, change, two, claimer = (race.client(n) for n in ("one", "test", "change", "two", "claimer"))
     one_done = one.gate.pause_before_commit(ran=store.SQL_REAP)
     race.start(one, d.Reap())
     one_done.wait_parked()
+    race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))  # now A's has expired too
+    change_done = change.gate.pause_before_commit(ran=store.SQL_SET_COMMUNITY_STATE)
+    race.start(change, d.SetCommunityState(C, d.CommunityState.ACTIVE))
+    change_done.wait_parked()
     two_done = two.gate.pause_before_commit(ran=store.SQL_REAP)
     race.start(two, d.Reap())
     two.wait_blocked()
     one_done.release()
     race.result(one)
+    change_done.release()
+    race.result(change)
     two_done.wait_parked()
-    race.run(claimer, CLAIM)
+    race.run(claimer, d.Claim(b, T1, LEASE))
     two_done.release()
     race.result(two)
-    return Forced(intervals={"one": (1, 3), "two": (2, 6), "claimer": (4, 5)})
+    return Forced(
+        intervals={"one": (1, 6), "test": (2, 3), "change": (4, 7), "two": (5, 10), "claimer": (8, 9)}
+    )
 
 
 @attrs.frozen

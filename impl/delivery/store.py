@@ -170,6 +170,27 @@ class FencedWriter:
         except psycopg.OperationalError as exc:
             raise _Committing(exc) from exc
 
+    @contextlib.contextmanager
+    def typed_errors(self, operation: str, community_id: uuid.UUID | None = None) -> Iterator[None]:
+        """Raise what a failure of the store call `operation` on this connection means:
+        `Refused` for the database's own fence (when the call acts for `community_id`),
+        the typed errors of `leaseproof.impl.errors` (`Unavailable`, `ConnectionLost`),
+        or the error itself (a bug)."""
+        try:
+            yield
+        except psycopg.errors.DatabaseError as exc:
+            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
+                # The database's own fence fired (a concurrent state change
+                # won the race with our explicit check): the same refusal.
+                state = m.CommunityState(exc.diag.message_detail or "deleted")
+                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
+            typed = typed_error(operation, exc, self.conn)
+            if typed is None:
+                raise
+            raise typed from exc
+        except _Committing as exc:
+            raise ConnectionLost(operation, None, exc.cause) from exc.cause
+
 
 class _Committing(Exception):
     """The connection was lost while the COMMIT was on its way (raised inside the store)."""
@@ -197,6 +218,15 @@ def typed_error(operation: str, exc: psycopg.Error, conn: Any) -> BaseException 
     if isinstance(exc, psycopg.errors.DatabaseError) and (reason := _GAVE_UP.get(exc.sqlstate or "")):
         return Unavailable(operation, f"{reason} ({exc.sqlstate}: {str(exc).strip()})")
     return None
+
+
+@attrs.frozen
+class Sweep:
+    """What one sweep of the reaper did: how many expired leases it reaped, and the
+    (community, delivery) of each it left for the next sweep."""
+
+    reaped: int
+    left: tuple[tuple[uuid.UUID, uuid.UUID], ...] = ()
 
 
 class PostgresDeliveryStore(FencedWriter):
@@ -323,7 +353,10 @@ class PostgresDeliveryStore(FencedWriter):
 
     # Fleet-wide, but only communities that still allow writes; their rows
     # are share-locked so a concurrent fence waits for the sweep rather than
-    # aborting it half way.
+    # aborting it half way. An expired row another transaction holds locked
+    # (a client stalled between its UPDATE and its COMMIT) is skipped, left
+    # for the next sweep: one stalled client must not stop the reaping of
+    # every other row and tenant.
     SQL_REAP = """
         WITH expired AS (
             SELECT DISTINCT community_id FROM workflow_agent_deliveries
@@ -332,22 +365,41 @@ class PostgresDeliveryStore(FencedWriter):
             SELECT c.id FROM communities c JOIN expired e ON e.community_id = c.id
             WHERE c.state = 'active'
             FOR SHARE OF c
+        ), due AS (
+            SELECT d.community_id, d.id FROM workflow_agent_deliveries d JOIN writable w ON w.id = d.community_id
+            WHERE d.status = 'claimed' AND d.lease_until < lp_now()
+            FOR UPDATE OF d SKIP LOCKED
         ), reaped AS (
             UPDATE workflow_agent_deliveries d
             SET status = 'pending', lease_generation = d.lease_generation + 1,
                 lease_until = NULL, claimed_at = NULL
-            FROM writable
-            WHERE d.community_id = writable.id AND d.status = 'claimed' AND d.lease_until < lp_now()
+            FROM due
+            WHERE d.community_id = due.community_id AND d.id = due.id
             RETURNING 1
         )
         SELECT count(*) AS reaped FROM reaped
     """
 
-    # Sweeps take turns. Two overlapping sweeps meet on the same expired rows:
-    # the later one waits, re-checks a row the earlier one returned to
-    # pending, leaves it, and yet keeps it locked until it commits, so a
-    # claimer (which skips locked rows) passes over the oldest pending row.
+    # Sweeps take turns. A sweep whose statement waited (on a community row a
+    # fence holds) after its snapshot may then lock an expired row of its
+    # snapshot that an overlapping sweep has since returned to pending: the
+    # lock is taken on the newest version, the re-check fails, the row is
+    # left, and yet stays locked until this sweep commits, so a claimer
+    # (which skips locked rows) passes over the oldest pending row. SKIP
+    # LOCKED does not prevent it (the row is no longer locked when met);
+    # taking turns does (schedules.py, a_second_sweep_then_a_claim).
     SQL_ONE_SWEEP_AT_A_TIME = "SELECT pg_advisory_xact_lock(hashtextextended('leaseproof reaper', 0))"
+
+    # What a sweep left, read after it in its transaction (so its own reaps are
+    # gone and the clock is the same): expired leases of writable communities
+    # that another transaction holds locked. Outside the model (its Reap
+    # reports a count), so the conformance checks never run it.
+    SQL_SWEEP_LEFT = """
+        SELECT d.community_id, d.id FROM workflow_agent_deliveries d
+        JOIN communities c ON c.id = d.community_id
+        WHERE d.status = 'claimed' AND d.lease_until < lp_now() AND c.state = 'active'
+        ORDER BY d.community_id, d.id
+    """
 
     SQL_GET_DELIVERY = f"""
         SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries
@@ -392,21 +444,20 @@ class PostgresDeliveryStore(FencedWriter):
     def execute(self, command: m.Command) -> m.Outcome:
         """Run one model command; a refusal is raised as `Refused`."""
         handler = getattr(self, _METHOD_FOR[type(command)])
-        try:
-            return handler(command)
-        except psycopg.errors.DatabaseError as exc:
-            community_id = _community_of(command)
-            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
-                # The database's own fence fired (a concurrent state change
-                # won the race with our explicit check): the same refusal.
-                state = m.CommunityState(exc.diag.message_detail or "deleted")
-                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
-            typed = typed_error(type(command).__name__, exc, self.conn)
-            if typed is None:
-                raise
-            raise typed from exc
-        except _Committing as exc:
-            raise ConnectionLost(type(command).__name__, None, exc.cause) from exc.cause
+        with self.typed_errors(type(command).__name__, _community_of(command)):
+            outcome: m.Outcome = handler(command)
+        return outcome
+
+    def sweep(self) -> Sweep:
+        """The reaper's sweep as a service runs it: the model's Reap, and a report of
+        the expired leases it left, each held locked by another transaction (a
+        holder between its write and its COMMIT) or in a community that became
+        writable during the sweep; the next sweep takes them."""
+        with self.typed_errors("Sweep", None), self._transaction():
+            self.conn.execute(self.SQL_ONE_SWEEP_AT_A_TIME)
+            row = self._one(self.SQL_REAP, {})
+            left = self.conn.execute(self.SQL_SWEEP_LEFT).fetchall()
+        return Sweep(row["reaped"], tuple((r["community_id"], r["id"]) for r in left))  # type: ignore[index]  # the statement always returns one row
 
     # -- communities, workflows, runs, events ----------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leaseproof.impl.delivery.adapter import Connect, reset_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.delivery.store import FencedWriter, PostgresDeliveryStore, connect, read_consistently
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle.store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
 from leaseproof.impl.migrate import migrate
@@ -54,23 +54,26 @@ class PostgresLifecycleSession:
             return d.Ok()
         if isinstance(c, d.CreateCommunity | d.SetCommunityState):
             return self.communities.execute(c)
+        operation = type(c).__name__
         if isinstance(c, m.RefreshCache | m.Fire):
             engine = self.engines.get(c.replica)
             if engine is None:
                 raise Refused(m.UnknownReplica(c.replica))
-            with self.engine_locks[c.replica]:
+            with self.engine_locks[c.replica], engine.typed_errors(operation):
                 if isinstance(c, m.RefreshCache):
                     engine.refresh()
                     return d.Ok()
                 return engine.fire(c)
-        handlers: dict[type, Callable[[Any], Any]] = {
-            m.SetAuthority: self.store.set_authority,
-            m.SaveDefinition: self.store.save,
-            m.DeleteDefinition: self.store.delete,
-            m.AlternateDelete: self.store.alternate_delete,
-            m.ResumeRun: self.resumer.resume,
+        handlers: dict[type, tuple[FencedWriter, Callable[[Any], Any]]] = {
+            m.SetAuthority: (self.store, self.store.set_authority),
+            m.SaveDefinition: (self.store, self.store.save),
+            m.DeleteDefinition: (self.store, self.store.delete),
+            m.AlternateDelete: (self.store, self.store.alternate_delete),
+            m.ResumeRun: (self.resumer, self.resumer.resume),
         }
-        return handlers[type(c)](c)
+        writer, handler = handlers[type(c)]
+        with writer.typed_errors(operation):
+            return handler(c)
 
     def close(self) -> None:
         self.conn.close()

@@ -116,7 +116,7 @@ class LifecycleStore(_Writes):
 
     def set_authority(self, c: m.SetAuthority) -> d.Ok:
         params = {"community_id": c.community_id, "channel_id": c.channel_id, "member": c.member}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             self.conn.execute(self.SQL_GRANT if c.active else self.SQL_REVOKE, params)
         return d.Ok()
@@ -129,7 +129,7 @@ class LifecycleStore(_Writes):
             "channel_id": e.channel_id,
             "member": e.author,
         }
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(e.community_id)
             self.conn.execute(self.SQL_LOCK_COORDINATE, params)
             if self._one(self.SQL_HAS_AUTHORITY, params) is None:
@@ -156,7 +156,7 @@ class LifecycleStore(_Writes):
 
     def delete(self, c: m.DeleteDefinition) -> Any:
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id, "created_at": c.created_at}
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             self.conn.execute(self.SQL_LOCK_COORDINATE, params)
             head = self._one(self.SQL_HEAD, params)
@@ -216,21 +216,21 @@ class ReplicaEngine(_Writes):
         return now
 
     def refresh(self) -> None:
-        with self.conn.transaction():
+        with self._transaction():
             now = self._now()
             rows = self.conn.execute(self.SQL_ENABLED).fetchall()
         records = (record_from_row(row) for row in rows)
         self.cache = m.Cache(now, FrozenMap((r.coordinate, r) for r in records))
 
     def fire(self, c: m.Fire) -> Any:
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)  # a refused fire touches nothing, not even the cache
         if self._now() - self.cache.loaded_at >= m.CACHE_TTL:
             self.refresh()
         selected = self.cache.records.get((c.community_id, c.workflow_id))
         if selected is None:
             return m.NotSelected()
-        with self.conn.transaction():
+        with self._transaction():
             self._writable(c.community_id)
             row = self._one(self.SQL_ADMIT, {**record_params(selected), "door": c.door})
             if row is None:
@@ -258,7 +258,7 @@ class RunResumer(_Writes):
     """
 
     def resume(self, c: m.ResumeRun) -> Any:
-        with self.conn.transaction():
+        with self._transaction():
             row = self._one(self.SQL_PINNED, {"run_id": c.run_id})
             if row is None:
                 raise Refused(m.UnknownRun(c.run_id))

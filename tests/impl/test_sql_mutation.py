@@ -351,8 +351,9 @@ def test_claim_named_arguments_and_assignments_never_flip() -> None:
 
 def test_reap_and_the_locked_joins() -> None:
     reap = PostgresDeliveryStore.SQL_REAP
-    assert befores("drop-lock", reap) == ["FOR SHARE OF c"]
-    assert len(of("left-join", reap)) == 1  # the lock names c, the join's left side
+    assert befores("drop-lock", reap) == ["FOR SHARE OF c", "FOR UPDATE OF d SKIP LOCKED"]
+    assert befores("drop-skip-locked", reap) == ["SKIP LOCKED"]
+    assert len(of("left-join", reap)) == 2  # each lock names its join's left side
     assert befores("drop-distinct", reap) == ["DISTINCT"]
     # Admission and resume lock every relation of their join: no LEFT JOIN mutant.
     assert of("left-join", ReplicaEngine.SQL_ADMIT) == of("left-join", RunResumer.SQL_STILL_CURRENT) == []

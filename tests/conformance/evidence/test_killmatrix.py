@@ -88,7 +88,7 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     sweeps = rows[("sweeps-overlap", km.FORCED)]
     assert reconcile.killed and (reconcile.examples, reconcile.unit, reconcile.shrunk_length) == (1, "schedules", 2)
     assert "no serial order of the model gives this history" in reconcile.detail
-    assert sweeps.killed and sweeps.shrunk_length == 3 and "not linearizable" in sweeps.detail
+    assert sweeps.killed and sweeps.shrunk_length == 5 and "not linearizable" in sweeps.detail
     assert matrix.survivors == ()
     assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2)}
     assert matrix.summary().startswith("2 of 2 sequential mutants killed, 2 of 2 race mutants killed (fast subset")
@@ -145,7 +145,7 @@ def test_the_json_document(pg_server: Server) -> None:
     assert (
         killed["mutant"] == "sweeps-overlap" and killed["check"] == "forced interleaving" and killed["killed"] is True
     )
-    assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 3)
+    assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 5)
     assert survived["killed"] is False and survived["shrunk_length"] is None
 
 
@@ -169,7 +169,7 @@ def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys:
         lines[3].startswith("| sweeps-overlap | delivery |")
         and "| forced interleaving | - | yes | 1 schedule |" in lines[3]
     )
-    assert lines[3].endswith("| 3 operations |")
+    assert lines[3].endswith("| 5 operations |")
     assert "1 of 1 sequential mutants killed, 1 of 1 race mutants killed (fast subset, seed 20261129" in captured.out
     progress = [line for line in captured.err.splitlines() if line.startswith("  ") and " · " in line]
     assert (
