@@ -42,7 +42,7 @@ from leaseproof.model.binding import (
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
-from leaseproof.model.rules import Decision, Rule, decider
+from leaseproof.model.rules import Decision, Rule, changed_fields, decider
 
 MAX_LEASE_SECONDS = 86_400
 MAX_ADVANCE = dt.timedelta(days=366)  # the longest single clock move
@@ -976,6 +976,89 @@ _HANDLERS: dict[type, Callable[[DeliverySystem, Any], Decided]] = {
 decide: Callable[[DeliverySystem, Command], Decision[DeliverySystem]] = decider(
     RULES, _HANDLERS, variant, OUTCOME_VARIANTS, "delivery"
 )
+
+
+# -- sending a command again ----------------------------------------------------------
+
+
+@attrs.frozen
+class Resend:
+    """What sending a command again answers, right after it took effect (its answer
+    was lost with the connection: `ConnectionLost(applied=None)`).
+
+    A *safe* command's resend changes nothing more, whatever the first did, so a
+    client may send it again when it does not know whether the first took effect;
+    after a first answer in `took_effect`, the resend answers one of `tells` (or, if
+    `tells` is empty, the same variant), which says so. An unsafe command's resend
+    may act again."""
+
+    safe: bool
+    took_effect: tuple[str, ...]
+    tells: tuple[str, ...]
+    why: str
+
+
+_TELLS_EXISTS = ("AlreadyExists",)
+_TELLS_GONE = ("NotFound",)
+RESENDS: dict[type, Resend] = {
+    CreateCommunity: Resend(True, ("Ok",), _TELLS_EXISTS, "the community exists"),
+    SetCommunityState: Resend(True, ("Ok",), ("Ok",), "the state is already the one asked for"),
+    DeleteCommunity: Resend(True, ("Ok",), ("Ok",), "the tombstone stays; its purge has nothing left to remove"),
+    CreateWorkflow: Resend(True, ("Ok",), _TELLS_EXISTS, "the workflow exists"),
+    DeleteWorkflow: Resend(True, ("Ok",), _TELLS_GONE, "the workflow is gone"),
+    CreateRun: Resend(True, ("Ok",), _TELLS_EXISTS, "the run exists"),
+    DeleteRun: Resend(True, ("Ok",), _TELLS_GONE, "the run is gone"),
+    PublishEvent: Resend(True, ("Ok",), _TELLS_EXISTS, "the event exists"),
+    DeleteEvent: Resend(True, ("Ok",), _TELLS_GONE, "the event is gone"),
+    CommitDeliveries: Resend(
+        True, ("Committed",), ("Committed",), "a producer retry: `created` is empty and `identity_existed` true"
+    ),
+    Claim: Resend(
+        False,
+        ("Claimed",),
+        (),
+        "a second claim takes the next pending delivery (or misses): the first lease is orphaned until it "
+        "expires and is reaped",
+    ),
+    Renew: Resend(
+        True, ("Renewed",), ("Renewed",), "the lease is extended from now again: at the same instant, to the same end"
+    ),
+    Finish: Resend(
+        True,
+        ("Settled(finished)", "Settled(failed)"),
+        ("AlreadyTerminal(finished)", "AlreadyTerminal(failed)"),
+        "the same holder is told the terminal it recorded (AlreadyTerminal of the same status)",
+    ),
+    Reap: Resend(True, ("Reaped",), ("Reaped",), "nothing expired is left to reap: Reaped(0)"),
+    AdvanceClock: Resend(False, ("Ok",), (), "the test clock moves again"),
+    GetDelivery: Resend(True, ("Found", "NotFound"), (), "a read"),
+}
+assert RESENDS.keys() == OUTCOME_VARIANTS.keys()
+
+
+def resend_violations(after: DeliverySystem, command: Command, outcome: Outcome) -> list[str]:
+    """How sending `command` again in `after`, the state its first sending left with
+    `outcome`, breaks the command's resend rule (`RESENDS`); empty if it keeps it."""
+    rule = RESENDS[type(command)]
+    if not rule.safe:
+        return []
+    again = decide(after, command)
+    problems = []
+    if again.state != after:
+        changed = ", ".join(changed_fields(after, again.state))
+        problems.append(f"a resend changed {changed}: it is declared safe ({rule.why})")
+    first, second = variant(outcome), variant(again.outcome)
+    if first in rule.took_effect:
+        told: tuple[str, ...] = rule.tells or (first,)
+        if isinstance(outcome, Settled):
+            told = (f"AlreadyTerminal({outcome.status.value})",)
+        if second not in told:
+            problems.append(f"a resend after {first} answered {second}, not {' or '.join(told)} ({rule.why})")
+        if isinstance(outcome, Committed) and again.outcome != Committed((), True):
+            problems.append(f"a resend of a commit answered {again.outcome}, not Committed((), True)")
+        if isinstance(outcome, Reaped) and again.outcome != Reaped(0):
+            problems.append(f"a resend of a sweep answered {again.outcome}, not Reaped(0)")
+    return problems
 
 
 def step(state: DeliverySystem, command: Command) -> Step:

@@ -69,6 +69,9 @@ class ExplorationSpec:
     transitions_of: Callable[[Any, Any], Iterable[tuple[Any, tuple[str, str]]]] = lambda before, after: ()
     transitions: Mapping[tuple[str, str], tuple[str, ...]] = attrs.field(factory=dict)
     subject: str = "row"  # what moves along them, by name
+    # (after, command, outcome): how sending the command again right after it took effect
+    # breaks the machine's resend rule (a safe resend changes nothing more, and says so).
+    resend_violations: Callable[[Any, Any, Any], list[str]] = lambda after, command, outcome: []
 
 
 @attrs.frozen
@@ -177,6 +180,7 @@ def explore(
                     undeclared = [f for f in changed_fields(state, after) if f not in rule.changes]
                     if undeclared:
                         problems.append(f"changed {', '.join(undeclared)}, which its rule does not declare")
+                    problems += spec.resend_violations(after, command, outcome)
                     for subject, pair in spec.transitions_of(state, after):
                         moved[pair] += 1
                         makers = spec.transitions.get(pair, ())
@@ -411,6 +415,7 @@ DELIVERY_EXPLORATION = ExplorationSpec(
     transitions_of=DELIVERY.transitions_of,
     transitions=DELIVERY.transitions,
     subject="delivery",
+    resend_violations=dm.resend_violations,
 )
 
 

@@ -73,6 +73,16 @@ def render_rules(rules: Mapping[type, tuple[Rule, ...]]) -> str:
     return "\n".join(lines[1:])
 
 
+def render_resends(resends: Mapping[type, delivery.Resend]) -> str:
+    """Each operation's resend rule: whether sending it again is safe, and what it then answers."""
+    lines = ["| operation | safe to send again | after a first | a resend answers | why |", "|---|---|---|---|---|"]
+    for op, r in resends.items():
+        tells = ", ".join(r.tells) if r.tells else ("the same" if r.safe else "-")
+        cells = (op.__name__, "yes" if r.safe else "**no**", ", ".join(r.took_effect), tells, r.why)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def render_transitions(
     transitions: Mapping[tuple[str, str], tuple[str, ...]], initial: str, final: str | None = None
 ) -> str:
@@ -117,6 +127,7 @@ PAGES: tuple[Page, ...] = (
             ),
             "outcomes": lambda: render_outcomes(delivery.OUTCOME_VARIANTS),
             "rules": lambda: render_rules(delivery.RULES),
+            "resends": lambda: render_resends(delivery.RESENDS),
             "invariants": lambda: render_invariants(invariants.INVARIANTS),
         },
     ),

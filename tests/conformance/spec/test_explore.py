@@ -198,6 +198,55 @@ def test_an_undeclared_transition_is_caught() -> None:
     assert [type(c).__name__ for c in kinds[kind].path] == [*SETUP, "Claim", "Finish"]
 
 
+def test_a_command_declared_safe_to_resend_that_is_not_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declared wrong on purpose: a claim's resend is not safe. The search finds it on a
+    shortest path (here the resend misses: the one row is taken, and a claim's resend
+    does not say it had claimed); with the model's own declarations it finds nothing
+    (the default-bounds test above)."""
+    monkeypatch.setitem(dm.RESENDS, dm.Claim, attrs.evolve(dm.RESENDS[dm.Claim], safe=True))
+    result = ex.explore(ex.DELIVERY_EXPLORATION, SMALL)
+    kinds = {v.kind: v for v in result.violations}
+    claim = f"Claim/oldest-pending: a resend after Claimed answered ClaimMiss, not Claimed ({dm.RESENDS[dm.Claim].why})"
+    assert list(kinds) == [claim]
+    assert [type(c).__name__ for c in kinds[claim].path] == [*SETUP, "Claim"]
+
+
+def _settled_twice() -> tuple[Any, Any, Any]:
+    """The state after a Settled finish, the finish, and its outcome."""
+    state = dm.initial_state(w.START)
+    a, w1 = w.COMMUNITIES["A"], w.WORKFLOWS["W1"]
+    for command in (
+        dm.CreateCommunity(a),
+        dm.CreateWorkflow(a, w1),
+        dm.CreateRun(a, w1, w.RUNS["R1"]),
+        dm.PublishEvent(a, w.MESSAGES["M1"]),
+        ex._commit("A", "s1", [(w.FRESH, "T1")]),
+    ):
+        state, _ = dm.step(state, command)
+    state, claimed = dm.step(state, dm.Claim(w.COMMUNITIES["A"], w.TARGETS["T1"], 30))
+    finish = dm.Finish(claimed.lease, dm.Status.FINISHED)
+    after, settled = dm.step(state, finish)
+    assert settled == dm.Settled(dm.Status.FINISHED)
+    return after, finish, settled
+
+
+def test_a_finish_resend_must_say_the_terminal_it_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    after, finish, settled = _settled_twice()
+    real = dm.decide
+
+    def forgets(state: Any, command: Any) -> Decision[Any]:
+        decision = real(state, command)
+        if isinstance(command, dm.Finish) and decision.rule.guard == "same-holder-settled":
+            return Decision(decision.state, dm.AlreadyTerminal(dm.Status.FAILED), decision.rule)
+        return decision
+
+    monkeypatch.setattr(dm, "decide", forgets)
+    assert dm.resend_violations(after, finish, settled) == [
+        "a resend after Settled(finished) answered AlreadyTerminal(failed), not AlreadyTerminal(finished) "
+        f"({dm.RESENDS[dm.Finish].why})"
+    ]
+
+
 def test_a_model_that_raises_is_a_violation_with_its_path() -> None:
     def renew_crashes(state: Any, command: Any, decision: Decision[Any]) -> Decision[Any]:
         if isinstance(command, dm.Renew) and decision.rule.guard == "held":
