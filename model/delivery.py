@@ -42,7 +42,7 @@ from leaseproof.model.binding import (
 )
 from leaseproof.model.errors import InvalidValue
 from leaseproof.model.frozenmap import FrozenMap
-from leaseproof.model.rules import Decision, Rule, changed_fields, decider
+from leaseproof.model.rules import Decision, Resend, Rule, changed_fields, decider
 
 MAX_LEASE_SECONDS = 86_400
 MAX_ADVANCE = dt.timedelta(days=366)  # the longest single clock move
@@ -979,23 +979,6 @@ decide: Callable[[DeliverySystem, Command], Decision[DeliverySystem]] = decider(
 
 
 # -- sending a command again ----------------------------------------------------------
-
-
-@attrs.frozen
-class Resend:
-    """What sending a command again answers, right after it took effect (its answer
-    was lost with the connection: `ConnectionLost(applied=None)`).
-
-    A *safe* command's resend changes nothing more, whatever the first did, so a
-    client may send it again when it does not know whether the first took effect;
-    after a first answer in `took_effect`, the resend answers one of `tells` (or, if
-    `tells` is empty, the same variant), which says so. An unsafe command's resend
-    may act again."""
-
-    safe: bool
-    took_effect: tuple[str, ...]
-    tells: tuple[str, ...]
-    why: str
 
 
 _TELLS_EXISTS = ("AlreadyExists",)

@@ -33,6 +33,23 @@ class Rule:
 
 
 @attrs.frozen
+class Resend:
+    """What sending a command again answers, right after it took effect (its answer
+    was lost with the connection: `ConnectionLost(applied=None)`).
+
+    A *safe* command's resend changes nothing more, whatever the first did, so a
+    client may send it again when it does not know whether the first took effect;
+    after a first answer in `took_effect`, the resend answers one of `tells` (or, if
+    `tells` is empty, the same variant), which says so. An unsafe command's resend
+    may act again."""
+
+    safe: bool
+    took_effect: tuple[str, ...]
+    tells: tuple[str, ...]
+    why: str
+
+
+@attrs.frozen
 class Decision(Generic[State]):
     """One step, and the rule that decided it."""
 

@@ -27,7 +27,7 @@ import attrs
 
 from leaseproof.conformance.boundary import schema
 from leaseproof.model import delivery, invariants, lifecycle, lifecycle_invariants
-from leaseproof.model.rules import Invariants, Rule
+from leaseproof.model.rules import Invariants, Resend, Rule
 
 NOTE = "`leaseproof spec` writes this block from the model; edit the model, not the block"
 
@@ -73,7 +73,7 @@ def render_rules(rules: Mapping[type, tuple[Rule, ...]]) -> str:
     return "\n".join(lines[1:])
 
 
-def render_resends(resends: Mapping[type, delivery.Resend]) -> str:
+def render_resends(resends: Mapping[type, Resend]) -> str:
     """Each operation's resend rule: whether sending it again is safe, and what it then answers."""
     lines = ["| operation | safe to send again | after a first | a resend answers | why |", "|---|---|---|---|---|"]
     for op, r in resends.items():
