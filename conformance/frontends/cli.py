@@ -29,7 +29,7 @@ from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.stress import Progress as StressProgress
 from leaseproof.conformance.concurrent.stress import StressFault, StressReport
 from leaseproof.conformance.concurrent.stress import stress as run_stress
-from leaseproof.conformance.evidence import killmatrix
+from leaseproof.conformance.evidence import killmatrix, throughput
 from leaseproof.conformance.evidence import score as mutation_score
 from leaseproof.conformance.frontends.progress import ProgressLine
 from leaseproof.conformance.harness.interrupts import interruptible
@@ -233,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=nemesis.EXITS,
     )
     nemesis.add_arguments(nemesis_parser)
+
+    throughput_parser = commands.add_parser(
+        "throughput",
+        help="measure jobs per second of the bundled store against the bare floor and procrastinate and PgQueuer",
+        description=throughput.DESCRIPTION,
+        epilog="exit status: 0 measured, 1 a subject's jobs were not all done, 2 usage, 130 interrupted",
+    )
+    throughput.add_arguments(throughput_parser)
 
     stress = commands.add_parser(
         "stress",
@@ -999,6 +1007,7 @@ def explore_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "verify": verify,
     "nemesis": nemesis.command,
+    "throughput": throughput.command,
     "replay": replay_traces,
     "check-trace": check_trace,
     "check-history": check_history_command,

@@ -1,0 +1,320 @@
+"""How many deliveries a second the bundled store moves, against the bare floor and two peers.
+
+    leaseproof throughput [--workers 8] [--jobs 2000] [--rounds 3] [--subjects floor,store,...] [--dsn DSN]
+
+One *job* is the whole life of a unit of work: enqueued (one commit by a
+producer), then claimed under a lease and finished by a worker. Each subject
+runs `--jobs` of them with `--workers` worker processes, each with its own
+connection: first every process enqueues its share, one job per commit, then
+every process claims and finishes until nothing is left. The figure is jobs
+per second over both phases.
+
+Subjects:
+
+- `floor`: the least a lease queue on PostgreSQL can do, as bare SQL on one
+  table, each statement its own (autocommit) transaction: an INSERT; a claim
+  (`UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)`, a
+  generation bumped, a lease set); a finish fenced by id and generation. Three
+  round trips a job, no tenancy, no checks.
+- `store`: the bundled delivery store (`PostgresDeliveryStore`), as a
+  service uses it: `CommitDeliveries` (one delivery, its own step), `Claim`
+  and `Finish`, through `execute()`, with its bounded waits, in one community
+  and for one target.
+- `procrastinate`, `pgqueuer`: the libraries through their public APIs
+  (`throughput_peers.py`, which says how each is driven), when the `bench`
+  extra is installed (`pip install -e '.[bench]'`).
+
+Each round runs every subject once, in an order that rotates from round to
+round, each on a fresh database; the table gives each subject's median over
+the rounds and its ratio to the floor's median; the per-round figures follow.
+Nothing here asserts a speed: it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
+
+import attrs
+import psycopg
+
+from leaseproof.conformance.evidence import throughput_peers as peers
+from leaseproof.conformance.harness.interrupts import interruptible
+from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.migrate import migrate
+from leaseproof.model import delivery as m
+from leaseproof.model.binding import Binding, EventCause
+
+COMMUNITY, WORKFLOW, RUN = uuid.UUID(int=0xC0), uuid.UUID(int=0x100), uuid.UUID(int=0x200)
+TARGET, MESSAGE, DEFINITION, CAUSE = b"\x07" * 32, b"\x03" * 32, b"\x04" * 32, b"\x05" * 32
+LEASE_SECONDS = 30
+ROUND_LIMIT = 600.0  # seconds a round's worker may take before the round is called broken
+
+_FLOOR_SCHEMA = """
+    CREATE TABLE floor_jobs (
+        id bigserial PRIMARY KEY,
+        status text NOT NULL DEFAULT 'pending',
+        generation int NOT NULL DEFAULT 0,
+        lease_until timestamptz
+    );
+    CREATE INDEX floor_jobs_pending ON floor_jobs (id) WHERE status = 'pending'
+"""
+_FLOOR_ENQUEUE = "INSERT INTO floor_jobs DEFAULT VALUES"
+_FLOOR_CLAIM = """
+    UPDATE floor_jobs SET status = 'claimed', generation = generation + 1,
+        lease_until = now() + make_interval(secs => %s)
+    WHERE id = (SELECT id FROM floor_jobs WHERE status = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+    RETURNING id, generation
+"""
+_FLOOR_FINISH = "UPDATE floor_jobs SET status = 'finished', lease_until = NULL WHERE id = %s AND generation = %s"
+
+
+# -- the workers (module level: spawned processes import them) -------------------------------
+
+
+def _floor_worker(dsn: str, share: int) -> tuple[float, float, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = _barrier()
+        for _ in range(share):
+            conn.execute(_FLOOR_ENQUEUE)
+        _barrier()
+        done = 0
+        while (row := conn.execute(_FLOOR_CLAIM, (LEASE_SECONDS,)).fetchone()) is not None:
+            if conn.execute(_FLOOR_FINISH, row).rowcount != 1:
+                raise RuntimeError(f"the floor's finish of job {row[0]} matched no row")
+            done += 1
+        return start, time.monotonic(), done
+
+
+def _binding(step: str) -> Binding:
+    return Binding(COMMUNITY, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(CAUSE))
+
+
+def _store_worker(dsn: str, share: int, index: int) -> tuple[float, float, int]:
+    with connect(dsn) as conn:
+        store = PostgresDeliveryStore(conn)
+        start = _barrier()
+        for i in range(share):
+            delivery = uuid.uuid5(COMMUNITY, f"{index}/{i}")
+            new = m.NewDelivery(delivery, _binding(f"s{index}-{i}"))
+            committed = store.execute(m.CommitDeliveries(COMMUNITY, RUN, f"s{index}-{i}", [new]))
+            if committed != m.Committed((delivery,), False):
+                raise RuntimeError(f"commit of {delivery} answered {committed}")
+        _barrier()
+        done = 0
+        while isinstance(claimed := store.execute(m.Claim(COMMUNITY, TARGET, LEASE_SECONDS)), m.Claimed):
+            settled = store.execute(m.Finish(claimed.lease, m.Status.FINISHED))
+            if settled != m.Settled(m.Status.FINISHED):
+                raise RuntimeError(f"finish of {claimed.lease.delivery_id} answered {settled}")
+            done += 1
+        return start, time.monotonic(), done
+
+
+_BARRIER: Any = None
+
+
+def _init(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _barrier() -> float:
+    """Wait until every process is here (connected, and then: every share enqueued, so a
+    claim never finds the queue empty while a producer is still behind); the time then."""
+    _BARRIER.wait(ROUND_LIMIT)
+    return time.monotonic()
+
+
+def _run_processes(target: Callable[..., tuple[float, float, int]], args: Sequence[tuple[Any, ...]]) -> float:
+    """Run `target(*a)` for each `a` in its own spawned process; the seconds from the moment
+    all were connected and ready to the last one's end (start-up and imports not counted:
+    CLOCK_MONOTONIC is one clock for every process of the host). Every process ends on any exit."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    with ctx.Pool(len(args), initializer=_init, initargs=(barrier,)) as pool:
+        try:
+            results = [r.get(ROUND_LIMIT) for r in [pool.apply_async(target, a) for a in args]]
+        finally:
+            pool.terminate()
+    done, enqueued = sum(r[2] for r in results), sum(a[1] for a in args)
+    if done != enqueued:
+        raise RuntimeError(f"{done} jobs finished, {enqueued} enqueued")
+    return max(r[1] for r in results) - min(r[0] for r in results)
+
+
+def _shares(jobs: int, workers: int) -> list[int]:
+    return [jobs // workers + (1 if i < jobs % workers else 0) for i in range(workers)]
+
+
+def floor_round(dsn: str, workers: int, jobs: int) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_FLOOR_SCHEMA)
+    elapsed = _run_processes(_floor_worker, [(dsn, share) for share in _shares(jobs, workers)])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM floor_jobs GROUP BY status").fetchall()
+    counts: dict[str, int] = dict(rows)
+    if counts != {"finished": jobs}:
+        raise RuntimeError(f"the floor's jobs by status: {counts}, expected {jobs} finished")
+    return elapsed
+
+
+def store_round(dsn: str, workers: int, jobs: int) -> float:
+    with connect(dsn) as conn:
+        migrate(conn)
+        store = PostgresDeliveryStore(conn)
+        for command in (
+            m.CreateCommunity(COMMUNITY),
+            m.CreateWorkflow(COMMUNITY, WORKFLOW),
+            m.CreateRun(COMMUNITY, WORKFLOW, RUN),
+            m.PublishEvent(COMMUNITY, MESSAGE),
+        ):
+            store.execute(command)
+    # (dsn, share, index): _run_processes reads each share at a[1].
+    args = [(dsn, share, i) for i, share in enumerate(_shares(jobs, workers))]
+    elapsed = _run_processes(_store_worker, args)
+    with connect(dsn) as conn:
+        rows = conn.execute("SELECT status::text AS status, count(*) AS n FROM workflow_agent_deliveries GROUP BY 1")
+        counts = {r["status"]: r["n"] for r in rows}
+    if counts != {"finished": jobs}:
+        raise RuntimeError(f"the store's deliveries by status: {counts}, expected {jobs} finished")
+    return elapsed
+
+
+SUBJECTS: dict[str, Callable[[str, int, int], float]] = {
+    "floor": floor_round,
+    "store": store_round,
+    "procrastinate": peers.procrastinate_round,
+    "pgqueuer": peers.pgqueuer_round,
+}
+PEERS = ("procrastinate", "pgqueuer")
+
+
+@attrs.frozen
+class Result:
+    subject: str
+    seconds: tuple[float, ...]  # one per round
+    jobs: int
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / statistics.median(self.seconds)
+
+
+def rotations(subjects: Sequence[str], rounds: int) -> Iterator[list[str]]:
+    """Each round's order: the subjects rotated by one more each round (interleaved)."""
+    for r in range(rounds):
+        k = r % len(subjects)
+        yield [*subjects[k:], *subjects[:k]]
+
+
+def measure(
+    new_database: Callable[[], Any],
+    subjects: Sequence[str],
+    workers: int,
+    jobs: int,
+    rounds: int,
+    say: Callable[[str], None],
+) -> dict[str, Result]:
+    seconds: dict[str, list[float]] = {s: [] for s in subjects}
+    for r, order in enumerate(rotations(subjects, rounds), 1):
+        for subject in order:
+            with new_database() as dsn:
+                took = SUBJECTS[subject](dsn, workers, jobs)
+            seconds[subject].append(took)
+            say(f"  round {r}/{rounds} {subject}: {jobs} jobs in {took:.2f}s ({jobs / took:,.0f}/s)")
+    return {s: Result(s, tuple(v), jobs) for s, v in seconds.items()}
+
+
+def table(results: dict[str, Result], workers: int) -> list[str]:
+    floor = results.get("floor")
+    versions = peers.versions()
+    lines = [
+        "| subject | version | workers | jobs/s (median) | × floor | seconds per round |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for name, result in results.items():
+        ratio = f"{result.rate / floor.rate:.2f}" if floor is not None else "-"
+        rounds = ", ".join(f"{s:.2f}" for s in result.seconds)
+        version = versions.get(name, "this checkout")
+        lines.append(f"| {name} | {version} | {workers} | {result.rate:,.0f} | {ratio} | {rounds} |")
+    store = results.get("store")
+    if store is not None:
+        lines += [f"store / {peer}: {store.rate / results[peer].rate:.2f}" for peer in PEERS if peer in results]
+    return lines
+
+
+DESCRIPTION = (
+    "Measure jobs per second (enqueue, claim, finish) of the bundled delivery store against the bare floor "
+    "(three bare statements a job) and, with the bench extra, procrastinate and PgQueuer: worker processes, "
+    "fresh databases, interleaved rounds, medians."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=8, help="worker processes (default: 8)")
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs per subject per round (default: 2000)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument(
+        "--subjects",
+        default=",".join(SUBJECTS),
+        help=f"comma-separated, from {', '.join(SUBJECTS)} (default: all; the peers need the bench extra)",
+    )
+    parser.add_argument("--dsn", help="a PostgreSQL server to use (default: the provisioned one)")
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    subjects = [s for s in args.subjects.split(",") if s]
+    unknown = sorted(set(subjects) - set(SUBJECTS))
+    missing = [s for s in subjects if s in PEERS and peers.versions()[s] == "not installed"]
+    if unknown or not subjects or args.workers < 1 or args.jobs < args.workers or args.rounds < 1:
+        problem = (
+            f"unknown subjects {unknown}"
+            if unknown
+            else "--workers and --rounds must be positive, --jobs at least --workers, and a subject named"
+        )
+        err.write(f"throughput: {problem}\n")
+        return 2
+    if missing:
+        err.write(f"throughput: {', '.join(missing)} not installed: pip install -e '.[bench]'\n")
+        return 2
+    out.write(f"throughput: {', '.join(subjects)}; {args.workers} workers, {args.jobs} jobs, {args.rounds} rounds\n")
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
+        try:
+            results = measure(
+                lambda: scratch_database(server, prefix="lp_bench"), subjects, args.workers, args.jobs, args.rounds, say
+            )
+        except RuntimeError as exc:
+            err.write(f"throughput: {exc}\n")
+            return 1
+    out.write("\n".join(table(results, args.workers)) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leaseproof.conformance.evidence.throughput", description=DESCRIPTION
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        with interruptible():
+            return command(args, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        print("throughput: interrupted; cleaned up", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
