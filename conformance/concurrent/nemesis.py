@@ -339,7 +339,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print) -> Report:
                 proc.kill()
                 proc.join(10)
         monitor.close()
-    _audit(dsn, ids, logs, report)
+    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report)
     for line in report.lines():
         say(line)
     return report

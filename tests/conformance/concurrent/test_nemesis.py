@@ -28,6 +28,7 @@ def test_a_seeded_run_under_every_fault_loses_nothing_settles_once_and_accepts_n
         report = nemesis.run(dsn, Plan(seed=SEED, duration=6, workers=3, per_tenant=200), tmp_path, said.append)
     assert all(report.faults[kind] >= 1 for kind in FAULTS), report.faults  # each kind was injected
     assert report.cycles > 0 and report.answers["claim:Claimed"] > 0, said
+    assert report.answers["reap:Reaped"] > 0, said  # the reaper's answers are audited too
     assert report.safe, "\n".join(said)
     assert report.committed == 600
     assert any(line.startswith("verdict: SAFE") for line in said)
