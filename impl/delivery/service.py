@@ -1,0 +1,110 @@
+"""The delivery store as a service holds it: a DSN, not a connection.
+
+`PostgresDeliveryStore` is one connection and dies with it. `DeliveryService`
+keeps the store's typed errors and adds the two things a long-running worker
+needs when its connection is lost (the server restarted, its backend was
+ended, the network cut):
+
+- it reconnects: the next call opens a new connection (with the same bounded
+  waits) instead of failing on the dead one;
+- it sends a call again, once by default, when that is safe: always when the
+  connection was lost before the COMMIT (`ConnectionLost(applied=False)`:
+  nothing took effect), and when it was lost while committing
+  (`applied=None`) only if the model declares the command safe to send again
+  (`leaseproof.model.delivery.RESENDS`: everything but `Claim` and the test
+  clock). The resend's answer then says what happened (a finish told
+  `AlreadyTerminal` of the status it asked for had settled the first time).
+  A claim whose outcome is unknown is raised to the caller, who decides.
+
+`Unavailable` (a bound was reached: a lock another client holds, a statement
+too long, or no server to connect to) is raised as it is: nothing took
+effect, and when to try again is the caller's decision (it is load, not a
+lost answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from leaseproof.impl.delivery.store import WAITS, PostgresDeliveryStore, Sweep, Waits, connect
+from leaseproof.impl.errors import ConnectionLost, Unavailable
+from leaseproof.model import delivery as m
+
+Connect = Callable[[str, Waits], Any]
+
+
+def may_resend(command: m.Command, lost: ConnectionLost) -> bool:
+    """Whether `command`, whose connection was lost as `lost` says, may be sent again as it is."""
+    return lost.applied is False or m.RESENDS[type(command)].safe
+
+
+class DeliveryService:
+    """The delivery machine behind a DSN: reconnects, and resends a call when it is safe.
+
+    Not thread-safe (one connection at a time, as the store)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        waits: Waits = WAITS,
+        *,
+        resends: int = 1,
+        store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore,
+        connect: Connect = connect,
+    ) -> None:
+        if resends < 0:
+            raise ValueError(f"resends must be 0 or more, not {resends}")
+        self.dsn, self.waits, self.resends = dsn, waits, resends
+        self.store_class, self._connect = store_class, connect
+        self._store: PostgresDeliveryStore | None = None
+        self.connections = 0  # how many connections it has opened
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        """Run one model command, as `PostgresDeliveryStore.execute` does, on a live connection."""
+        return self._call(type(command).__name__, command, lambda store: store.execute(command))
+
+    def sweep(self) -> Sweep:
+        """The reaper's sweep (`PostgresDeliveryStore.sweep`), sent again as a `Reap` would be."""
+        return self._call("Sweep", m.Reap(), lambda store: store.sweep())  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._drop()
+
+    def __enter__(self) -> DeliveryService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, operation: str, command: m.Command, call: Callable[[PostgresDeliveryStore], Any]) -> Any:
+        attempt = 0
+        while True:
+            store = self._live(operation)
+            try:
+                return call(store)
+            except ConnectionLost as lost:
+                self._drop()
+                if attempt >= self.resends or not may_resend(command, lost):
+                    raise
+                attempt += 1
+
+    def _live(self, operation: str) -> PostgresDeliveryStore:
+        if self._store is not None:  # a connection found dead is dropped by _call, and not before
+            return self._store
+        try:
+            conn = self._connect(self.dsn, self.waits)
+        except psycopg.OperationalError as exc:
+            raise Unavailable(operation, f"cannot connect to the server ({str(exc).strip()})") from exc
+        self.connections += 1
+        self._store = self.store_class(conn)
+        return self._store
+
+    def _drop(self) -> None:
+        if self._store is not None:
+            with contextlib.suppress(psycopg.Error):  # it is gone already
+                self._store.conn.close()
+            self._store = None
