@@ -53,6 +53,7 @@ from psycopg.conninfo import make_conninfo
 
 from leaseproof.conformance.harness.interrupts import interruptible
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.impl.migrate import migrate
@@ -168,34 +169,15 @@ def _quiet() -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
-class _Session:
-    """A worker's store on a connection of its own, opened again whenever it is lost."""
-
-    def __init__(self, dsn: str, name: str) -> None:
-        self.dsn = _named(dsn, name)
-        self._store: PostgresDeliveryStore | None = None
-
-    def store(self) -> PostgresDeliveryStore:
-        if self._store is None or self._store.conn.closed or self._store.conn.broken:
-            self._store = PostgresDeliveryStore(connect(self.dsn, WAITS))
-        return self._store
-
-    def lost(self) -> None:
-        if self._store is not None:
-            with contextlib.suppress(Exception):
-                self._store.conn.close()
-        self._store = None
-
-
 def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int) -> None:
-    """Claim, sometimes renew, finish; reconnect whenever the connection is lost."""
+    """Claim, sometimes renew, finish, through the DeliveryService (it reconnects, and
+    resends what is safe to resend)."""
     _quiet()
     rng = random.Random(seed)
-    session = _Session(dsn, name)
+    store = DeliveryService(_named(dsn, name), WAITS)
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
             try:
-                store = session.store()
                 community = tenant(rng.randrange(tenants))
                 got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS))
                 if not isinstance(got, m.Claimed):
@@ -219,22 +201,22 @@ def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants:
                 _log(out, op="unavailable", answer="Unavailable", reason=exc.reason)
             except (ConnectionLost, psycopg.Error) as exc:
                 _log(out, op="lost", answer=type(exc).__name__)
-                session.lost()
+                store.close()
 
 
 def reaper(dsn: str, until: float, log_path: str) -> None:
     _quiet()
-    session = _Session(dsn, "lp-nemesis-reaper")
+    service = DeliveryService(_named(dsn, "lp-nemesis-reaper"), WAITS)
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
             try:
-                sweep = session.store().sweep()
+                sweep = service.sweep()
                 _log(out, op="reap", answer="Reaped", count=sweep.reaped, left=len(sweep.left))
             except Unavailable as exc:
                 _log(out, op="reap", answer="Unavailable", reason=exc.reason)
             except (ConnectionLost, psycopg.Error) as exc:
                 _log(out, op="reap", answer=type(exc).__name__)
-                session.lost()
+                service.close()
             time.sleep(REAP_EVERY)  # the sweep's period
 
 
