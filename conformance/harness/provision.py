@@ -112,6 +112,10 @@ class Server:
     dsn: str
     source: str
     description: str
+    # Stops the server ("fast": a clean shutdown; "immediate": a crash, recovered at the
+    # next start) and starts it again on the same data; only for a server leaseproof
+    # itself started (the embedded one), None for one it was given.
+    restart: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
 
     def database_dsn(self, name: str) -> str:
         """The same server and credentials, database `name`."""
@@ -500,6 +504,7 @@ class _EmbeddedCluster:
         self._lock = threading.Lock()
         self._stopped = False
         self._owner_lock: int | None = None  # fd holding owner.lock for the run's lifetime
+        self._launched_from: Path | None = None  # the bin folder postgres runs from (restart uses it)
 
     @property
     def socket_dir(self) -> Path:
@@ -517,7 +522,25 @@ class _EmbeddedCluster:
             dsn=self.dsn,
             source="embedded",
             description=f"embedded PostgreSQL {self.version} in {self.folder} (socket)",
+            restart=self.restart,
         )
+
+    def restart(self, mode: str) -> None:
+        """Stop postgres ("fast" shutdown, or "immediate": no checkpoint, crash recovery at
+        start) and start it again on the same data folder; back once it answers."""
+        signals = {"fast": signal.SIGINT, "immediate": signal.SIGQUIT}
+        if mode not in signals:
+            raise ValueError(f"restart mode {mode!r}: one of {', '.join(signals)}")
+        with self._lock:
+            if self._stopped or self.process is None or self._launched_from is None:
+                raise RuntimeError("the embedded server is not running")
+            self.process.send_signal(signals[mode])
+            try:
+                self.process.wait(timeout=_SHUTDOWN_GRACE)
+            except subprocess.TimeoutExpired:
+                self._stop_process(self.process)
+            self._launch(self._launched_from, _runner())
+            self._wait_ready()
 
     def start(self) -> None:
         started = time.monotonic()
@@ -533,6 +556,7 @@ class _EmbeddedCluster:
             bin_dir = self._usable_bin_dir(runner)
             self._initdb(bin_dir, runner)
             self._launch(bin_dir, runner)
+            self._launched_from = bin_dir
             self._wait_ready()
         except OSError as exc:  # mkdtemp, chown, copytree, …
             self.stop()
@@ -636,7 +660,7 @@ class _EmbeddedCluster:
             "-c", "full_page_writes=off",
             "-c", "max_connections=100",
         ]
-        with open(log_path, "wb") as log_file:
+        with open(log_path, "ab") as log_file:  # a restart appends to the first start's log
             if runner.switching:
                 os.chown(log_path, runner.uid, runner.gid)
             try:

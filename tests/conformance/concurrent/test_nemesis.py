@@ -14,10 +14,12 @@ import pytest
 from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.nemesis import FAULTS, Plan, Report
 from leaseproof.conformance.frontends import cli
+from leaseproof.conformance.harness import provision
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import connect
 
 SEED = 20261202
+ON_A_SHARED_SERVER = tuple(f for f in FAULTS if f != "restart")  # the test session's server is not restarted
 
 
 def test_a_seeded_run_under_every_fault_loses_nothing_settles_once_and_accepts_no_stale_holder(
@@ -25,13 +27,38 @@ def test_a_seeded_run_under_every_fault_loses_nothing_settles_once_and_accepts_n
 ) -> None:
     said: list[str] = []
     with scratch_database(pg_server) as dsn:
-        report = nemesis.run(dsn, Plan(seed=SEED, duration=6, workers=3, per_tenant=200), tmp_path, said.append)
-    assert all(report.faults[kind] >= 1 for kind in FAULTS), report.faults  # each kind was injected
+        plan = Plan(seed=SEED, duration=6, workers=3, per_tenant=200, faults=ON_A_SHARED_SERVER)
+        report = nemesis.run(dsn, plan, tmp_path, said.append)
+    assert all(report.faults[kind] >= 1 for kind in ON_A_SHARED_SERVER), report.faults  # each kind was injected
     assert report.cycles > 0 and report.answers["claim:Claimed"] > 0, said
     assert report.answers["reap:Reaped"] > 0, said  # the reaper's answers are audited too
     assert report.safe, "\n".join(said)
     assert report.committed == 600
     assert any(line.startswith("verdict: SAFE") for line in said)
+
+
+def test_a_seeded_run_with_server_restarts_stays_safe_on_a_server_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restarts (fast and immediate) need a server the run owns: an embedded one of its own."""
+    monkeypatch.delenv(provision.DSN_ENV, raising=False)
+    monkeypatch.setattr(provision, "docker_engine", lambda *a, **k: (False, "not for this test"))
+    said: list[str] = []
+    with provision.postgres_server() as server, scratch_database(server) as dsn:
+        plan = Plan(seed=SEED, duration=5, workers=2, per_tenant=100, faults=("restart", "kill"), every=0.8)
+        report = nemesis.run(dsn, plan, tmp_path, said.append, restart=server.restart)
+    assert report.faults["restart"] >= 2 and sum(report.restarts.values()) == report.faults["restart"], said
+    assert report.safe, "\n".join(said)
+    assert report.cycles > 0, said
+
+
+def test_the_restart_fault_needs_a_server_leaseproof_started(
+    pg_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["nemesis", "--dsn", pg_server.dsn, "--duration", "1", "--faults", "restart"]) == 2
+    assert "the restart fault needs a server leaseproof starts itself" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="the restart fault needs"):
+        nemesis.run("dbname=unused", Plan(seed=1, duration=1, faults=("restart",)), Path("."), restart=None)
 
 
 def _log(path: Path, *entries: dict[str, object]) -> Path:

@@ -115,6 +115,32 @@ def test_embedded_server_answers_and_leaves_nothing_behind(embedded_only: None) 
     assert any(m.startswith("starting embedded PostgreSQL in ") for m in messages)
 
 
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_an_embedded_server_restarts_on_its_data_and_comes_back(embedded_only: None, mode: str) -> None:
+    """A restart ends every connection; the server answers again on the same data (an
+    immediate one recovers from the crash: a synchronous commit before it survives)."""
+    with postgres_server() as server:
+        assert server.restart is not None
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = on")
+            conn.execute("CREATE TABLE kept (n int)")
+            conn.execute("INSERT INTO kept VALUES (1)")
+            before = _postmaster_pid(_data_directory(server.dsn))
+            server.restart(mode)
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("SELECT 1")  # its backend is gone
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SELECT n FROM kept").fetchall() == [(1,)]
+        assert _postmaster_pid(_data_directory(server.dsn)) != before
+        with pytest.raises(ValueError, match="restart mode 'slow'"):
+            server.restart("slow")
+
+
+def test_a_named_server_cannot_be_restarted(pg_server: Server) -> None:
+    with postgres_server(pg_server.dsn) as named:
+        assert named.restart is None
+
+
 def test_embedded_server_is_removed_when_the_body_raises(embedded_only: None) -> None:
     with pytest.raises(RuntimeError, match="boom"), postgres_server() as server:
         data_dir = _data_directory(server.dsn)
