@@ -77,6 +77,18 @@ def _step_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None
     require_step_id(attribute.name, value)
 
 
+MAX_REQUEST_KEY = 64  # characters
+
+
+def _request_key(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_REQUEST_KEY or value.strip() != value:
+        raise InvalidValue(
+            attribute.name, value, f"must be None or 1 to {MAX_REQUEST_KEY} characters without surrounding whitespace"
+        )
+
+
 def _optional_uuid(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         require_uuid(attribute.name, value)
@@ -106,6 +118,8 @@ class Delivery:
     claimed_at: dt.datetime | None
     finished_at: dt.datetime | None
     created_at: dt.datetime
+    # the request key of the claim that holds it, while claimed (adapter protocol 3 and later)
+    claim_key: str | None = attrs.field(default=None, metadata={"since": 3})
 
     @property
     def key(self) -> tuple[uuid.UUID, uuid.UUID]:
@@ -235,13 +249,18 @@ class CommitDeliveries:
 
 @attrs.frozen
 class Claim:
-    """Claim the oldest matching pending delivery for an authenticated target."""
+    """Claim the oldest matching pending delivery for an authenticated target.
+
+    `request_key`, chosen by the client, names this claim request: sent again (its
+    answer was lost) while the lease it took is still held, it returns that lease
+    instead of claiming another delivery."""
 
     community_id: uuid.UUID = attrs.field(validator=is_uuid)
     target_pubkey: bytes = attrs.field(validator=is_key, repr=short_key)
     lease_seconds: int = attrs.field(validator=_lease_seconds)
     delivery_id: uuid.UUID | None = attrs.field(default=None, validator=_optional_uuid)
     expected: Binding | None = attrs.field(default=None, validator=attrs.validators.optional(_instance_of(Binding)))
+    request_key: str | None = attrs.field(default=None, validator=_request_key, metadata={"since": 3})
 
 
 @attrs.frozen
@@ -620,6 +639,13 @@ RULES: dict[type, tuple[Rule, ...]] = {
         ),
         *_COMMUNITY_RULES,
         Rule(
+            "retried",
+            "the claim carries a request key, and a row of the community and target is claimed under that key "
+            "with lease_until >= now (whatever the requested id and expected binding)",
+            ("Claimed",),
+            f"{_NONE}: that row's lease is returned again, at its generation and lease_until",
+        ),
+        Rule(
             "none-pending",
             "no pending delivery of the target matches the requested id and the expected binding",
             ("ClaimMiss",),
@@ -629,7 +655,7 @@ RULES: dict[type, tuple[Rule, ...]] = {
             "otherwise",
             ("Claimed",),
             "the oldest match by (created_at, id) becomes claimed: generation + 1, lease_until = now + "
-            "lease_seconds, claimed_at = now",
+            "lease_seconds, claimed_at = now, claim_key = the request key (or none)",
             ("deliveries",),
         ),
     ),
@@ -648,7 +674,7 @@ RULES: dict[type, tuple[Rule, ...]] = {
             "held",
             "the row is claimed at the lease's generation by its target, and lease_until >= now",
             ("Settled(finished)", "Settled(failed)"),
-            "the row takes the requested terminal status; finished_at = now; lease fields cleared",
+            "the row takes the requested terminal status; finished_at = now; lease fields and claim_key cleared",
             ("deliveries",),
         ),
         Rule(
@@ -844,6 +870,17 @@ def _claim(s: DeliverySystem, c: Claim) -> Decided:
         return s, ClaimMiss(), "out-of-scope"
     if refusal := community_refusal(s.communities, c.community_id):
         return refused(s, refusal)
+    if c.request_key is not None:
+        for d in s.deliveries.values():
+            if (
+                d.key[0] == c.community_id
+                and d.binding.target_pubkey == c.target_pubkey
+                and d.status is Status.CLAIMED
+                and d.claim_key == c.request_key
+                and d.lease_until is not None
+                and d.lease_until >= s.now
+            ):
+                return s, Claimed(_lease_of(d), d), "retried"
     candidates = [
         d
         for d in s.deliveries.values()
@@ -862,15 +899,21 @@ def _claim(s: DeliverySystem, c: Claim) -> Decided:
         lease_generation=oldest.lease_generation + 1,
         lease_until=s.now + dt.timedelta(seconds=c.lease_seconds),
         claimed_at=s.now,
+        claim_key=c.request_key,
     )
-    lease = Lease(
-        community_id=c.community_id,
-        delivery_id=claimed.id,
-        target_pubkey=c.target_pubkey,
-        lease_generation=claimed.lease_generation,
-        lease_until=claimed.lease_until,
+    return s.with_delivery(claimed), Claimed(_lease_of(claimed), claimed), "oldest-pending"
+
+
+def _lease_of(row: Delivery) -> Lease:
+    """The lease a claimed row stands for."""
+    assert row.lease_until is not None
+    return Lease(
+        community_id=row.key[0],
+        delivery_id=row.id,
+        target_pubkey=row.binding.target_pubkey,
+        lease_generation=row.lease_generation,
+        lease_until=row.lease_until,
     )
-    return s.with_delivery(claimed), Claimed(lease, claimed), "oldest-pending"
 
 
 def _held(s: DeliverySystem, lease: Lease) -> Delivery | None:
@@ -905,7 +948,9 @@ def _finish(s: DeliverySystem, c: Finish) -> Decided:
         return refused(s, refusal)
     row = _held(s, lease)
     if row is not None:
-        done = attrs.evolve(row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None)
+        done = attrs.evolve(
+            row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None, claim_key=None
+        )
         return s.with_delivery(done), Settled(c.outcome), "held"
     # Reconciliation of an uncertain completion: only the same holder (same
     # generation and target — finish never bumps the generation) is told
@@ -938,6 +983,7 @@ def _reap(s: DeliverySystem, c: Reap) -> Decided:
                 lease_generation=d.lease_generation + 1,
                 lease_until=None,
                 claimed_at=None,
+                claim_key=None,
             )
         )
     return s, Reaped(len(expired)), "sweep"
@@ -999,9 +1045,10 @@ RESENDS: dict[type, Resend] = {
     Claim: Resend(
         False,
         ("Claimed",),
-        (),
-        "a second claim takes the next pending delivery (or misses): the first lease is orphaned until it "
-        "expires and is reaped",
+        ("Claimed",),
+        "without a request key, a second claim takes the next pending delivery (or misses): the first lease is "
+        "orphaned until it expires and is reaped; with one, it returns the same lease, while that is held",
+        safe_with="request_key",
     ),
     Renew: Resend(
         True, ("Renewed",), ("Renewed",), "the lease is extended from now again: at the same instant, to the same end"
@@ -1023,7 +1070,7 @@ def resend_violations(after: DeliverySystem, command: Command, outcome: Outcome)
     """How sending `command` again in `after`, the state its first sending left with
     `outcome`, breaks the command's resend rule (`RESENDS`); empty if it keeps it."""
     rule = RESENDS[type(command)]
-    if not rule.safe:
+    if not rule.safe_for(command):
         return []
     again = decide(after, command)
     problems = []
@@ -1039,6 +1086,8 @@ def resend_violations(after: DeliverySystem, command: Command, outcome: Outcome)
             problems.append(f"a resend after {first} answered {second}, not {' or '.join(told)} ({rule.why})")
         if isinstance(outcome, Committed) and again.outcome != Committed((), True):
             problems.append(f"a resend of a commit answered {again.outcome}, not Committed((), True)")
+        if isinstance(outcome, Claimed) and again.outcome != outcome:
+            problems.append(f"a resend of a keyed claim answered {again.outcome}, not the same {outcome}")
         if isinstance(outcome, Reaped) and again.outcome != Reaped(0):
             problems.append(f"a resend of a sweep answered {again.outcome}, not Reaped(0)")
     return problems

@@ -53,6 +53,23 @@ def lease_fields_are_set_exactly_while_claimed(s: DeliverySystem) -> Violations:
 
 
 @INVARIANTS.state
+def a_claim_key_is_held_only_while_claimed_and_once_per_live_lease(s: DeliverySystem) -> Violations:
+    """`claim_key` is set only while a row is claimed, and no two unexpired claims of one
+    community and target hold the same key."""
+    live: dict[tuple[object, bytes, str], object] = {}
+    for d in s.deliveries.values():
+        if d.claim_key is None:
+            continue
+        if d.status is not Status.CLAIMED:
+            yield f"{_where(d)}: a claim key must be set only while claimed (status {d.status.value})"
+        elif d.lease_until is not None and d.lease_until >= s.now:
+            where = (d.key[0], d.binding.target_pubkey, d.claim_key)
+            if where in live:
+                yield f"{_where(d)}: claim key {d.claim_key!r} also holds the live lease of {live[where]}"
+            live[where] = d.id
+
+
+@INVARIANTS.state
 def finished_at_is_set_exactly_while_terminal(s: DeliverySystem) -> Violations:
     """`finished_at` is set exactly while a row is finished or failed."""
     for d in s.deliveries.values():

@@ -47,6 +47,11 @@ class Resend:
     took_effect: tuple[str, ...]
     tells: tuple[str, ...]
     why: str
+    safe_with: str = ""  # a field of the command that, when set (not None), makes an unsafe command safe
+
+    def safe_for(self, command: Any) -> bool:
+        """Whether this command, as sent, may be sent again."""
+        return self.safe or bool(self.safe_with and getattr(command, self.safe_with) is not None)
 
 
 @attrs.frozen

@@ -104,7 +104,13 @@ def encode(value: Any) -> Any:
     if isinstance(value, lc.Cache):
         return _encode_cache(value)
     if attrs.has(type(value)):
-        fields = {f.name: encode(getattr(value, f.name)) for f in attrs.fields(type(value))}
+        # A field a later protocol version added ("since" in its metadata) is sent only when it
+        # is set: a message that does not use it reads as it did before, to an older adapter too.
+        fields = {
+            f.name: encode(getattr(value, f.name))
+            for f in attrs.fields(type(value))
+            if not ("since" in f.metadata and getattr(value, f.name) is None)
+        }
         return {"type": type(value).__name__, **fields}
     raise TypeError(f"no canonical encoding for {value!r}")
 

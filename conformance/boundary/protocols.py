@@ -31,6 +31,13 @@ def offered_operations(adapter: object) -> frozenset[str]:
     return frozenset(getattr(adapter, "operations", ALL_OPERATIONS))
 
 
+def takes_request_keys(adapter: object) -> bool:
+    """Whether claims may carry a request key: an adapter that speaks the wire protocol takes
+    them from version 3 (its `protocol` attribute); one in process always does."""
+    protocol = getattr(adapter, "protocol", None)
+    return protocol is None or protocol >= 3
+
+
 @runtime_checkable
 class DeliveryAdapter(Protocol):
     """An implementation of the delivery machine, driven command by command.

@@ -38,9 +38,10 @@ from leaseproof.model import lifecycle as lc
 # the newest, which the harness's hello offers first. Version 1 carries the
 # delivery machine alone, one request at a time; version 2 adds the lifecycle
 # machine and sessions (section 6 of the page says how the handshake picks one).
-PROTOCOL_VERSIONS = (1, 2)
+PROTOCOL_VERSIONS = (1, 2, 3)
 PROTOCOL_VERSION = PROTOCOL_VERSIONS[-1]
 SESSIONS_SINCE = 2  # the first version with sessions
+REQUEST_KEYS_SINCE = 3  # the first version with a claim's request key (Claim.request_key, Delivery.claim_key)
 MACHINE = "delivery"  # the machine a request names when it names none, and the harness's default
 LIFECYCLE_OPERATIONS = frozenset(op.__name__ for op in lc.OUTCOME_VARIANTS)
 
@@ -76,7 +77,8 @@ class AdapterFault(Exception):
 
 
 def _speaks(versions: tuple[int, ...] = PROTOCOL_VERSIONS) -> str:
-    return " and ".join(str(version) for version in versions)
+    names = [str(version) for version in versions]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 _NOT_JSON = object()  # what a reply line that does not parse parses to

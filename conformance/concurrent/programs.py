@@ -133,14 +133,20 @@ def _commit(r: random.Random, community: str, run: str, step: str, targets: tupl
     return d.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], news)
 
 
-def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: int = 3) -> Program:
+def delivery_program(
+    r: random.Random, clients: int, rounds: int = 2, branch: int = 3, request_keys: bool = True
+) -> Program:
     """Claimers skip locked rows, as the seeds ask, so a claim is linearizable
     only against transactions whose locks on pending rows are claims. Branches
     therefore send no `GetDelivery` (a plain read sees pending a row another
     claimer skipped) and no deletions (a claim skips a row a deletion holds and
     takes a younger one that the deletion then removes too); see
     specs/delivery.md, "Concurrency". The barrier states check every persisted
-    field; deletions are checked one at a time by the lockstep runs."""
+    field; deletions are checked one at a time by the lockstep runs.
+
+    With `request_keys` (an adapter that takes them), some claims carry one of
+    two request keys that every client shares, as a retry racing the claim it
+    repeats would: claims under one key must take turns."""
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
         cid = w.COMMUNITIES[name]
@@ -169,7 +175,12 @@ def delivery_program(r: random.Random, clients: int, rounds: int = 2, branch: in
             lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
             lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
         ]
-        return r.choices(makers, weights=[30, 20, 10, 10, 15, 3])[0]()
+        weights = [30, 20, 10, 10, 15, 3]
+        if request_keys:
+            key = r.choice((w.REQUEST_KEY, w.REQUEST_KEY + "b"))
+            makers.append(lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30, request_key=key))
+            weights.append(10)
+        return r.choices(makers, weights=weights)[0]()
 
     return _program("delivery", r, setup, operation, clients, rounds, branch, (None, None, 10 * SECOND, 31 * SECOND))
 

@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import psycopg
 
+from leaseproof.conformance.boundary.protocols import takes_request_keys
 from leaseproof.conformance.concurrent.history import History, Indeterminate, Recorder
 from leaseproof.conformance.concurrent.linearizability import (
     DEFAULT_BUDGET,
@@ -218,13 +219,14 @@ def stress(
     stop at the first program with a non-linearizable history."""
     spec = SPECS[machine]
     generate = GENERATORS[machine]
+    options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
     rng = random.Random(seed)
     progress = Progress()
     started = time.monotonic()
     runner = Runner(adapter, machine, workers, lose=lose, seed=seed)
     try:
         while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
-            program = generate(rng, workers)
+            program = generate(rng, workers, **options)
             failed, first = 0, None
             for _ in range(repeats):
                 history = runner.run(program)

@@ -119,6 +119,9 @@ class Coverage:
     # Commands never sent because the adapter does not offer them, by operation.
     skipped: collections.Counter[str] = attrs.field(factory=collections.Counter)
     offered: frozenset[str] | None = None  # None: everything
+    # (operation, guard) behaviours this adapter cannot take part in (e.g. a claim's retry
+    # by its request key, for an adapter of protocol 2 or older): not counted as missing.
+    inapplicable: frozenset[tuple[str, str]] = frozenset()
 
     def record(self, before: Any, after: Any, command: Any, outcome: Any, rule: Rule) -> None:
         assert self.spec is not None
@@ -145,7 +148,7 @@ class Coverage:
     def checkable_behaviours(self) -> list[tuple[str, str, str]]:
         """Declared (operation, guard, outcome) behaviours of the operations the adapter offers."""
         assert self.spec is not None
-        return [b for b in self.spec.behaviours() if self.offers(b[0])]
+        return [b for b in self.spec.behaviours() if self.offers(b[0]) and b[:2] not in self.inapplicable]
 
     def missing_behaviours(self) -> list[tuple[str, str, str]]:
         """Of the checkable behaviours, those never exercised."""

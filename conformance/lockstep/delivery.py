@@ -20,7 +20,7 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
-from leaseproof.conformance.boundary.protocols import DeliveryAdapter, offered_operations
+from leaseproof.conformance.boundary.protocols import DeliveryAdapter, offered_operations, takes_request_keys
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import Coverage as Coverage  # re-exported for callers of this module
 from leaseproof.conformance.lockstep.core import LockstepMachine, MachineSpec, bind, unchanged_or
@@ -172,7 +172,7 @@ FEATURES = (
     "community-B", "community-Z", "absent-run", "odd-steps", "named-ids", "unpublished-message",
     "wrong-workflow", "other-agents", "expected-bindings", "binding-forgeries", "lease-forgeries",
     "short-leases", "longest-lease", "deadline-moves", "short-moves", "long-moves",
-    "fences", "lineage", "reads", "tenant-lifecycle", "beside-live",
+    "fences", "lineage", "reads", "tenant-lifecycle", "beside-live", "request-keys",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="delivery swarm")
 HOLDING = "holding"  # a tenant action's community: that of the first standing claim to expire (else A)
@@ -510,6 +510,35 @@ class DeliveryConformance(LockstepMachine):
             row = min(pending, key=_by_age)
             self._claimed(self.run(m.Claim(row.key[0], row.binding.target_pubkey, 30)))
 
+    # A worker's claim that carries a request key, and the same request sent
+    # again (its answer was lost): at once, or when the clock has reached the
+    # lease's deadline exactly (still held: the same lease again) or passed it
+    # by a microsecond (expired: a new claim). Drawn again later with the same
+    # key, it finds the lease settled, reaped or expired, and claims anew.
+    @rule(
+        target=leases,
+        community=communities,
+        key=st.sampled_from([w.REQUEST_KEY, w.REQUEST_KEY + "b"]),
+        again=st.sampled_from(["no", "at once", "at the deadline", "past the deadline"]),
+        seconds=lease_seconds,
+    )
+    @precondition(lambda self: self.swarm.on("request-keys") and takes_request_keys(self.adapter))
+    def claim_keyed(self, community: str, key: str, again: str, seconds: int) -> Any:
+        """Claim with a request key, as the target of the oldest pending row (else T1); maybe again."""
+        cid = w.COMMUNITIES[community]
+        row = min(self._rows(cid, m.Status.PENDING), key=_by_age, default=None)
+        target = row.binding.target_pubkey if row is not None else w.TARGETS["T1"]
+        command = m.Claim(cid, target, seconds, request_key=key)
+        lease = self._claimed(self.run(command))
+        if again != "no":
+            if lease is not None and again != "at once":
+                late = dt.timedelta(microseconds=1 if again == "past the deadline" else 0)
+                by = lease.lease_until - self.model.now + late
+                if by > dt.timedelta(0):
+                    self.run(m.AdvanceClock(by))
+            self._claimed(self.run(command))
+        return multiple() if lease is None else lease
+
     @rule(lease=leases, forgery=lease_forgeries, seconds=lease_seconds)
     @precondition(lambda self: self.swarm.on("renew"))
     def renew(self, lease: m.Lease, forgery: str, seconds: int) -> None:
@@ -681,4 +710,7 @@ def machine_for(
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:
     """A machine class bound to one adapter (reused, and reset, across examples)."""
-    return bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))
+    bound = bind(DeliveryConformance, adapter, coverage, on_example, offered_operations(adapter))
+    if not takes_request_keys(adapter):
+        bound.coverage.inapplicable = frozenset({("Claim", "retried")})
+    return bound

@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis.stateful import MultipleResults
 
+from leaseproof.conformance.boundary.protocols import takes_request_keys
 from leaseproof.conformance.lockstep.delivery import DeliveryConformance
 from leaseproof.model import delivery as m
 
@@ -148,6 +149,21 @@ def recreated_run_does_not_reuse_delivery_ids(s: DeliveryConformance) -> None:
     s.finish(old, "held", "finished")
 
 
+def claim_sent_again_with_its_request_key(s: DeliveryConformance) -> None:
+    """A claim whose answer was lost, sent again with its request key, returns the
+    same lease while it is held (not the next delivery); once it has expired, the
+    same key claims anew; a finish clears the key."""
+    if not takes_request_keys(s.adapter):
+        return  # an adapter of protocol 2 or older has no request keys
+    first = _lease(s.claim_keyed("A", "claim-1", "at the deadline", 5))  # still held there: the same lease
+    s.claim_keyed("A", "claim-1", "at once", 5)
+    s.advance_clock("past-deadline")
+    s.claim_keyed("A", "claim-1", "no", 30)  # expired (not yet reaped): a new claim
+    s.reap()
+    s.finish(first, "held", "finished")  # the first holder lost it
+    s.claim_keyed("A", "claim-1", "past the deadline", 30)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     stale_holder_finishes_after_newer_holder,
     expired_holder_before_the_reaper,
@@ -156,6 +172,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     fenced_tenant,
     commits_and_cascades,
     recreated_run_does_not_reuse_delivery_ids,
+    claim_sent_again_with_its_request_key,
 )
 
 

@@ -36,6 +36,7 @@ def _key(name: str) -> bytes:
 # generated program creates it.
 COMMUNITIES = {name: _uuid(f"community {name}") for name in ("A", "B", "Z")}
 LIVE_COMMUNITIES = ("A", "B")
+REQUEST_KEY = "claim-1"  # a claim's request key: the same one sent again is a retry
 TARGETS = {name: _key(f"target {name}") for name in ("T1", "T2")}
 WORKFLOWS = {name: _uuid(f"workflow {name}") for name in ("W1", "W2")}
 # Each run belongs to one workflow; R4 starts absent.

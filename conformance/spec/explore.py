@@ -340,6 +340,7 @@ def _delivery_alphabet(bounds: DeliveryBounds) -> tuple[Any, ...]:
                 dm.DeleteRun(cid, w.RUNS["R1"]),
                 dm.DeleteWorkflow(cid, wid),
                 dm.SetCommunityState(cid, dm.CommunityState.QUIESCING),
+                dm.Claim(cid, w.TARGETS["T1"], lease, request_key=w.REQUEST_KEY),  # sent again, it is retried
             ]
         commands += [
             dm.SetCommunityState(cid, dm.CommunityState.FENCED),

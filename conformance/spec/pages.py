@@ -78,7 +78,8 @@ def render_resends(resends: Mapping[type, Resend]) -> str:
     lines = ["| operation | safe to send again | after a first | a resend answers | why |", "|---|---|---|---|---|"]
     for op, r in resends.items():
         tells = ", ".join(r.tells) if r.tells else ("the same" if r.safe else "-")
-        cells = (op.__name__, "yes" if r.safe else "**no**", ", ".join(r.took_effect), tells, r.why)
+        safe = "yes" if r.safe else (f"only with `{r.safe_with}`" if r.safe_with else "**no**")
+        cells = (op.__name__, safe, ", ".join(r.took_effect), tells, r.why)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
 

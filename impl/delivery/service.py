@@ -11,10 +11,12 @@ ended, the network cut):
   connection was lost before the COMMIT (`ConnectionLost(applied=False)`:
   nothing took effect), and when it was lost while committing
   (`applied=None`) only if the model declares the command safe to send again
-  (`leaseproof.model.delivery.RESENDS`: everything but `Claim` and the test
-  clock). The resend's answer then says what happened (a finish told
-  `AlreadyTerminal` of the status it asked for had settled the first time).
-  A claim whose outcome is unknown is raised to the caller, who decides.
+  (`leaseproof.model.delivery.RESENDS`: everything but the test clock, and
+  `Claim` only when it carries a `request_key`). The resend's answer then
+  says what happened (a finish told `AlreadyTerminal` of the status it asked
+  for had settled the first time; a keyed claim gets the lease the first
+  took). A claim without a key whose outcome is unknown is raised to the
+  caller, who decides.
 
 `Unavailable` (a bound was reached: a lock another client holds, a statement
 too long, or no server to connect to) is raised as it is: nothing took
@@ -39,7 +41,7 @@ Connect = Callable[[str, Waits], Any]
 
 def may_resend(command: m.Command, lost: ConnectionLost) -> bool:
     """Whether `command`, whose connection was lost as `lost` says, may be sent again as it is."""
-    return lost.applied is False or m.RESENDS[type(command)].safe
+    return lost.applied is False or m.RESENDS[type(command)].safe_for(command)
 
 
 class DeliveryService:

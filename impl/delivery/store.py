@@ -33,7 +33,7 @@ _DELIVERY_COLUMNS = """
     community_id, id, workflow_id, run_id, step_id, target_pubkey,
     definition_event_id, message_event_id, cause_kind, cause_event_id,
     cause_scheduled_for, cause_invocation_id, status, lease_generation,
-    lease_until, claimed_at, finished_at, created_at
+    lease_until, claimed_at, finished_at, created_at, claim_key
 """
 
 
@@ -130,6 +130,7 @@ def delivery_from_row(row: dict[str, Any]) -> m.Delivery:
         claimed_at=row["claimed_at"],
         finished_at=row["finished_at"],
         created_at=row["created_at"],
+        claim_key=row["claim_key"],
     )
 
 
@@ -310,10 +311,26 @@ class PostgresDeliveryStore(FencedWriter):
         SET status = 'claimed',
             lease_generation = d.lease_generation + 1,
             lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
-            claimed_at = lp_now()
+            claimed_at = lp_now(),
+            claim_key = %(request_key)s::text
         FROM candidate
         WHERE d.community_id = candidate.community_id AND d.id = candidate.id
         RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+    """
+
+    # A claim with a request key: claims under one key take turns (the second
+    # waits for the first to commit, then finds its lease), and the lease a
+    # key holds is returned again while it is unexpired.
+    SQL_LOCK_CLAIM_KEY = """
+        SELECT pg_advisory_xact_lock(hashtextextended(
+            jsonb_build_array('claim', %(community_id)s::text, encode(%(target_pubkey)s, 'hex'), %(request_key)s::text)::text,
+            0))
+    """
+    SQL_CLAIM_RETRIED = f"""
+        SELECT {_DELIVERY_COLUMNS} FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND target_pubkey = %(target_pubkey)s
+          AND claim_key = %(request_key)s::text
+          AND status = 'claimed' AND lease_until >= lp_now()
     """
 
     # A lease governs its row only while the row is claimed, at the lease's
@@ -336,7 +353,7 @@ class PostgresDeliveryStore(FencedWriter):
     SQL_FINISH = f"""
         UPDATE workflow_agent_deliveries
         SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
-            lease_until = NULL, claimed_at = NULL
+            lease_until = NULL, claimed_at = NULL, claim_key = NULL
         WHERE {LEASE_HELD}
         RETURNING status
     """
@@ -372,7 +389,7 @@ class PostgresDeliveryStore(FencedWriter):
         ), reaped AS (
             UPDATE workflow_agent_deliveries d
             SET status = 'pending', lease_generation = d.lease_generation + 1,
-                lease_until = NULL, claimed_at = NULL
+                lease_until = NULL, claimed_at = NULL, claim_key = NULL
             FROM due
             WHERE d.community_id = due.community_id AND d.id = due.id
             RETURNING 1
@@ -590,11 +607,17 @@ class PostgresDeliveryStore(FencedWriter):
             "delivery_id": c.delivery_id,
             "lease_seconds": c.lease_seconds,
             "match": expected is not None,
+            "request_key": c.request_key,
             **_expected_columns(expected),
         }
         with self._transaction():
             self._writable(c.community_id)
-            row = self._one(self.SQL_CLAIM, params)
+            row = None
+            if c.request_key is not None:
+                self.conn.execute(self.SQL_LOCK_CLAIM_KEY, params)
+                row = self._one(self.SQL_CLAIM_RETRIED, params)
+            if row is None:
+                row = self._one(self.SQL_CLAIM, params)
         if row is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)

@@ -50,7 +50,8 @@ class ClaimReadThenUpdate(Store):
         SET status = 'claimed',
             lease_generation = d.lease_generation + 1,
             lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
-            claimed_at = lp_now()
+            claimed_at = lp_now(),
+            claim_key = %(request_key)s::text
         WHERE d.community_id = %(community_id)s AND d.id = %(candidate_id)s
         RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
     """
@@ -80,7 +81,7 @@ class FinishCheckThenAct(Store):
     SQL_FINISH = """
         UPDATE workflow_agent_deliveries
         SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
-            lease_until = NULL, claimed_at = NULL
+            lease_until = NULL, claimed_at = NULL, claim_key = NULL
         WHERE community_id = %(community_id)s AND id = %(delivery_id)s
         RETURNING status
     """
@@ -154,7 +155,7 @@ class ReapReadThenUpdate(Store):
         WITH reaped AS (
             UPDATE workflow_agent_deliveries d
             SET status = 'pending', lease_generation = d.lease_generation + 1,
-                lease_until = NULL, claimed_at = NULL
+                lease_until = NULL, claimed_at = NULL, claim_key = NULL
             FROM unnest(%(community_ids)s::uuid[], %(ids)s::uuid[]) AS k(community_id, id)
             WHERE d.community_id = k.community_id AND d.id = k.id
             RETURNING 1

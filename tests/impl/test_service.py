@@ -140,6 +140,44 @@ def test_a_claim_lost_while_committing_is_not_sent_again(world: str) -> None:
     assert _row(world, D1) == ("pending", 0) and _row(world, D2) == ("pending", 0)  # nothing claimed twice
 
 
+def test_a_keyed_claim_lost_while_committing_is_sent_again_and_gets_the_lease(world: str) -> None:
+    """With a request key a claim is safe to resend: here the first COMMIT never reached the
+    server, so the resend claims d1; had it, the resend would return the same lease."""
+    with Schedule(world) as schedule:
+        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_CLAIM)
+        service = DeliveryService(world, connect=cut)
+        try:
+            service._live("Claim")
+            cut.client.start(lambda: service.execute(m.Claim(A, TARGET, 30, request_key="worker-7/1")))
+            cut.cut_when_parked()
+            claimed = cut.client.result(_BOUND)
+            assert isinstance(claimed, m.Claimed) and claimed.lease.delivery_id == D1
+            assert service.connections == 2
+            # Sent again now (its answer lost after all): the same lease, not d2.
+            assert service.execute(m.Claim(A, TARGET, 30, request_key="worker-7/1")) == claimed
+        finally:
+            service.close()
+    assert _row(world, D1) == ("claimed", 1) and _row(world, D2) == ("pending", 0)
+
+
+def test_two_claims_with_one_key_take_turns_and_get_one_lease(world: str) -> None:
+    """The second claim of a key waits for the first (the key's advisory lock), then finds its
+    lease: one delivery claimed, not two."""
+    with Schedule(world) as schedule:
+        first, second = schedule.client("first"), schedule.client("second")
+        stores = [PostgresDeliveryStore(c.gate.as_connection()) for c in (first, second)]
+        claim = m.Claim(A, TARGET, 30, request_key="worker-7/2")
+        parked = first.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
+        first.start(lambda: stores[0].execute(claim))
+        parked.wait_parked()
+        second.start(lambda: stores[1].execute(claim))
+        second.wait_blocked()
+        parked.release()
+        one, two = first.result(_BOUND), second.result(_BOUND)
+    assert isinstance(one, m.Claimed) and one == two
+    assert _row(world, D1) == ("claimed", 1) and _row(world, D2) == ("pending", 0)
+
+
 def test_no_server_to_connect_to_is_unavailable_and_nothing_was_sent(world: str) -> None:
     nowhere = psycopg.conninfo.make_conninfo(world, port=1, connect_timeout=5)
     service = DeliveryService(nowhere)
@@ -155,6 +193,7 @@ def test_no_server_to_connect_to_is_unavailable_and_nothing_was_sent(world: str)
         (m.Reap(), None, True),
         (m.Claim(A, TARGET, 30), None, False),
         (m.Claim(A, TARGET, 30), False, True),
+        (m.Claim(A, TARGET, 30, request_key="k"), None, True),
         (m.AdvanceClock(dt.timedelta(seconds=1)), None, False),
     ],
 )

@@ -339,6 +339,7 @@ def test_claim_named_arguments_and_assignments_never_flip() -> None:
         "lease_generation = d.lease_generation",
         "lease_until = d.lease_until",
         "claimed_at = d.claimed_at",
+        "claim_key = d.claim_key",
     ]
     assert befores("drop-disjunct", claim)[:3] == [
         "%(delivery_id)s::uuid IS NULL OR",

@@ -6,7 +6,7 @@
 //     node adapter.js [--mutant NAME]
 //
 // Written from specs/delivery.md and specs/lifecycle.md (the machines) and
-// specs/adapter-protocol.md (the wire, protocol version 2): it reads one JSON
+// specs/adapter-protocol.md (the wire, protocol version 3): it reads one JSON
 // request per line on stdin and writes one JSON reply per line on stdout.
 // stdout carries protocol lines only; diagnostics go to stderr. Check it with:
 //
@@ -27,7 +27,8 @@ const { LifecycleMachine } = require("./lifecycle");
 
 // The protocol versions this adapter speaks. Asked for 1 (a harness of version
 // 1), it is a version-1 adapter: the delivery machine alone, without sessions.
-const PROTOCOL = 2;
+// Version 3 adds a claim's request key (a harness of version 2 sends none).
+const PROTOCOL = 3;
 const IMPLEMENTATION = "node in-memory";
 // reconcile-unfenced: the seeds' first review finding (verify catches it).
 // claim-read-then-update: a claim picks its row, yields to the event loop, then
@@ -82,7 +83,7 @@ function main() {
   const { mutant } = parseArgs(process.argv.slice(2));
   const machines = { delivery: new DeliveryMachine({ mutant }), lifecycle: new LifecycleMachine({ mutant }) };
   const implementation = mutant ? `${IMPLEMENTATION} [mutant: ${mutant}]` : IMPLEMENTATION;
-  // What the handshake agreed: version 2 (both machines, sessions), or 1.
+  // What the handshake agreed: version 3 (request keys), 2 (both machines, sessions), or 1.
   let protocol = PROTOCOL;
   const served = () => (protocol >= 2 ? ["delivery", "lifecycle"] : ["delivery"]);
 

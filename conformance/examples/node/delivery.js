@@ -104,7 +104,18 @@ function encodeDelivery(row) {
     claimed_at: formatInstant(row.claimed_at),
     finished_at: formatInstant(row.finished_at),
     created_at: formatInstant(row.created_at),
+    // Protocol 3's field, sent only when set (as every field a version added).
+    ...(row.claim_key === null ? {} : { claim_key: row.claim_key }),
   };
+}
+
+// A claim's request key: none, or 1 to 64 characters without surrounding whitespace.
+function requestKey(value, path) {
+  if (value == null) return null;
+  if (typeof value !== "string" || value.length === 0 || [...value].length > 64 || value.trim() !== value) {
+    fail(path, "must be null or 1 to 64 characters without surrounding whitespace");
+  }
+  return value;
 }
 
 // -- the machine ----------------------------------------------------------------
@@ -282,6 +293,7 @@ class DeliveryMachine extends CommunityMachine {
         claimed_at: null,
         finished_at: null,
         created_at: this.now,
+        claim_key: null,
       });
       taken.add(identity(n.binding));
     }
@@ -290,12 +302,13 @@ class DeliveryMachine extends CommunityMachine {
   }
 
   opClaim(c) {
-    record(c, "Claim", ["community_id", "target_pubkey", "lease_seconds", "delivery_id", "expected"], "command");
+    record(c, "Claim", ["community_id", "target_pubkey", "lease_seconds", "delivery_id", "expected", "request_key"], "command");
     const cid = uuid(c.community_id, "command.community_id");
     const target = key(c.target_pubkey, "command.target_pubkey");
     const seconds = leaseSeconds(c.lease_seconds, "command.lease_seconds");
     const wanted = c.delivery_id == null ? null : uuid(c.delivery_id, "command.delivery_id");
     const expected = c.expected == null ? null : binding(c.expected, "command.expected");
+    const requested = requestKey(c.request_key, "command.request_key");
 
     // Check 2: an expected binding outside the request's scope is a miss, before anything else.
     if (expected !== null && (expected.community_id !== cid || expected.target_pubkey !== target)) {
@@ -303,6 +316,20 @@ class DeliveryMachine extends CommunityMachine {
     }
     const refusal = this.communityRefusal(cid);
     if (refusal) return refusal;
+    // A retried claim: the lease its request key still holds, again, unchanged.
+    if (requested !== null) {
+      for (const row of this.deliveries.values()) {
+        if (
+          row.binding.community_id === cid &&
+          row.binding.target_pubkey === target &&
+          row.status === CLAIMED &&
+          row.claim_key === requested &&
+          row.lease_until >= this.now
+        ) {
+          return this.claimed(row, cid, target);
+        }
+      }
+    }
     let oldest = null;
     for (const row of this.deliveries.values()) {
       if (
@@ -321,16 +348,21 @@ class DeliveryMachine extends CommunityMachine {
     if (oldest === null) return { type: "ClaimMiss" };
     if (this.mutant === "claim-read-then-update") {
       const row = oldest;
-      return new Promise((resolve) => setImmediate(() => resolve(this.take(row, cid, target, seconds))));
+      return new Promise((resolve) => setImmediate(() => resolve(this.take(row, cid, target, seconds, requested))));
     }
-    return this.take(oldest, cid, target, seconds);
+    return this.take(oldest, cid, target, seconds, requested);
   }
 
-  take(oldest, cid, target, seconds) {
+  take(oldest, cid, target, seconds, requested) {
     oldest.status = CLAIMED;
     oldest.lease_generation += 1;
     oldest.lease_until = this.now + seconds * MICROS_PER_SECOND;
     oldest.claimed_at = this.now;
+    oldest.claim_key = requested;
+    return this.claimed(oldest, cid, target);
+  }
+
+  claimed(oldest, cid, target) {
     return {
       type: "Claimed",
       lease: {
@@ -386,6 +418,7 @@ class DeliveryMachine extends CommunityMachine {
       row.finished_at = this.now;
       row.lease_until = null;
       row.claimed_at = null;
+      row.claim_key = null;
       return { type: "Settled", status: c.outcome };
     }
     // Reconciliation of an uncertain completion: only the holder that settled
@@ -412,6 +445,7 @@ class DeliveryMachine extends CommunityMachine {
         row.lease_generation += 1;
         row.lease_until = null;
         row.claimed_at = null;
+        row.claim_key = null;
         count++;
       }
     }

@@ -48,6 +48,11 @@ EQUIVALENT: dict[str, str] = {
     # -- delivery --------------------------------------------------------------------
     "PostgresDeliveryStore.SQL_LOCK_IDENTITY/off-by-one/1": _SEED,
     "PostgresDeliveryStore.SQL_ONE_SWEEP_AT_A_TIME/off-by-one/1": _SEED,
+    "PostgresDeliveryStore.SQL_LOCK_CLAIM_KEY/off-by-one/1": _SEED,
+    "PostgresDeliveryStore.SQL_CLAIM_RETRIED/drop-conjunct/4": (
+        "a row keeps a claim key only while it is claimed (CHECK delivery_claim_key_only_while_claimed), so "
+        "`claim_key = %(request_key)s` already requires 'claimed'"
+    ),
     "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/1": _EXISTS_LIST,
     "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/2": _EXISTS_LIST,
     "PostgresDeliveryStore.SQL_IDENTITY_TAKEN/off-by-one/1": _ONLY_NONE,

@@ -145,7 +145,7 @@ def _lines(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-@pytest.mark.parametrize(("mode", "hellos"), [("strict", ["hello 2", "hello 1"]), ("lenient", ["hello 2"])])
+@pytest.mark.parametrize(("mode", "hellos"), [("strict", ["hello 3", "hello 1"]), ("lenient", ["hello 3"])])
 def test_a_version_1_adapter_passes_verify_and_replay(tmp_path: Path, mode: str, hellos: list[str]) -> None:
     command, log = _adapter(tmp_path, VERSION_1, mode)
     run = leaseproof("verify", "--adapter-cmd", command, "--seed", "3", "--max-examples", "5", cwd=tmp_path)
@@ -188,14 +188,15 @@ def test_a_version_1_answer_that_announces_version_2_features_is_refused(tmp_pat
         SubprocessAdapter(command, machine=None)
     message = str(fault.value)
     assert "it answered protocol 1 but announces the lifecycle machine and sessions" in message, message
-    assert 'answer the version that has them, "protocol": 2' in message, message
+    assert 'answer the version that has them, "protocol": 3' in message, message
 
 
 def test_a_version_2_adapter_gets_the_lifecycle_machine_and_sessions_from_one_child(tmp_path: Path) -> None:
+    """VERSION_2 is the bundled serve, which speaks version 3 (version 2's machines and sessions, and request keys)."""
     command, log = _adapter(tmp_path, VERSION_2)
     adapter = SubprocessAdapter(command, machine=None)
     try:
-        assert (adapter.protocol, adapter.sessions, adapter.announced()) == (2, True, ["delivery", "lifecycle"])
+        assert (adapter.protocol, adapter.sessions, adapter.announced()) == (3, True, ["delivery", "lifecycle"])
     finally:
         adapter.close()
     log.unlink()
@@ -210,7 +211,7 @@ def test_a_version_2_adapter_gets_the_lifecycle_machine_and_sessions_from_one_ch
     assert _lines(log) == ["start"]
 
 
-@pytest.mark.parametrize("answer", [3, 0, "2", True, None])
+@pytest.mark.parametrize("answer", [4, 0, "2", True, None])
 def test_an_answer_of_a_version_the_harness_does_not_speak_is_refused(tmp_path: Path, answer: Any) -> None:
     source = f"""
         import json, sys
@@ -223,9 +224,9 @@ def test_an_answer_of_a_version_the_harness_does_not_speak_is_refused(tmp_path: 
     command, _ = _adapter(tmp_path, source)
     with pytest.raises(AdapterFault) as fault:
         SubprocessAdapter(command)
-    assert f"it speaks protocol {answer!r}; this harness speaks 1 and 2" in str(fault.value)
+    assert f"it speaks protocol {answer!r}; this harness speaks 1, 2 and 3" in str(fault.value)
     run = leaseproof("verify", "--adapter-cmd", command, cwd=tmp_path)
-    assert run.returncode == 2 and "this harness speaks 1 and 2" in run.stderr, run.stdout + run.stderr
+    assert run.returncode == 2 and "this harness speaks 1, 2 and 3" in run.stderr, run.stdout + run.stderr
 
 
 class _Model:
@@ -263,7 +264,7 @@ def test_serve_answers_the_newest_version_both_speak() -> None:
     alone and no sessions; requests for the lifecycle machine or a session are refused."""
     lifecycle = {"id": 2, "method": "snapshot", "params": {"machine": "lifecycle"}}
     open_ = {"id": 3, "method": "open_session", "params": {"machine": "delivery", "session": "s1"}}
-    for asked, answered in [(1, 1), (2, 2), (3, 2), (None, 2)]:
+    for asked, answered in [(1, 1), (2, 2), (3, 3), (4, 3), (None, 3)]:
         hello = {"id": 1, "method": "hello", "params": {} if asked is None else {"protocol": asked}}
         replies = _exchange([hello, lifecycle, open_])
         result = replies[0]["result"]
@@ -282,7 +283,7 @@ def test_serve_answers_the_newest_version_both_speak() -> None:
     for bad in (0, "2", True):
         replies = _exchange([{"id": 1, "method": "hello", "params": {"protocol": bad}}])
         assert replies[0]["fault"]["code"] == "bad-params", replies
-    assert (PROTOCOL_VERSIONS, PROTOCOL_VERSION) == ((1, 2), 2)
+    assert (PROTOCOL_VERSIONS, PROTOCOL_VERSION) == ((1, 2, 3), 3)
 
 
 def test_a_child_that_dies_on_one_machine_is_not_asked_for_the_next(tmp_path: Path) -> None:
@@ -308,3 +309,12 @@ def test_a_child_that_dies_on_one_machine_is_not_asked_for_the_next(tmp_path: Pa
     assert "exited (status 3) before the lifecycle machine's turn" in run.stderr, run.stderr
     assert "verifying the lifecycle machine" not in run.stdout
     assert _lines(log) == ["start"]
+
+
+def test_claims_carry_request_keys_only_to_an_adapter_of_protocol_3_or_in_process() -> None:
+    import types
+
+    from leaseproof.conformance.boundary.protocols import takes_request_keys
+
+    assert [takes_request_keys(types.SimpleNamespace(protocol=p)) for p in (1, 2, 3)] == [False, False, True]
+    assert takes_request_keys(object())  # an adapter in process has no protocol version

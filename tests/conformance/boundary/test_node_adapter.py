@@ -93,7 +93,7 @@ def test_asked_for_version_1_it_is_a_version_1_adapter() -> None:
         {"id": 1, "method": "hello", "params": {"protocol": 1}},
         {"id": 2, "method": "snapshot", "params": {"machine": "lifecycle"}},
         {"id": 3, "method": "open_session", "params": {"machine": "delivery", "session": "s1"}},
-        {"id": 4, "method": "hello", "params": {"protocol": 3}},
+        {"id": 4, "method": "hello", "params": {"protocol": 4}},
         {"id": 5, "method": "close", "params": {}},
     )
     assert code == 0
@@ -101,7 +101,7 @@ def test_asked_for_version_1_it_is_a_version_1_adapter() -> None:
     assert hello["protocol"] == 1 and hello["machines"].keys() == {"delivery"} and "sessions" not in hello
     assert "not \"lifecycle\"" in replies[1]["fault"]["message"]
     assert "protocol 1 has no sessions" in replies[2]["fault"]["message"]
-    assert replies[3]["result"]["protocol"] == 2  # a harness newer than it: its own newest
+    assert replies[3]["result"]["protocol"] == 3  # a harness newer than it: its own newest
 
 
 def test_unknown_arguments_print_usage_and_exit_2() -> None:

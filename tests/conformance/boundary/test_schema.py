@@ -154,5 +154,6 @@ def test_a_hello_announces_only_what_its_version_has() -> None:
     assert not _valid(v2, "hello-result") and not _valid(v2 | {"sessions": True}, "hello-result")
     assert _valid(v1 | {"sessions": True}, "hello-result")
     assert _valid(v1 | {"machines": v2["machines"]}, "hello-result")
-    assert _valid(v2 | {"protocol": 3}, "hello-result") and _valid(v2 | {"protocol": 0}, "hello-result")
+    assert _valid(v2 | {"protocol": 4}, "hello-result") and _valid(v2 | {"protocol": 0}, "hello-result")
+    assert not _valid(v2 | {"protocol": 3, "sessions": True}, "hello-result")
     assert _valid({"id": 1, "method": "hello", "params": {"protocol": 0}}, "request")

@@ -231,8 +231,8 @@ SCRIPTS = {
     """,
     "wrong-version": """
         for request in requests():
-            log("adapter-log: I only speak protocol 3")
-            hello(request, protocol=3)
+            log("adapter-log: I only speak protocol 4")
+            hello(request, protocol=4)
     """,
     "missing-core": """
         for request in requests():
@@ -371,7 +371,7 @@ def provoke(command: str, until: str, reply_timeout: float = 5) -> None:
 MISBEHAVIOUR = [
     ("garbage", "start", ["reply to 'hello' is not JSON", "%%% this is not json %%%"], "adapter-log: starting up"),
     ("stray-text", "reset", ["reply to 'reset' is not JSON", "DEBUG: resetting the store"], None),
-    ("wrong-version", "start", ["speaks protocol 3; this harness speaks 1 and 2"], "adapter-log: I only speak protocol 3"),
+    ("wrong-version", "start", ["speaks protocol 4; this harness speaks 1, 2 and 3"], "adapter-log: I only speak protocol 4"),
     ("missing-core", "start", ["lacks mandatory operations", "'Claim'", "'AdvanceClock'"], None),
     ("no-delivery-machine", "start", ["does not offer the 'delivery' machine"], None),
     ("unknown-operation", "start", ["operations the model does not have: ['Teleport']"], None),
@@ -613,7 +613,7 @@ def run_verify(cwd: Path, *args: str, timeout: float = 120) -> tuple[subprocess.
 
 CLI_FAULTS = [
     ("garbage", ["leaseproof: adapter ", "reply to 'hello' is not JSON", "adapter-log: starting up"]),
-    ("wrong-version", ["leaseproof: adapter ", "speaks protocol 3; this harness speaks 1 and 2"]),
+    ("wrong-version", ["leaseproof: adapter ", "speaks protocol 4; this harness speaks 1, 2 and 3"]),
     ("crash", ["verdict: NONE", "exited with status 3", "store on fire"]),
     ("silence", ["verdict: NONE", "no reply to 'reset' within 2s"]),
     ("killed", ["verdict: NONE", "exited with status -9"]),
@@ -918,7 +918,7 @@ def test_serve_answers_a_malformed_request_with_a_fault_and_goes_on(line: str, s
     assert len(replies) == 2
     assert replies[0]["id"] is None and "result" not in replies[0]
     assert says in replies[0]["fault"]["message"]
-    assert replies[1]["id"] == 2 and replies[1]["result"]["protocol"] == 2  # no version asked: its newest
+    assert replies[1]["id"] == 2 and replies[1]["result"]["protocol"] == 3  # no version asked: its newest
 
 
 # -- sessions: concurrent clients over one child ---------------------------------------------

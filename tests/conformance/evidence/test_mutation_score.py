@@ -150,6 +150,20 @@ def test_a_lease_deadline_exists_exactly_while_a_row_is_claimed(delivery_dsn: st
     assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("claimed", "NULL"))
 
 
+def test_a_claim_key_is_kept_only_while_a_row_is_claimed(delivery_dsn: str) -> None:
+    """The fact behind dropping `status = 'claimed'` from the retried claim's lookup."""
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
+        conn.execute(_SETUP)
+        conn.execute(_delivery("pending", "NULL"))
+    keyed = "UPDATE workflow_agent_deliveries SET claim_key = 'k1'"
+    assert "delivery_claim_key_only_while_claimed" in _refused(delivery_dsn, keyed)
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:  # while claimed, it may
+        conn.execute(
+            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = 1, claim_key = 'k1',"
+            " claimed_at = now(), lease_until = now() + interval '30 seconds'"
+        )
+
+
 def test_the_cause_kind_follows_from_its_one_identity_column(delivery_dsn: str) -> None:
     """The fact behind dropping `cause_kind = …` from the claim's match."""
     with psycopg.connect(delivery_dsn, autocommit=True) as conn:

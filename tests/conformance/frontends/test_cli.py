@@ -32,7 +32,7 @@ def test_verify_passes_the_bundled_implementation_and_summarises(pg_server: Serv
     run = _verify("--dsn", pg_server.dsn, "--max-examples", "15", "--seed", "3")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "verdict: CONFORMS" in run.stdout
-    assert "scenarios: 7" in run.stdout and "seed: 3" in run.stdout
+    assert "scenarios: 8" in run.stdout and "seed: 3" in run.stdout
     assert "never reached: none" in run.stdout  # the scenarios reach every variant
     for operation in ("Claim", "Renew", "Finish", "Reap", "CommitDeliveries"):
         assert f"\n  {operation} " in run.stdout

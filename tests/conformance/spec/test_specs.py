@@ -67,8 +67,8 @@ def test_a_hand_edit_inside_a_block_is_stale_and_rewriting_keeps_the_prose(pages
     _edit(page, "A terminal row never changes again.", "A terminal row never changes again, as edited by hand.")
     stale = spec_pages.stale_pages(pages)
     assert list(stale) == [page]
-    assert "-| 5 | `oldest-pending` | otherwise | ClaimMiss |" in stale[page]
-    assert "+| 5 | `oldest-pending` | otherwise | Claimed |" in stale[page]
+    assert "-| 6 | `oldest-pending` | otherwise | ClaimMiss |" in stale[page]
+    assert "+| 6 | `oldest-pending` | otherwise | Claimed |" in stale[page]
     assert "edited by hand" not in stale[page]  # prose is the author's, outside every block
     assert spec_pages.write_pages(pages) == [page]
     assert spec_pages.stale_pages(pages) == {}
