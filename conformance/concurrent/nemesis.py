@@ -195,11 +195,13 @@ def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants:
     _quiet()
     rng = random.Random(seed)
     store = DeliveryService(_named(dsn, name), WAITS)
+    claims = 0
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
             try:
                 community = tenant(rng.randrange(tenants))
-                got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS))
+                claims += 1  # each claim request its own key: a resend after a lost answer gets its lease
+                got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS, request_key=f"{name}/{seed}/{claims}"))
                 if not isinstance(got, m.Claimed):
                     _log(out, op="claim", answer=type(got).__name__)
                     time.sleep(0.005)  # nothing to do: poll again, as a worker does
