@@ -985,7 +985,12 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         progress.close()
     out.write(json.dumps(score.to_json(), indent=2) + "\n" if args.json else mutation_score.report(score))
     if score.disproved:
-        err.write(f"leaseproof: claimed equivalent, but killed: {', '.join(m.name for m in score.disproved)}\n")
+        killed = [r for r in score.results if r.killed and r.mutant in {m.name for m in score.disproved}]
+        err.write(
+            "leaseproof: claimed equivalent, but killed: "
+            + "; ".join(f"{r.mutant} by {r.check} (seed {r.seed}): {r.how} {r.detail}".rstrip() for r in killed)
+            + "\n"
+        )
         return EXIT_NONCONFORMING
     if score.score < args.min_score:
         err.write(f"leaseproof: the score {score.score:.1%} is below --min-score {args.min_score:.0%}\n")
