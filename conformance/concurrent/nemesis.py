@@ -57,7 +57,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from leaseproof.conformance.harness.interrupts import interruptible
+from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
@@ -470,17 +470,14 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.concurrent.nemesis", description=DESCRIPTION, epilog=EXITS
+    return command_main(
+        argv,
+        prog="python -m leaseproof.conformance.concurrent.nemesis",
+        description=DESCRIPTION,
+        add_arguments=add_arguments,
+        command=command,
+        epilog=EXITS,
     )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        with interruptible():
-            return command(args, sys.stdout, sys.stderr)
-    except KeyboardInterrupt:
-        print("nemesis: interrupted; cleaned up", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.evidence import throughput_peers as peers
-from leaseproof.conformance.harness.interrupts import interruptible
+from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
 from leaseproof.impl.migrate import migrate
@@ -303,17 +303,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m leaseproof.conformance.evidence.throughput", description=DESCRIPTION
+    return command_main(
+        argv,
+        prog="python -m leaseproof.conformance.evidence.throughput",
+        description=DESCRIPTION,
+        add_arguments=add_arguments,
+        command=command,
     )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        with interruptible():
-            return command(args, sys.stdout, sys.stderr)
-    except KeyboardInterrupt:
-        print("throughput: interrupted; cleaned up", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

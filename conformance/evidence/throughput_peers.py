@@ -83,7 +83,7 @@ import importlib.metadata
 import multiprocessing
 import multiprocessing.synchronize
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -112,24 +112,34 @@ def versions() -> dict[str, str]:
 
 def procrastinate_round(dsn: str, workers: int, jobs: int) -> float:
     """Seconds for `workers` procrastinate processes to enqueue and complete `jobs` jobs (see the module's doc)."""
-    shares = _shares(workers, jobs)
-    asyncio.run(_procrastinate_install(dsn))
-    elapsed = _run_processes(_procrastinate_process, dsn, shares, lambda: _procrastinate_counts(dsn))
-    counts = _procrastinate_counts(dsn)
-    if counts != {"succeeded": jobs}:
-        raise RuntimeError(f"procrastinate: expected {jobs} jobs, all succeeded; procrastinate_jobs has {counts}")
-    return elapsed
+    expected = {"succeeded": jobs}
+    return _round("procrastinate", dsn, workers, jobs, _procrastinate_install, _procrastinate_process,
+                  _procrastinate_counts, expected)  # fmt: skip
 
 
 def pgqueuer_round(dsn: str, workers: int, jobs: int) -> float:
     """Seconds for `workers` PgQueuer processes to enqueue and complete `jobs` jobs (see the module's doc)."""
-    shares = _shares(workers, jobs)
-    asyncio.run(_pgqueuer_install(dsn))
-    elapsed = _run_processes(_pgqueuer_process, dsn, shares, lambda: _pgqueuer_counts(dsn))
-    counts = _pgqueuer_counts(dsn)
     expected = {"left in queue": 0, "log: queued": jobs, "log: picked": jobs, "log: successful": jobs}
-    if counts != expected:
-        raise RuntimeError(f"pgqueuer: expected {expected}; the tables have {counts}")
+    return _round("pgqueuer", dsn, workers, jobs, _pgqueuer_install, _pgqueuer_process, _pgqueuer_counts, expected)
+
+
+def _round(
+    library: str,
+    dsn: str,
+    workers: int,
+    jobs: int,
+    install: Callable[[str], Coroutine[Any, Any, None]],
+    body: ProcessBody,
+    counts: Callable[[str], dict[str, int]],
+    expected: dict[str, int],
+) -> float:
+    """Install the library's schema, run the timed processes, and check that every job was done."""
+    shares = _shares(workers, jobs)
+    asyncio.run(install(dsn))
+    elapsed = _run_processes(body, dsn, shares, lambda: counts(dsn))
+    found = counts(dsn)
+    if found != expected:
+        raise RuntimeError(f"{library}: expected {expected}; its tables have {found}")
     return elapsed
 
 
