@@ -135,3 +135,15 @@ class Recorder:
                 raise RuntimeError(f"{len(self._open)} operations are still in flight")
             operations = tuple(sorted(self._done, key=lambda op: op.id))
             return History(self.machine, self.initial, operations, tuple(self._barriers))
+
+
+@attrs.frozen
+class RefusedByTheDatabase:
+    """A write that the database's own guards refused (migration 0004: SQLSTATE LP003),
+    recorded as the operation's outcome. The model never answers this, so no serial
+    order explains a history that holds one: the race is caught, by the database."""
+
+    constraint: str
+
+
+GUARD_SQLSTATE = "LP003"  # the bundled database's guards (impl/migrations/0004_guards.sql)

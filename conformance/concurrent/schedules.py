@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from leaseproof.conformance.concurrent.history import Barrier, History, Operation
+from leaseproof.conformance.concurrent.history import GUARD_SQLSTATE, Barrier, History, Operation, RefusedByTheDatabase
 from leaseproof.conformance.concurrent.linearizability import CheckResult, check
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.lockstep import world as w
@@ -254,16 +254,6 @@ ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")])
 CLAIM = d.Claim(C, T1, LEASE)
 
 
-@attrs.frozen
-class RefusedByTheDatabase:
-    """A write that the database's own guards refused (migration 0004: SQLSTATE LP003),
-    recorded as the operation's outcome. The model never answers this, so no serial
-    order explains a history that holds one: the race is caught, by the database."""
-
-    constraint: str
-
-
-GUARD_SQLSTATE = "LP003"
 
 
 def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:

@@ -36,7 +36,13 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.boundary.protocols import takes_request_keys
-from leaseproof.conformance.concurrent.history import History, Indeterminate, Recorder
+from leaseproof.conformance.concurrent.history import (
+    GUARD_SQLSTATE,
+    History,
+    Indeterminate,
+    Recorder,
+    RefusedByTheDatabase,
+)
 from leaseproof.conformance.concurrent.linearizability import (
     DEFAULT_BUDGET,
     NOT_LINEARIZABLE,
@@ -124,6 +130,13 @@ class _Client:
         except LOST as exc:
             recorder.abandon(op, f"{type(exc).__name__}: {exc}")
             raise
+        except psycopg.DatabaseError as exc:
+            if exc.sqlstate != GUARD_SQLSTATE:  # the implementation broke
+                recorder.abandon(op, f"fault: {type(exc).__name__}")
+                raise StressFault(f"{self.name}: {command!r} raised {type(exc).__name__}: {exc}") from exc
+            # The bundled database refused a transition the implementation attempted: an
+            # outcome no model answers, so the history is judged, and caught, as a race.
+            outcome = RefusedByTheDatabase(exc.diag.constraint_name or "?")
         except Exception as exc:  # the implementation broke
             recorder.abandon(op, f"fault: {type(exc).__name__}")
             raise StressFault(f"{self.name}: {command!r} raised {type(exc).__name__}: {exc}") from exc

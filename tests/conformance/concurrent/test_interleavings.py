@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import pytest
 
+from leaseproof.conformance.concurrent.history import RefusedByTheDatabase
 from leaseproof.conformance.concurrent.schedules import (
     CLAIM,
     D1,
@@ -43,7 +44,6 @@ from leaseproof.conformance.concurrent.schedules import (
     W1,
     C,
     Race,
-    RefusedByTheDatabase,
     a_second_sweep_then_a_claim,
     delivery_races,
     new,

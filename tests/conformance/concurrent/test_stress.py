@@ -17,6 +17,7 @@ from leaseproof.conformance.concurrent.programs import GENERATORS, Finishing, Re
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
 from leaseproof.conformance.concurrent.stress import Runner, stress
 from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
@@ -189,3 +190,30 @@ def test_a_lifecycle_history_round_trips_through_its_file(delivery_dsn: str, tmp
     assert again == history
     assert any(isinstance(op.command, lc.Fire) for op in again)
     assert not any(isinstance(op.outcome, Indeterminate) for op in again)
+
+
+def test_a_transition_the_database_refuses_is_an_outcome_judged_not_a_fault(delivery_dsn: str) -> None:
+    """A racy implementation's write that the bundled database's guards refuse (SQLSTATE LP003)
+    is recorded as RefusedByTheDatabase, an outcome no model gives, so the history is judged
+    (and fails) instead of the run stopping as if the harness had broken."""
+    import psycopg
+
+    from leaseproof.conformance.concurrent.history import Recorder, RefusedByTheDatabase
+    from leaseproof.conformance.concurrent.stress import _Client
+
+    refusal = (
+        "DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = 'LP003', CONSTRAINT = 'delivery_terminal_once'; END $$"
+    )
+
+    class Refusing:
+        def __init__(self, conn: psycopg.Connection[Any]) -> None:
+            self.conn = conn
+
+        def execute(self, command: Any) -> Any:
+            self.conn.execute(refusal)
+
+    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
+        recorder = Recorder("delivery", d.initial_state(w.START))
+        _Client("w1", Refusing(conn)).run(recorder, d.Reap(), lambda: False)
+        (op,) = recorder.history().operations
+    assert op.outcome == RefusedByTheDatabase("delivery_terminal_once") and op.returned is not None
