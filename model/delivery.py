@@ -880,7 +880,7 @@ def _claim(s: DeliverySystem, c: Claim) -> Decided:
                 and d.lease_until is not None
                 and d.lease_until >= s.now
             ):
-                return s, Claimed(_lease_of(d), d), "retried"
+                return s, Claimed(lease_of(d), d), "retried"
     candidates = [
         d
         for d in s.deliveries.values()
@@ -901,11 +901,11 @@ def _claim(s: DeliverySystem, c: Claim) -> Decided:
         claimed_at=s.now,
         claim_key=c.request_key,
     )
-    return s.with_delivery(claimed), Claimed(_lease_of(claimed), claimed), "oldest-pending"
+    return s.with_delivery(claimed), Claimed(lease_of(claimed), claimed), "oldest-pending"
 
 
-def _lease_of(row: Delivery) -> Lease:
-    """The lease a claimed row stands for."""
+def lease_of(row: Delivery) -> Lease:
+    """The lease a claimed row stands for: its community, id, target, generation and deadline."""
     assert row.lease_until is not None
     return Lease(
         community_id=row.key[0],

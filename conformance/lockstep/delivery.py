@@ -589,7 +589,7 @@ class DeliveryConformance(LockstepMachine):
         if not rows:
             return former
         row = rows[0] if which == "oldest" else rows[-1]
-        return m.Lease(row.key[0], row.id, row.binding.target_pubkey, row.lease_generation, row.lease_until)
+        return m.lease_of(row)
 
     def _former_holder(self) -> m.Lease | None:
         """The lease last issued that no longer holds its row (which still exists)."""

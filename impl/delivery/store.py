@@ -621,14 +621,7 @@ class PostgresDeliveryStore(FencedWriter):
         if row is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)
-        lease = m.Lease(
-            community_id=c.community_id,
-            delivery_id=delivery.id,
-            target_pubkey=c.target_pubkey,
-            lease_generation=delivery.lease_generation,
-            lease_until=delivery.lease_until,
-        )
-        return m.Claimed(lease, delivery)
+        return m.Claimed(m.lease_of(delivery), delivery)
 
     def renew(self, c: m.Renew) -> m.Renewed | m.LeaseLost:
         params = {**_lease_params(c.lease), "lease_seconds": c.lease_seconds}
