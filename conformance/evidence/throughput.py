@@ -33,10 +33,8 @@ Nothing here asserts a speed: it measures.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
@@ -45,6 +43,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.evidence import throughput_peers as peers
+from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
 from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
@@ -55,7 +54,7 @@ from leaseproof.model.binding import Binding, EventCause
 COMMUNITY, WORKFLOW, RUN = uuid.UUID(int=0xC0), uuid.UUID(int=0x100), uuid.UUID(int=0x200)
 TARGET, MESSAGE, DEFINITION, CAUSE = b"\x07" * 32, b"\x03" * 32, b"\x04" * 32, b"\x05" * 32
 LEASE_SECONDS = 30
-ROUND_LIMIT = 600.0  # seconds a round's worker may take before the round is called broken
+ROUND_LIMIT = 600.0  # seconds a round's workers may take before the round is called broken
 
 _FLOOR_SCHEMA = """
     CREATE TABLE floor_jobs (
@@ -79,90 +78,55 @@ _FLOOR_FINISH = "UPDATE floor_jobs SET status = 'finished', lease_until = NULL W
 # -- the workers (module level: spawned processes import them) -------------------------------
 
 
-def _floor_worker(dsn: str, share: int) -> tuple[float, float, int]:
+def _floor_worker(dsn: str, share: int, clock: Clock) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        start = _barrier()
+        clock.ready()
         for _ in range(share):
             conn.execute(_FLOOR_ENQUEUE)
-        _barrier()
-        done = 0
+        clock.wait()
         while (row := conn.execute(_FLOOR_CLAIM, (LEASE_SECONDS,)).fetchone()) is not None:
             if conn.execute(_FLOOR_FINISH, row).rowcount != 1:
                 raise RuntimeError(f"the floor's finish of job {row[0]} matched no row")
-            done += 1
-        return start, time.monotonic(), done
+        clock.done()
 
 
 def _binding(step: str) -> Binding:
     return Binding(COMMUNITY, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(CAUSE))
 
 
-def _store_worker(dsn: str, share: int, index: int) -> tuple[float, float, int]:
+def _store_worker(dsn: str, share: int, index: int, clock: Clock) -> None:
     with connect(dsn) as conn:
         store = PostgresDeliveryStore(conn)
-        start = _barrier()
+        clock.ready()
         for i in range(share):
             delivery = uuid.uuid5(COMMUNITY, f"{index}/{i}")
             new = m.NewDelivery(delivery, _binding(f"s{index}-{i}"))
             committed = store.execute(m.CommitDeliveries(COMMUNITY, RUN, f"s{index}-{i}", [new]))
             if committed != m.Committed((delivery,), False):
                 raise RuntimeError(f"commit of {delivery} answered {committed}")
-        _barrier()
-        done = 0
+        clock.wait()
         while isinstance(claimed := store.execute(m.Claim(COMMUNITY, TARGET, LEASE_SECONDS)), m.Claimed):
             settled = store.execute(m.Finish(claimed.lease, m.Status.FINISHED))
             if settled != m.Settled(m.Status.FINISHED):
                 raise RuntimeError(f"finish of {claimed.lease.delivery_id} answered {settled}")
-            done += 1
-        return start, time.monotonic(), done
-
-
-_BARRIER: Any = None
-
-
-def _init(barrier: Any) -> None:
-    global _BARRIER
-    _BARRIER = barrier
-
-
-def _barrier() -> float:
-    """Wait until every process is here (connected, and then: every share enqueued, so a
-    claim never finds the queue empty while a producer is still behind); the time then."""
-    _BARRIER.wait(ROUND_LIMIT)
-    return time.monotonic()
-
-
-def _run_processes(target: Callable[..., tuple[float, float, int]], args: Sequence[tuple[Any, ...]]) -> float:
-    """Run `target(*a)` for each `a` in its own spawned process; the seconds from the moment
-    all were connected and ready to the last one's end (start-up and imports not counted:
-    CLOCK_MONOTONIC is one clock for every process of the host). Every process ends on any exit."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(len(args))
-    with ctx.Pool(len(args), initializer=_init, initargs=(barrier,)) as pool:
-        try:
-            results = [r.get(ROUND_LIMIT) for r in [pool.apply_async(target, a) for a in args]]
-        finally:
-            pool.terminate()
-    done, enqueued = sum(r[2] for r in results), sum(a[1] for a in args)
-    if done != enqueued:
-        raise RuntimeError(f"{done} jobs finished, {enqueued} enqueued")
-    return max(r[1] for r in results) - min(r[0] for r in results)
-
-
-def _shares(jobs: int, workers: int) -> list[int]:
-    return [jobs // workers + (1 if i < jobs % workers else 0) for i in range(workers)]
+        clock.done()
 
 
 def floor_round(dsn: str, workers: int, jobs: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(_FLOOR_SCHEMA)
-    elapsed = _run_processes(_floor_worker, [(dsn, share) for share in _shares(jobs, workers)])
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT status, count(*) FROM floor_jobs GROUP BY status").fetchall()
-    counts: dict[str, int] = dict(rows)
+    args = [(dsn, share) for share in shares(workers, jobs)]
+    elapsed = run_timed(_floor_worker, args, timeout=ROUND_LIMIT, state=lambda: _floor_counts(dsn))
+    counts = _floor_counts(dsn)
     if counts != {"finished": jobs}:
         raise RuntimeError(f"the floor's jobs by status: {counts}, expected {jobs} finished")
     return elapsed
+
+
+def _floor_counts(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM floor_jobs GROUP BY status").fetchall()
+    return dict(rows)
 
 
 def store_round(dsn: str, workers: int, jobs: int) -> float:
@@ -176,15 +140,18 @@ def store_round(dsn: str, workers: int, jobs: int) -> float:
             m.PublishEvent(COMMUNITY, MESSAGE),
         ):
             store.execute(command)
-    # (dsn, share, index): _run_processes reads each share at a[1].
-    args = [(dsn, share, i) for i, share in enumerate(_shares(jobs, workers))]
-    elapsed = _run_processes(_store_worker, args)
-    with connect(dsn) as conn:
-        rows = conn.execute("SELECT status::text AS status, count(*) AS n FROM workflow_agent_deliveries GROUP BY 1")
-        counts = {r["status"]: r["n"] for r in rows}
+    args = [(dsn, share, i) for i, share in enumerate(shares(workers, jobs))]
+    elapsed = run_timed(_store_worker, args, timeout=ROUND_LIMIT, state=lambda: _store_counts(dsn))
+    counts = _store_counts(dsn)
     if counts != {"finished": jobs}:
         raise RuntimeError(f"the store's deliveries by status: {counts}, expected {jobs} finished")
     return elapsed
+
+
+def _store_counts(dsn: str) -> dict[str, int]:
+    with connect(dsn) as conn:
+        rows = conn.execute("SELECT status::text AS status, count(*) AS n FROM workflow_agent_deliveries GROUP BY 1")
+        return {r["status"]: r["n"] for r in rows}
 
 
 SUBJECTS: dict[str, Callable[[str, int, int], float]] = {

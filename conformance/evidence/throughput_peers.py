@@ -80,23 +80,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import multiprocessing
-import multiprocessing.synchronize
-import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import psycopg.conninfo
 
+from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
+
 PROCESS_TIMEOUT = 120.0  # seconds: every worker process must have exited this long after the round's start
-STOP_TIMEOUT = 5.0  # seconds a terminated child gets before it is killed
 PGQUEUER_DEQUEUE_TIMEOUT = timedelta(seconds=0.01)
 TASK_NAME = "noop"  # the no-op task (procrastinate) or entrypoint (PgQueuer)
 LIBRARIES = ("procrastinate", "pgqueuer")
 
-ProcessBody = Callable[[str, int, "_Clock"], None]
+ProcessBody = Callable[[str, int, Clock], None]
 
 
 def versions() -> dict[str, str]:
@@ -134,94 +132,14 @@ def _round(
     expected: dict[str, int],
 ) -> float:
     """Install the library's schema, run the timed processes, and check that every job was done."""
-    shares = _shares(workers, jobs)
     asyncio.run(install(dsn))
-    elapsed = _run_processes(body, dsn, shares, lambda: counts(dsn))
+    elapsed = run_timed(
+        body, [(dsn, share) for share in shares(workers, jobs)], timeout=PROCESS_TIMEOUT, state=lambda: counts(dsn)
+    )
     found = counts(dsn)
     if found != expected:
         raise RuntimeError(f"{library}: expected {expected}; its tables have {found}")
     return elapsed
-
-
-def _shares(workers: int, jobs: int) -> list[int]:
-    """How many cycles each process runs: `jobs // workers`, the remainder one each to the first processes."""
-    if workers < 1 or jobs < 1:
-        raise ValueError(f"workers and jobs must be positive, not {workers} and {jobs}")
-    return [jobs // workers + (1 if index < jobs % workers else 0) for index in range(workers)]
-
-
-class _Clock:
-    """What a worker process shares with the round: a barrier, and its slot for two instants
-    on CLOCK_MONOTONIC (one clock for every process of the host): when every process was
-    ready (imported, connected), and when this one was done."""
-
-    def __init__(self, barrier: multiprocessing.synchronize.Barrier, times: Any, index: int) -> None:
-        self.barrier, self.times, self.index = barrier, times, index
-
-    async def wait(self) -> None:
-        await asyncio.to_thread(self.barrier.wait, PROCESS_TIMEOUT)
-
-    async def ready(self) -> None:
-        await self.wait()
-        self.times[2 * self.index] = time.monotonic()
-
-    def done(self) -> None:
-        self.times[2 * self.index + 1] = time.monotonic()
-
-
-def _run_processes(body: ProcessBody, dsn: str, shares: list[int], counts: Callable[[], dict[str, int]]) -> float:
-    """Run one process per share, and return the seconds from the moment every process was
-    ready (the library imported, its connections open) until the last was done: the start-up
-    of processes is not the library's throughput, and is left out as it is for the store.
-
-    A process that fails, or is still running `PROCESS_TIMEOUT` after the start,
-    fails the round; every child is gone when this returns or raises.
-    """
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(len(shares))
-    times = context.Array("d", 2 * len(shares), lock=False)
-    processes = [
-        context.Process(
-            target=body, args=(dsn, share, _Clock(barrier, times, index)), name=f"peer-worker-{index}", daemon=True
-        )
-        for index, share in enumerate(shares)
-    ]
-    try:
-        start = time.perf_counter()
-        for process in processes:
-            process.start()
-        deadline = start + PROCESS_TIMEOUT
-        for process in processes:
-            process.join(max(0.0, deadline - time.perf_counter()))
-        late = [process.name for process in processes if process.is_alive()]
-        if late:
-            raise RuntimeError(
-                f"{body.__name__}: {len(late)} worker process(es) still running after {PROCESS_TIMEOUT} s: "
-                f"{', '.join(late)}; the database has {counts()}"
-            )
-        failed = {process.name: process.exitcode for process in processes if process.exitcode != 0}
-        if failed:
-            raise RuntimeError(
-                f"{body.__name__}: worker process(es) failed (exit codes {failed}); the database has {counts()}"
-            )
-        return float(max(times[1::2]) - min(times[0::2]))
-    finally:
-        _stop(processes)
-
-
-def _stop(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
-    """Terminate the children still running, then kill those that outlive `STOP_TIMEOUT`."""
-    started = [process for process in processes if process.pid is not None]
-    for process in started:
-        if process.is_alive():
-            process.terminate()
-    deadline = time.perf_counter() + STOP_TIMEOUT
-    for process in started:
-        process.join(max(0.0, deadline - time.perf_counter()))
-    for process in started:
-        if process.is_alive():
-            process.kill()
-            process.join(STOP_TIMEOUT)
 
 
 def _query_counts(dsn: str, query: str) -> dict[str, int]:
@@ -252,11 +170,11 @@ def _procrastinate_counts(dsn: str) -> dict[str, int]:
     return _query_counts(dsn, "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status")
 
 
-def _procrastinate_process(dsn: str, share: int, clock: _Clock) -> None:
+def _procrastinate_process(dsn: str, share: int, clock: Clock) -> None:
     asyncio.run(_procrastinate_cycles(dsn, share, clock))
 
 
-async def _procrastinate_cycles(dsn: str, share: int, clock: _Clock) -> None:
+async def _procrastinate_cycles(dsn: str, share: int, clock: Clock) -> None:
     import procrastinate  # type: ignore[import-not-found, unused-ignore]
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
@@ -266,10 +184,10 @@ async def _procrastinate_cycles(dsn: str, share: int, clock: _Clock) -> None:
 
     task = app.task(name=TASK_NAME)(noop)
     async with app.open_async():
-        await clock.ready()
+        await clock.await_ready()
         for _ in range(share):
             await task.defer_async()
-        await clock.wait()
+        await clock.await_wait()
         await app.run_worker_async(concurrency=1, wait=False)
         clock.done()
 
@@ -292,11 +210,11 @@ def _pgqueuer_counts(dsn: str) -> dict[str, int]:
     )
 
 
-def _pgqueuer_process(dsn: str, share: int, clock: _Clock) -> None:
+def _pgqueuer_process(dsn: str, share: int, clock: Clock) -> None:
     asyncio.run(_pgqueuer_cycles(dsn, share, clock))
 
 
-async def _pgqueuer_cycles(dsn: str, share: int, clock: _Clock) -> None:
+async def _pgqueuer_cycles(dsn: str, share: int, clock: Clock) -> None:
     import asyncpg  # type: ignore[import-not-found, import-untyped, unused-ignore]
     from pgqueuer import AsyncpgDriver, Queries, QueueManager  # type: ignore[import-not-found, unused-ignore]
     from pgqueuer.types import QueueExecutionMode  # type: ignore[import-not-found, unused-ignore]
@@ -304,10 +222,10 @@ async def _pgqueuer_cycles(dsn: str, share: int, clock: _Clock) -> None:
     connection = await asyncpg.connect(**_asyncpg_dsn(dsn))
     try:
         queries = Queries(AsyncpgDriver(connection))
-        await clock.ready()
+        await clock.await_ready()
         for _ in range(share):
             await queries.enqueue(TASK_NAME, None)
-        await clock.wait()
+        await clock.await_wait()
 
         manager = QueueManager(queries)
 
