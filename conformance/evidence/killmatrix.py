@@ -44,6 +44,7 @@ from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, Interleav
 from leaseproof.conformance.concurrent.stress import StressFault, stress
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.core import Coverage
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
@@ -241,7 +242,7 @@ def _scenario(counterexample: str) -> str | None:
 
 
 def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budgets) -> Row:
-    adapter = subject.adapter(dsn)
+    adapter = ForkedAdapter(lambda: subject.adapter(dsn), subject.machine)
     clock = _KillClock()
     try:
         verdict = run_conformance(

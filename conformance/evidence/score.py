@@ -42,6 +42,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.concurrent.stress import StressFault, stress
 from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
@@ -107,10 +108,14 @@ def run_task(task: Task, dsn: str, budget: Budget) -> Result:
     """Run one check of one mutant on the (migrated) database `dsn`."""
     mutant = by_name(task.mutant)
     started = time.monotonic()
-    adapter = mutant.adapter(dsn)
-    try:
-        if task.check == STRESS:
+    if task.check == STRESS:
+        adapter = mutant.adapter(dsn)
+        try:
             return _stress(task, adapter, mutant.machine, budget, started)
+        finally:
+            adapter.close()
+    adapter = ForkedAdapter(lambda: mutant.adapter(dsn), mutant.machine)
+    try:
         verdict = run_conformance(
             adapter,
             machine=mutant.machine,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import importlib
 import inspect
 import json
@@ -36,6 +37,7 @@ from leaseproof.conformance.harness.interrupts import interruptible
 from leaseproof.conformance.harness.provision import ProvisioningError, Server, postgres_server, scratch_database
 from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
 from leaseproof.conformance.lockstep.delivery import Coverage
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.spec import explore as exploration
 from leaseproof.conformance.spec.pages import FILES, PAGES, SpecPageError, stale_pages, write_pages
@@ -557,8 +559,11 @@ def _machines(args: argparse.Namespace, provisioned: _Provisioned) -> list[str]:
     return [implied] if implied else list(MACHINES)
 
 
-def _adapter(args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO) -> Any:
-    """The adapter the arguments name for `machine`; the caller releases it (`_Provisioned.release`)."""
+def _adapter(
+    args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO, lockstep: bool = False
+) -> Any:
+    """The adapter the arguments name for `machine`; the caller releases it (`_Provisioned.release`).
+    `lockstep`: for `run_conformance` alone (the bundled implementation is then a `ForkedAdapter`)."""
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     if args.adapter_cmd is not None:
@@ -579,11 +584,17 @@ def _adapter(args: argparse.Namespace, machine: str, provisioned: _Provisioned, 
     mutant = _mutant(args.mutant)
     if mutant is not None:
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
+    dsn = provisioned.database()
+    bundled: Callable[[], Any]
     if mutant is not None and mutant.machine == machine:
-        return mutant.adapter(provisioned.database())
-    if machine == "lifecycle":
-        return PostgresLifecycleAdapter(provisioned.database())
-    return PostgresDeliveryAdapter(provisioned.database())
+        bundled = lambda: mutant.adapter(dsn)  # noqa: E731
+    elif machine == "lifecycle":
+        bundled = lambda: PostgresLifecycleAdapter(dsn)  # noqa: E731
+    else:
+        bundled = lambda: PostgresDeliveryAdapter(dsn)  # noqa: E731
+    # verify's lockstep checks the bundled implementation in a process of its own
+    # (conformance/lockstep/forked.py); replay and stress call it directly.
+    return ForkedAdapter(bundled, machine) if lockstep else bundled()
 
 
 def _each_machine(
@@ -639,7 +650,7 @@ def verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             progress.close()
         return _report(verdict, args, out, err)
 
-    return _each_machine(args, out, err, _adapter, judge)
+    return _each_machine(args, out, err, functools.partial(_adapter, lockstep=True), judge)
 
 
 def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

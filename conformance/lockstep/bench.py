@@ -31,6 +31,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import connect
@@ -123,9 +124,13 @@ ADAPTERS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _lockstep(machine: str, dsn: str, examples: int, seed: int, factory: Callable[[str], Any] = connect) -> float:
-    """Seconds of one verify lockstep run (scenarios and `examples` programs); fails unless it conforms."""
-    adapter = ADAPTERS[machine](dsn, factory)
+def _lockstep(
+    machine: str, dsn: str, examples: int, seed: int, factory: Callable[[str], Any] = connect, forked: bool = True
+) -> float:
+    """Seconds of one verify lockstep run (scenarios and `examples` programs); fails unless it conforms.
+    `forked`: the implementation checked in a process of its own, as `leaseproof verify` does."""
+    build = lambda: ADAPTERS[machine](dsn, factory)  # noqa: E731
+    adapter = ForkedAdapter(build, machine) if forked else build()
     if isinstance(factory, _Recorder):
         factory.log.clear()  # the adapter's own set-up (migrate on a migrated database) is not the run
     try:
@@ -212,7 +217,7 @@ def measure(
         template = str(conninfo_to_dict(template_dsn)["dbname"])
         recorder = _Recorder()
         with scratch_database(server, template=template) as dsn:
-            _lockstep(machine, dsn, examples, seed, recorder)
+            _lockstep(machine, dsn, examples, seed, recorder, forked=False)  # the log is this process's
         log = recorder.log
         say(f"{machine}: recorded {len(log):,} statements on {recorder.connections} connections")
         results = []

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import datetime as dt
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -237,27 +238,150 @@ PROGRAM_STEPS_REMEMBERED = 200_000
 class _Step:
     """A step as the model took it: its commands, each with the model's state before
     it and decision (None: the adapter does not offer it), and the step's label. Held
-    while it repeats a program sent before; sent and checked with `_check`."""
+    while it repeats a program sent before; then sent to the implementation."""
 
     commands: tuple[Any, ...]
     decisions: tuple[tuple[Any, Decision[Any]] | None, ...]
     label: str | None
 
 
+@attrs.frozen
+class Failure:
+    """How the implementation failed a program: it disagreed with the model
+    (`fault` None: `message` says how), or it raised (`fault`: what it raised;
+    `message` is its text). `commands`: the commands it had been sent in the
+    program when it failed, the failing one included, if known."""
+
+    message: str
+    commands: int | None  # None: not known (every command of the program is listed)
+    fault: BaseException | None = None
+
+
+class ImplementationRaised(Exception):
+    """What an implementation raised, where its exception cannot travel as itself
+    (from the process it runs in): the exception's type name and text."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ImplementationRaised, (self.kind, str(self)))
+
+
+def fault_name(fault: BaseException) -> str:
+    """The type name of what an adapter raised."""
+    return fault.kind if isinstance(fault, ImplementationRaised) else type(fault).__name__
+
+
+class StepChecker:
+    """Sends steps to an adapter and checks each against the model's decisions:
+    every command's outcome as it comes, the whole state after the step's last.
+    Raises NonConformance at the first disagreement; what the adapter itself
+    raises propagates, with `sent` the commands it had been sent since its reset."""
+
+    def __init__(self, spec: MachineSpec, adapter: Any) -> None:
+        self.spec, self.adapter = spec, adapter
+        self.sent = 0
+
+    def reset(self, start: dt.datetime) -> None:
+        self.sent = 0
+        self.adapter.reset(start)
+
+    def check(self, step: _Step) -> None:
+        describe = self.spec.describe
+        last: tuple[Any, Any, Any] | None = None  # the last command sent, the state before it and after
+        for command, decided in zip(step.commands, step.decisions, strict=True):
+            if decided is None:
+                continue
+            before, decision = decided
+            self.sent += 1
+            actual = self.adapter.execute(command)
+            if actual != decision.outcome:
+                raise NonConformance(
+                    f"outcome mismatch for {describe(command)}\n"
+                    f"  model:          {describe(decision.outcome)}\n"
+                    f"  implementation: {describe(actual)}" + self._explained(command, before, decision.state, None)
+                )
+            last = (command, before, decision.state)
+        if last is None:
+            return  # nothing was sent: the state is the one checked after the step before
+        snapshot = self.adapter.snapshot()
+        if snapshot != last[2]:
+            label = step.label or describe(step.commands[-1])
+            difference = self.spec.difference(last[2], snapshot)
+            raise NonConformance(f"state mismatch after {label}\n" + difference + self._explained(*last, snapshot))
+
+    def _explained(self, command: Any, before: Any, after: Any, implementation: Any) -> str:
+        """The failed step's context, as `spec.explain` writes it: reads the
+        implementation's state if the caller has none (an outcome mismatch)."""
+        if implementation is None:
+            try:
+                implementation = self.adapter.snapshot()
+            except Exception as exc:  # noqa: BLE001 - the report goes on without it
+                return f"\n(the implementation's state could not be read: {type(exc).__name__}: {exc})"
+        text = self.spec.explain(command, before, after, implementation)
+        return "\n" + text if text else ""
+
+    def run(self, call: Callable[[], None]) -> Failure | None:
+        """`call` (a reset or a check), and how the implementation failed in it, if it did."""
+        try:
+            call()
+        except NonConformance as exc:
+            return Failure(str(exc), self.sent)
+        except Exception as fault:  # noqa: BLE001 - any exception from the adapter is a fault
+            return Failure(str(fault), self.sent, fault)
+        return None
+
+
+class Executor:
+    """Where a lockstep machine's implementation runs. `reset` starts a program,
+    `send` hands it a step (it may check it later), `settle` waits until every
+    step sent has been checked and returns the program's failure, if any.
+    Once a program has failed, the rest of its steps are not sent on.
+
+    This one checks each step at once, in this process; `ForkedAdapter`
+    (conformance/lockstep/forked.py) checks them in a process of its own while
+    the next steps are drawn. Both report a failure at the same point, the
+    program's end, so a seed prints the same counterexample with either."""
+
+    def __init__(self, spec: MachineSpec, adapter: Any) -> None:
+        self.checker = StepChecker(spec, adapter)
+        self.failure: Failure | None = None
+
+    def reset(self, start: dt.datetime) -> None:
+        self.failure = self.checker.run(lambda: self.checker.reset(start))
+
+    def send(self, step: _Step) -> None:
+        if self.failure is None:
+            self.failure = self.checker.run(lambda: self.checker.check(step))
+
+    def settle(self) -> Failure | None:
+        failure, self.failure = self.failure, None
+        return failure
+
+
 class LockstepMachine(RuleBasedStateMachine):
     """Model and implementation in lockstep; a machine subclasses it with rules.
+
+    Every step is taken by the model at once (the next steps are drawn from its
+    state and outcomes) and sent to the implementation, whose outcomes and state
+    are checked against the model's; a disagreement fails the program at its
+    end (`settle`, in the teardown), whichever executor checked it.
 
     A program's steps are held back from the implementation while they repeat a
     program already sent in this run (Hypothesis often draws other choices that
     make the same commands): the model alone takes them. At the first step no
     program sent before took, the implementation is reset and is sent the held
-    steps, each checked as ever, then the rest in lockstep. A program that
-    ends without leaving one sent before is never sent: each of its steps got the
-    same answers before, and an implementation whose answers depend on more
-    than the commands is not one a seed can replay anyway."""
+    steps, each checked as ever, then the rest. A program that ends without
+    leaving one sent before is never sent: each of its steps got the same
+    answers before, and an implementation whose answers depend on more than the
+    commands is not one a seed can replay anyway. Only a program that passed
+    joins the programs sent."""
 
     spec: MachineSpec
     adapter: Any
+    executor: Executor
     coverage: Coverage
     programs: _Programs  # shared by every program of one bound machine
     remembered: list[int]  # [steps in `programs`], shared the same way
@@ -275,6 +399,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.coverage.last_commands = self.commands
         self._sent_at = self.programs  # this program's place in the trie of programs sent
         self._held: list[_Step] = []  # its steps so far, while it repeats a program sent before
+        self._steps: list[tuple[Any, ...]] = []  # the commands of each of its steps
         self._live = False  # whether the implementation has been reset for it
 
     def begin(self) -> None:
@@ -287,17 +412,11 @@ class LockstepMachine(RuleBasedStateMachine):
     def _send_held(self) -> None:
         """Count the example, reset the implementation and send it the held steps."""
         self.coverage.examples += 1
-        self._live, self._sent_at = True, self.programs
-        self._adapter(self.adapter.reset, self.start)
+        self._live = True
+        self.executor.reset(self.start)
         held, self._held = self._held, []
         for step in held:
-            self._check(step)
-
-    def _adapter(self, call: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return call(*args)
-        except Exception as fault:  # any exception from the adapter is a fault
-            raise RunAborted(fault, [self.spec.describe(c) for c in self.commands]) from fault
+            self._send(step)
 
     def run(self, command: Any) -> Any:
         """One step: the model and the implementation apply `command`; the outcomes and the
@@ -308,7 +427,7 @@ class LockstepMachine(RuleBasedStateMachine):
         """Several commands as one step: each outcome is compared as it comes, the
         whole state once, after the last (the set-up's way: it is the same every
         program, and a state that went wrong in it is still wrong at its end).
-        Returns the outcomes (the model's, which the implementation's equal)."""
+        Returns the outcomes (the model's, which the implementation's must equal)."""
         try:
             state = self.model
             decisions: list[tuple[Any, Decision[Any]] | None] = []
@@ -322,79 +441,87 @@ class LockstepMachine(RuleBasedStateMachine):
                     self.coverage.skipped[type(command).__name__] += 1
                     decisions.append(None)
             step = _Step(tuple(commands), tuple(decisions), label)
+            self._steps.append(step.commands)
             if not self._live and step.commands in self._sent_at:
                 self._sent_at = self._sent_at[step.commands]
                 self._held.append(step)
-                self.model = state
             else:
                 if not self._live:
                     self._send_held()
-                self._check(step)
+                self._send(step)
+            self.model = state
             return [None if decided is None else decided[1].outcome for decided in decisions]
         except BaseException:
-            if self.coverage.first_failure is None:
-                self.coverage.first_failure = self.coverage.examples
-                self.coverage.failed_at = self.coverage.generated
-                if self.shrink_bound is not None:
-                    self.shrink_bound.started = time.monotonic()
+            self._failed()
             raise
 
-    def _check(self, step: _Step) -> None:
-        """Send `step` to the implementation and check it; add it to the programs sent."""
+    def _send(self, step: _Step) -> None:
+        """Count and check the model's side of `step`, then send it to the implementation."""
         for command, decided in zip(step.commands, step.decisions, strict=True):
-            if decided is not None:
-                self._lockstep(command, *decided)
-        self._compare_states(lambda: step.label or self.spec.describe(step.commands[-1]))
-        if step.commands in self._sent_at:
-            self._sent_at = self._sent_at[step.commands]
-        elif self.remembered[0] < self.steps_remembered:
-            self.remembered[0] += 1
-            child: _Programs = {}
-            self._sent_at[step.commands] = child
-            self._sent_at = child
-        else:
-            self._sent_at = {}  # the trie is full: the rest of this program is sent, not remembered
+            if decided is None:
+                continue
+            before, decision = decided
+            self.coverage.record(before, decision.state, command, decision.outcome, decision.rule)
+            violations = self.spec.violations(before, decision.state, decision.outcome)
+            if violations:
+                raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
+        self.executor.send(step)
 
-    def _lockstep(self, command: Any, before: Any, decision: Decision[Any]) -> None:
-        describe = self.spec.describe
-        after, expected = decision.state, decision.outcome
-        actual = self._adapter(self.adapter.execute, command)
-        self.coverage.record(before, after, command, expected, decision.rule)
-        self._last = (command, before, after)
-        if actual != expected:
-            raise NonConformance(
-                f"outcome mismatch for {describe(command)}\n"
-                f"  model:          {describe(expected)}\n"
-                f"  implementation: {describe(actual)}" + self._explained(None)
-            )
-        violations = self.spec.violations(before, after, expected)
-        if violations:
-            raise AssertionError("the model broke its own invariants:\n  " + "\n  ".join(violations))
-        self.model = after
+    def _failed(self) -> None:
+        """Note the run's first failure: where it was found, and when shrinking starts."""
+        if self.coverage.first_failure is None:
+            self.coverage.first_failure = self.coverage.examples
+            self.coverage.failed_at = self.coverage.generated
+            if self.shrink_bound is not None:
+                self.shrink_bound.started = time.monotonic()
 
-    def _compare_states(self, after: Callable[[], str]) -> None:
-        snapshot = self._adapter(self.adapter.snapshot)
-        if snapshot != self.model:
-            raise NonConformance(
-                f"state mismatch after {after()}\n"
-                + self.spec.difference(self.model, snapshot)
-                + self._explained(snapshot)
-            )
+    def settle(self) -> None:
+        """End the program: wait for the implementation to check every step sent, and
+        raise how it failed, if it did. A program that passed joins the programs sent."""
+        if not self._live:
+            return
+        self._live = False
+        failure = self.executor.settle()
+        if failure is None:
+            self._remember()
+            return
+        self._failed()
+        if failure.fault is None:
+            raise NonConformance(failure.message)
+        program = [self.spec.describe(c) for c in self.commands[: failure.commands]]  # [:None]: all
+        raise RunAborted(failure.fault, program) from failure.fault
 
-    def _explained(self, implementation: Any) -> str:
-        """The failed step's context, as `spec.explain` writes it: reads the
-        implementation's state if the caller has none (an outcome mismatch)."""
-        command, before, after = self._last
-        if implementation is None:
-            try:
-                implementation = self.adapter.snapshot()
-            except Exception as exc:  # noqa: BLE001 - the report goes on without it
-                return f"\n(the implementation's state could not be read: {type(exc).__name__}: {exc})"
-        text = self.spec.explain(command, before, after, implementation)
-        return "\n" + text if text else ""
+    def teardown(self) -> None:
+        """Hypothesis ends every program here. If the program itself raised (a model
+        invariant, an interrupt, Hypothesis's own control flow), that stands: the
+        implementation is settled only when nothing is already on its way out."""
+        if sys.exc_info()[1] is None:
+            self.settle()
+        elif isinstance(sys.exc_info()[1], Exception):
+            with contextlib.suppress(NonConformance, RunAborted):
+                self.settle()
+
+    def _remember(self) -> None:
+        """Add this program's steps to the trie of programs sent (up to its size)."""
+        at = self.programs
+        for commands in self._steps:
+            if commands in at:
+                at = at[commands]
+            elif self.remembered[0] < self.steps_remembered:
+                self.remembered[0] += 1
+                at[commands] = at = {}
+            else:
+                return  # the trie is full: the rest of this program is not remembered
 
 
 M = TypeVar("M", bound=LockstepMachine)
+
+
+def executor_for(adapter: Any, spec: MachineSpec) -> Executor:
+    """Where `adapter`'s steps are checked: its own executor if it brings one (a
+    `ForkedAdapter` runs in a process of its own), else here, step by step."""
+    own = getattr(adapter, "lockstep_executor", None)
+    return own(spec) if own is not None else Executor(spec, adapter)
 
 
 def bind(
@@ -413,6 +540,7 @@ def bind(
         (machine,),
         {
             "adapter": adapter,
+            "executor": executor_for(adapter, machine.spec),
             "coverage": coverage,
             "programs": {},
             "remembered": [0],

@@ -186,6 +186,7 @@ def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ..
         try:
             state.setup()
             scenario(state)
+            state.settle()  # the implementation's failure, if any, is this scenario's
         except BaseException as exc:
             exc.add_note(f"in the fixed scenario {scenario.__name__}: {scenario.__doc__}")
             coverage.first_failure = 0  # 0: a fixed scenario, not a generated example

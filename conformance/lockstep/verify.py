@@ -13,7 +13,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound
+from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound, fault_name
 from leaseproof.conformance.lockstep.delivery import machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
@@ -147,7 +147,7 @@ def run_conformance(
             coverage=coverage,
             seconds=time.monotonic() - started,
             seed=seed_value,
-            fault=f"{type(aborted.fault).__name__}: {aborted.fault}",
+            fault=f"{fault_name(aborted.fault)}: {aborted.fault}",
             fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
         )
     except Exception as exc:  # noqa: BLE001 - any failure of the run is the verdict

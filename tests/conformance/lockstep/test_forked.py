@@ -1,0 +1,151 @@
+"""The implementation checked in a process of its own (`ForkedAdapter`): the same
+verdicts, counterexamples and faults as in process, and a child that dies is a
+fault, never a pass."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
+from leaseproof.conformance.lockstep.verify import Verdict, run_conformance
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants import by_name
+from leaseproof.impl.mutants.delivery import MUTANTS
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
+from leaseproof.model import delivery as m
+
+
+def _both(factory: Callable[[], Any], machine: str, **run: Any) -> tuple[Verdict, Verdict]:
+    """The verdict of one run with the adapter in process, then of the same run forked."""
+    verdicts = []
+    for adapter in (factory(), ForkedAdapter(factory, machine)):
+        try:
+            verdicts.append(run_conformance(adapter, machine=machine, **run))
+        finally:
+            adapter.close()
+    return verdicts[0], verdicts[1]
+
+
+def _same(inline: Verdict, forked: Verdict) -> None:
+    assert (forked.conforms, forked.failure, forked.counterexample) == (
+        inline.conforms,
+        inline.failure,
+        inline.counterexample,
+    )
+    assert (forked.fault, forked.fault_program) == (inline.fault, inline.fault_program)
+    a, b = inline.coverage, forked.coverage
+    assert (b.examples, b.generated, b.scenarios) == (a.examples, a.generated, a.scenarios)
+    if inline.conforms:  # (the steps a shrink runs differ by a few between any two runs, in process too)
+        assert (b.steps, b.behaviours) == (a.steps, a.behaviours)
+
+
+def test_a_conforming_run_is_the_same_run_forked(delivery_dsn: str) -> None:
+    inline, forked = _both(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery", max_examples=15, seed_value=4)
+    assert inline.conforms, inline.failure
+    _same(inline, forked)
+
+
+def test_the_same_seed_prints_the_same_counterexample_forked(delivery_dsn: str) -> None:
+    mutant = by_name(MUTANTS, "reconcile-unfenced")
+    inline, forked = _both(
+        lambda: mutant.adapter(delivery_dsn), "delivery", max_examples=300, seed_value=3, scenarios=False
+    )
+    assert not inline.conforms and not inline.fault
+    assert "state." in inline.counterexample
+    _same(inline, forked)
+
+
+def test_a_lifecycle_mutant_dies_the_same_way_forked(delivery_dsn: str) -> None:
+    mutant = by_name(LIFECYCLE_MUTANTS, "admission-ignores-hash")
+    inline, forked = _both(
+        lambda: mutant.adapter(delivery_dsn), "lifecycle", max_examples=300, seed_value=1, scenarios=False
+    )
+    assert not inline.conforms and not inline.fault
+    _same(inline, forked)
+
+
+def test_the_lifecycle_scenarios_pass_forked(delivery_dsn: str) -> None:
+    inline, forked = _both(lambda: PostgresLifecycleAdapter(delivery_dsn), "lifecycle", max_examples=5, seed_value=2)
+    assert inline.conforms, inline.failure
+    _same(inline, forked)
+
+
+class _RaisesOnFinish(PostgresDeliveryAdapter):
+    """Raises `error()` instead of answering the first Finish it is sent."""
+
+    error: Callable[[], BaseException] = staticmethod(lambda: RuntimeError("the finish broke"))
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        if isinstance(command, m.Finish):
+            raise self.error()
+        return super().execute(command)
+
+
+def test_an_adapter_that_raises_is_the_same_fault_forked(delivery_dsn: str) -> None:
+    inline, forked = _both(lambda: _RaisesOnFinish(delivery_dsn), "delivery", max_examples=50, seed_value=1)
+    assert inline.fault == "RuntimeError: the finish broke"
+    assert inline.fault_program and inline.fault_program[-1].startswith("Finish(")
+    _same(inline, forked)
+
+
+def test_an_exception_that_cannot_travel_keeps_its_name(delivery_dsn: str) -> None:
+    class LocalError(Exception):  # defined here: pickle cannot find it by name
+        pass
+
+    class Raises(_RaisesOnFinish):
+        error = staticmethod(lambda: LocalError("only here"))
+
+    inline, forked = _both(lambda: Raises(delivery_dsn), "delivery", max_examples=50, seed_value=1)
+    assert inline.fault == "LocalError: only here"
+    _same(inline, forked)
+
+
+class _DiesOnFinish(PostgresDeliveryAdapter):
+    def execute(self, command: m.Command) -> m.Outcome:
+        if isinstance(command, m.Finish):
+            os._exit(3)  # the child process dies mid-step
+        return super().execute(command)
+
+
+def test_a_child_that_dies_is_a_fault_not_a_verdict(delivery_dsn: str) -> None:
+    adapter = ForkedAdapter(lambda: _DiesOnFinish(delivery_dsn), "delivery")
+    try:
+        verdict = run_conformance(adapter, max_examples=50, seed_value=1)
+    finally:
+        adapter.close()
+    assert not verdict.conforms
+    assert verdict.fault.startswith("ChildFailed: the process running the delivery adapter stopped answering")
+    assert "exited with status 3" in verdict.fault
+
+
+def test_a_factory_that_fails_raises_its_error() -> None:
+    def broken() -> Any:
+        raise ValueError("no such database")
+
+    with pytest.raises(ValueError, match="no such database"):
+        ForkedAdapter(broken, "delivery")
+
+
+def test_the_child_carries_the_adapters_name_and_ends_with_the_pipe(delivery_dsn: str) -> None:
+    adapter = ForkedAdapter(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery")
+    assert adapter.name == "postgres:PostgresDeliveryStore"
+    process = adapter._process
+    adapter._conn.close()  # as if the harness died: the child reads the end of its pipe
+    process.join(30)
+    assert process.exitcode == 0
+
+
+def test_a_forked_adapter_serves_only_its_machine(delivery_dsn: str) -> None:
+    adapter = ForkedAdapter(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery")
+    try:
+        with pytest.raises(ValueError, match="built for the delivery machine"):
+            run_conformance(adapter, machine="lifecycle", max_examples=1, seed_value=1)
+    finally:
+        adapter.close()
+    assert not adapter._process.is_alive()
+
