@@ -129,7 +129,9 @@ def _lockstep(
 ) -> float:
     """Seconds of one verify lockstep run (scenarios and `examples` programs); fails unless it conforms.
     `forked`: the implementation checked in a process of its own, as `leaseproof verify` does."""
-    build = lambda: ADAPTERS[machine](dsn, factory)  # noqa: E731
+    def build() -> Any:
+        return ADAPTERS[machine](dsn, factory)
+
     adapter = ForkedAdapter(build, machine) if forked else build()
     if isinstance(factory, _Recorder):
         factory.log.clear()  # the adapter's own set-up (migrate on a migrated database) is not the run

@@ -224,6 +224,8 @@ class ForkedAdapter:
     (`run_conformance`) of machine `machine`. It carries the adapter's name,
     `operations` and `protocol`; `close()` closes the adapter and ends the child."""
 
+    name: str  # the adapter's (its `operations` and `protocol` too, where it has them)
+
     def __init__(self, factory: Callable[[], Any], machine: str) -> None:
         self.machine = machine
         if "fork" not in multiprocessing.get_all_start_methods():
@@ -234,7 +236,10 @@ class ForkedAdapter:
         context = multiprocessing.get_context("fork")
         self._conn, child_end = context.Pipe()
         self._process = context.Process(
-            target=_child, args=(child_end, self._conn, factory, machine), name=f"leaseproof {machine} adapter", daemon=True
+            target=_child,
+            args=(child_end, self._conn, factory, machine),
+            name=f"leaseproof {machine} adapter",
+            daemon=True,
         )
         self._process.start()
         child_end.close()
@@ -277,7 +282,9 @@ class ForkedAdapter:
         except (EOFError, OSError):
             raise ChildFailed(self._death()) from None
         except Exception as exc:  # noqa: BLE001 - a reply that cannot be read is the child's failure
-            raise ChildFailed(f"a reply from the process running the {self.machine} adapter could not be read: {exc}")
+            raise ChildFailed(
+                f"a reply from the process running the {self.machine} adapter could not be read: {exc}"
+            ) from exc
 
     def _death(self) -> str:
         self._process.join(POLL_SECONDS)
