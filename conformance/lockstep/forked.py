@@ -281,7 +281,7 @@ class ForkedAdapter:
             return self._conn.recv()
         except (EOFError, OSError):
             raise ChildFailed(self._death()) from None
-        except Exception as exc:  # noqa: BLE001 - a reply that cannot be read is the child's failure
+        except Exception as exc:  # a reply that cannot be read is the child's failure
             raise ChildFailed(
                 f"a reply from the process running the {self.machine} adapter could not be read: {exc}"
             ) from exc
