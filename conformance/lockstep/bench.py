@@ -1,19 +1,25 @@
 """How close `verify` runs to the speed of its own SQL.
 
-`python -m leaseproof.conformance.lockstep.bench` runs, in one process and
-on one server, `verify`'s lockstep (the fixed scenarios and a seeded number
-of generated programs, against the bundled implementation) and a *bare
-replay* of exactly the SQL that run sent: every statement with its
-parameters, every BEGIN, COMMIT and ROLLBACK, on as many connections, in the
-same order, through psycopg with nothing else to do. The replay is the floor:
-what the database and the driver alone cost. The ratio floor / lockstep says
-what share of verify's time is the database's; the rest is Hypothesis, the
-model, decoding snapshots and comparing them.
+`python -m leaseproof.conformance.lockstep.bench` runs, on one server,
+`verify`'s lockstep (the fixed scenarios and a seeded number of generated
+programs, against the bundled implementation, checked in a process of its
+own as verify does: `ForkedAdapter`) and a *bare replay* of exactly the SQL
+that run sends: every statement with its parameters, every BEGIN, COMMIT
+and ROLLBACK, on as many connections, in the same order, through psycopg
+with nothing else to do. The replay is the floor: what the database and the
+driver alone cost. The ratio floor / lockstep says how close verify comes to
+it; the rest is Hypothesis, the model, decoding snapshots and comparing
+them, where they do not overlap with the database's work. It also times the
+same lockstep with the implementation in this process, step by step, so the
+gain of forking is measured too.
 
-The two are interleaved round by round (the order alternating), each on a
-fresh database cloned from one migrated template, and the ratio is the
-median of the rounds' ratios. Each round runs the same programs: the seed is
-fixed and the bundled implementation is deterministic on its pinned clock.
+The SQL is recorded from the in-process run (the forked one sends the same
+programs in the same order; it starts each next program ahead, which adds
+one reset and set-up after the last). The three are interleaved round by
+round (each going first in turn), each on a fresh database cloned from one
+migrated template, and each figure is the median of the rounds'. Each round
+runs the same programs: the seed is fixed and the bundled implementation is
+deterministic on its pinned clock.
 """
 
 from __future__ import annotations
@@ -187,8 +193,14 @@ def _send(conn: psycopg.Connection[Any], query: Any, params: Any, *, pipelined: 
 
 @attrs.frozen
 class Round:
-    lockstep: float
+    lockstep: float  # verify's lockstep, the implementation in a process of its own (ForkedAdapter)
     replay: float
+    in_process: float  # the same lockstep with the implementation in this process
+
+    @property
+    def speedup(self) -> float:
+        """How much faster the forked lockstep ran than the in-process one."""
+        return self.in_process / self.lockstep
 
     @property
     def ratio(self) -> float:
@@ -225,24 +237,26 @@ def measure(
         results = []
         for number in range(rounds):
             times: dict[str, float] = {}
-            order = ("lockstep", "replay") if number % 2 == 0 else ("replay", "lockstep")
-            for what in order:
+            kinds = ("lockstep", "replay", "in process")
+            for what in kinds[number % 3 :] + kinds[: number % 3]:  # each goes first in turn
                 with scratch_database(server, template=template) as dsn:
-                    if what == "lockstep":
-                        times[what] = _lockstep(machine, dsn, examples, seed)
-                    else:
+                    if what == "replay":
                         times[what] = _replay(log, recorder.connections, dsn)
-            result = Round(times["lockstep"], times["replay"])
+                    else:
+                        times[what] = _lockstep(machine, dsn, examples, seed, forked=what == "lockstep")
+            result = Round(times["lockstep"], times["replay"], times["in process"])
             say(
                 f"  round {number + 1}: lockstep {result.lockstep:.2f}s, replay {result.replay:.2f}s,"
-                f" ratio {result.ratio:.2f}"
+                f" ratio {result.ratio:.2f}; in process {result.in_process:.2f}s (forked is {result.speedup:.2f}x)"
             )
             results.append(result)
     return Result(machine, examples, seed, len(log), tuple(results))
 
 
 def table(results: Sequence[Result]) -> str:
-    header = ("machine", "programs", "statements", "lockstep s", "replay s", "replay / lockstep")
+    header = (
+        "machine", "programs", "statements", "lockstep s", "replay s", "replay / lockstep", "in process s", "speed-up"
+    )
     lines = ["  ".join(f"{h:>18}" for h in header)]
     for r in results:
         cells = (
@@ -252,6 +266,8 @@ def table(results: Sequence[Result]) -> str:
             f"{statistics.median(x.lockstep for x in r.rounds):.2f}",
             f"{statistics.median(x.replay for x in r.rounds):.2f}",
             f"{r.ratio:.2f}",
+            f"{statistics.median(x.in_process for x in r.rounds):.2f}",
+            f"{statistics.median(x.speedup for x in r.rounds):.2f}",
         )
         lines.append("  ".join(f"{c:>18}" for c in cells))
     return "\n".join(lines)
@@ -280,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     print(table(results))
     print("ratio: the median over the rounds of (bare replay seconds / lockstep seconds); 1.0 is the floor")
+    print("speed-up: the median of (the lockstep in process / forked, as verify runs it); both check the same programs")
     return 0
 
 

@@ -101,6 +101,7 @@ class PostgresLifecycleAdapter:
         self.client = PostgresLifecycleSession(self)
         self.conn = self.client.conn
         self.clock = self.client.clock
+        self._tables: dict[int, tuple[list[tuple[Any, ...]], Any]] = {}  # the last snapshot's, by query
 
     def reset(self, start: dt.datetime) -> None:
         reset_database(self.conn, start)
@@ -128,26 +129,31 @@ class PostgresLifecycleAdapter:
 
     def snapshot(self) -> m.LifecycleSystem:
         """Every persisted row, the DB clock and every replica's cache (one round trip)."""
-        clock, communities, authority, heads, runtime, cutoffs, runs, actions = read_consistently(
-            self.conn, self.SNAPSHOT_QUERIES
+        tables = read_consistently(self.conn, self.SNAPSHOT_QUERIES)
+        clock, communities, authority, heads, runtime, cutoffs, runs, actions = (
+            self._decoded(i, rows) for i, rows in enumerate(tables)
         )
-        executed: dict[int, tuple[str, ...]] = {}
-        for run_id, action in actions:
-            executed[run_id] = (*executed.get(run_id, ()), action)
         return m.LifecycleSystem(
-            now=clock[0][0],
-            communities=FrozenMap((cid, d.CommunityState(state)) for cid, state in communities),
-            authority=frozenset((cid, channel, bytes(member)) for cid, channel, member in authority),
-            heads=FrozenMap(
-                ((cid, wid), m.Head(bytes(event), bytes(author), channel, created, m.Definition(tuple(acts), enabled)))
-                for cid, wid, event, author, channel, created, acts, enabled in heads
-            ),
-            runtime=FrozenMap((r.coordinate, r) for r in map(_record, runtime)),
-            cutoffs=FrozenMap(((cid, wid), cutoff) for cid, wid, cutoff in cutoffs),
-            runs=FrozenMap((row[0], m.Run(row[0], row[1], _record(row[3:]), row[2])) for row in runs),
+            now=clock,
+            communities=communities,
+            authority=authority,
+            heads=heads,
+            runtime=runtime,
+            cutoffs=cutoffs,
+            runs=runs,
             caches=FrozenMap({name: engine.cache for name, engine in self.engines.items()}),
-            executed=FrozenMap(executed),
+            executed=actions,
         )
+
+    def _decoded(self, query: int, rows: list[tuple[Any, ...]]) -> Any:
+        """The model value of one snapshot query's rows; rows equal to the last
+        snapshot's are not decoded again (most steps change one table, or none)."""
+        last = self._tables.get(query)
+        if last is not None and last[0] == rows:
+            return last[1]
+        value = _DECODE[query](rows)
+        self._tables[query] = (rows, value)
+        return value
 
     def close(self) -> None:
         for engine in self.engines.values():
@@ -156,6 +162,29 @@ class PostgresLifecycleAdapter:
 
 
 _RECORD_NAMES = tuple(c.strip() for c in RECORD_COLUMNS.split(","))
+
+
+def _executed(actions: list[tuple[Any, ...]]) -> FrozenMap[int, tuple[str, ...]]:
+    executed: dict[int, tuple[str, ...]] = {}
+    for run_id, action in actions:
+        executed[run_id] = (*executed.get(run_id, ()), action)
+    return FrozenMap(executed)
+
+
+# How each of SNAPSHOT_QUERIES's results becomes the model's value, in order.
+_DECODE: tuple[Callable[[list[tuple[Any, ...]]], Any], ...] = (
+    lambda clock: clock[0][0],
+    lambda communities: FrozenMap((cid, d.CommunityState(state)) for cid, state in communities),
+    lambda authority: frozenset((cid, channel, bytes(member)) for cid, channel, member in authority),
+    lambda heads: FrozenMap(
+        ((cid, wid), m.Head(bytes(event), bytes(author), channel, created, m.Definition(tuple(acts), enabled)))
+        for cid, wid, event, author, channel, created, acts, enabled in heads
+    ),
+    lambda runtime: FrozenMap((r.coordinate, r) for r in map(_record, runtime)),
+    lambda cutoffs: FrozenMap(((cid, wid), cutoff) for cid, wid, cutoff in cutoffs),
+    lambda runs: FrozenMap((row[0], m.Run(row[0], row[1], _record(row[3:]), row[2])) for row in runs),
+    _executed,
+)
 
 
 def _record(row: tuple[Any, ...]) -> m.Record:
