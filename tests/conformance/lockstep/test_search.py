@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.lockstep import delivery as dm
 from leaseproof.conformance.lockstep import lifecycle as lm
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.core import ShrinkBound
+from leaseproof.conformance.lockstep.core import NonConformance, ShrinkBound
 from leaseproof.conformance.lockstep.swarm import EveryRule, Swarm, independent_programs, swarm, values, weighted
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
@@ -278,6 +279,34 @@ def test_a_program_that_leaves_one_sent_before_is_sent_from_a_reset(delivery_dsn
     assert adapter.sent[1][-1] == m.SetCommunityState(w.COMMUNITIES["A"], m.CommunityState.QUIESCING)
 
 
+class _WrongOnFence(_Recording):
+    """Answers a fence with an outcome a fence never has: a program that fences fails."""
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        outcome = super().execute(command)  # type: ignore[no-untyped-call]  # _Recording's is untyped
+        if isinstance(command, m.SetCommunityState) and command.state == m.CommunityState.FENCED:
+            return m.Committed(created=(), identity_existed=False)  # not what a fence answers
+        return outcome
+
+
+def test_a_program_that_failed_is_not_one_sent_before(delivery_dsn: str) -> None:
+    """A program the implementation failed does not join the programs sent: its repeat
+    (as a shrink tries it) is sent again, and fails again, at the program's end."""
+    adapter = _WrongOnFence(delivery_dsn)
+    machine = dm.machine_for(adapter)
+    try:
+        for _ in range(2):
+            program = machine()
+            program.setup()
+            program.tenant(community="A", action="fence")  # the model's outcome: no failure yet
+            with pytest.raises(NonConformance, match="outcome mismatch"):
+                program.teardown()
+    finally:
+        adapter.close()
+    assert len(adapter.sent) == 2 and adapter.sent[0] == adapter.sent[1]
+    assert machine.programs == {}
+
+
 # -- shrinking -------------------------------------------------------------------------
 
 
@@ -353,6 +382,7 @@ def test_the_programs_remembered_are_bounded(delivery_dsn: str) -> None:
             program.setup()
             program.tenant(community="A", action=action)
             program.tenant(community="B", action="fence")
+            program.teardown()  # it passed: its steps join the trie, up to the bound
     finally:
         adapter.close()
 
