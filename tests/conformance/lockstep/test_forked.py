@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -153,3 +156,39 @@ def test_a_forked_adapter_serves_only_its_machine(delivery_dsn: str) -> None:
         adapter.close()
     assert not adapter._process.is_alive()
 
+
+
+_HARNESS = """
+import sys, time
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+adapter = ForkedAdapter(lambda: PostgresDeliveryAdapter(sys.argv[1]), "delivery")
+print(adapter._process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_harness_killed_outright_leaves_no_child(delivery_dsn: str) -> None:
+    """SIGKILL gives the harness no chance to close anything: the child sees the end
+    of its pipe, closes its adapter (its connection) and exits."""
+    harness = subprocess.Popen([sys.executable, "-c", _HARNESS, delivery_dsn], stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout is not None
+        child = int(harness.stdout.readline())
+    finally:
+        harness.kill()
+        harness.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)  # waiting for another process to exit, not for time to pass
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its dead parent's reaper) has exited too
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
