@@ -86,9 +86,6 @@ class LifecycleStore(_Writes):
         SELECT author, channel_id, created_at FROM definition_heads
         WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s FOR UPDATE
     """
-    SQL_INCARNATION = """
-        SELECT incarnation FROM definition_runtime WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s
-    """
     SQL_CUTOFF = "SELECT cutoff FROM definition_cutoffs WHERE community_id = %(community_id)s AND workflow_id = %(workflow_id)s"
     SQL_UPSERT_HEAD = """
         INSERT INTO definition_heads
@@ -142,8 +139,10 @@ class LifecycleStore(_Writes):
             cutoff = self._one(self.SQL_CUTOFF, params)
             if head is None and cutoff is not None and e.created_at <= cutoff["cutoff"]:
                 return m.BeforeCutoff(cutoff["cutoff"])
-            incarnation = e.created_at if head is None else self._one(self.SQL_INCARNATION, params)["incarnation"]  # type: ignore[index]  # a head has a runtime row
-            record = m.project(e, incarnation)
+            # A new coordinate's incarnation is the save's instant. An update keeps the
+            # runtime row's own: SQL_UPSERT_RUNTIME's ON CONFLICT does not set it (a
+            # coordinate with a head has its runtime row), so it is not read here.
+            record = m.project(e, e.created_at)
             row = {
                 **record_params(record),
                 "event_id": e.event_id,
@@ -152,7 +151,7 @@ class LifecycleStore(_Writes):
             }
             self.conn.execute(self.SQL_UPSERT_HEAD, row)
             self.conn.execute(self.SQL_UPSERT_RUNTIME, row)
-        return m.Created(incarnation) if head is None else m.Updated(record.enabled)
+        return m.Created(record.incarnation) if head is None else m.Updated(record.enabled)
 
     def delete(self, c: m.DeleteDefinition) -> Any:
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id, "created_at": c.created_at}
