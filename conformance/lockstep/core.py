@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 from hypothesis.internal.conjecture import engine
@@ -334,16 +334,26 @@ class StepChecker:
         return None
 
 
-class Executor:
+class Executor(Protocol):
     """Where a lockstep machine's implementation runs. `reset` starts a program,
     `send` hands it a step (it may check it later), `settle` waits until every
     step sent has been checked and returns the program's failure, if any.
     Once a program has failed, the rest of its steps are not sent on.
 
-    This one checks each step at once, in this process; `ForkedAdapter`
+    `InProcess` checks each step at once, in this process; `ForkedAdapter`
     (conformance/lockstep/forked.py) checks them in a process of its own while
     the next steps are drawn. Both report a failure at the same point, the
     program's end, so a seed prints the same counterexample with either."""
+
+    def reset(self, start: dt.datetime) -> None: ...
+
+    def send(self, step: _Step) -> None: ...
+
+    def settle(self) -> Failure | None: ...
+
+
+class InProcess:
+    """The executor that checks each step as it is sent, in this process."""
 
     def __init__(self, spec: MachineSpec, adapter: Any) -> None:
         self.checker = StepChecker(spec, adapter)
@@ -521,7 +531,7 @@ def executor_for(adapter: Any, spec: MachineSpec) -> Executor:
     """Where `adapter`'s steps are checked: its own executor if it brings one (a
     `ForkedAdapter` runs in a process of its own), else here, step by step."""
     own = getattr(adapter, "lockstep_executor", None)
-    return own(spec) if own is not None else Executor(spec, adapter)
+    return own(spec) if own is not None else InProcess(spec, adapter)
 
 
 def bind(

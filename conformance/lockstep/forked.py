@@ -37,6 +37,7 @@ from leaseproof.conformance.lockstep.core import (
     Executor,
     Failure,
     ImplementationRaised,
+    InProcess,
     MachineSpec,
     StepChecker,
     _Step,
@@ -56,6 +57,12 @@ def _specs() -> dict[str, MachineSpec]:
     from leaseproof.conformance.lockstep.lifecycle import LifecycleConformance
 
     return {"delivery": DeliveryConformance.spec, "lifecycle": LifecycleConformance.spec}
+
+
+def _metadata(adapter: Any) -> dict[str, Any]:
+    """What the lockstep reads of an adapter besides its calls: its name, and its
+    `operations` and `protocol` where it has them."""
+    return {name: getattr(adapter, name) for name in ("name", "operations", "protocol") if hasattr(adapter, name)}
 
 
 def _portable(fault: BaseException) -> BaseException:
@@ -80,9 +87,7 @@ def _child(conn: Connection, harness_end: Connection, factory: Callable[[], Any]
         signal.signal(each, signal.SIG_DFL)
     try:
         adapter = factory()
-        metadata = {
-            name: getattr(adapter, name) for name in ("name", "operations", "protocol") if hasattr(adapter, name)
-        }
+        metadata = _metadata(adapter)
     except Exception as exc:  # noqa: BLE001 - sent to the harness, which raises it
         conn.send(("error", _portable(exc)))
         return
@@ -153,6 +158,10 @@ class _Child:
                 self.state, self.failure, self.checker.sent = started.state, started.failure, started.sent
                 return
             self.reset(self.start)
+        self.take(request)
+
+    def take(self, request: tuple[Any, ...]) -> None:
+        """The model's decisions for a step, and the implementation's check of it."""
         if self.failure is not None:
             return
         commands, offered, label = request[1], request[2], request[3]
@@ -178,15 +187,12 @@ class _Child:
         start, first = self.start, self.first
         self.start = self.first = None
         self.reset(start)
-        if self.failure is None:
-            self.first = first  # so that `step` takes it as a later step
-            self.step(first)
-            self.first = None
+        self.take(first)
         self.started = _Started(start, first, self.state, self.failure, self.checker.sent)
         self.failure = None
 
 
-class ForkedExecutor(Executor):
+class ForkedExecutor:
     """The harness's side of a child that checks the steps: each request is sent
     without waiting; `settle` waits (while the child lives) for the verdict."""
 
@@ -230,7 +236,7 @@ class ForkedAdapter:
         self.machine = machine
         if "fork" not in multiprocessing.get_all_start_methods():
             self._local: Any = factory()  # no fork here: the adapter runs in process
-            self._copy_metadata(self._local)
+            vars(self).update(_metadata(self._local))
             return
         self._local = None
         context = multiprocessing.get_context("fork")
@@ -251,26 +257,20 @@ class ForkedAdapter:
         if reply[0] == "error":
             self._stop()
             raise reply[1]
-        for name, value in reply[1].items():
-            setattr(self, name, value)
-
-    def _copy_metadata(self, adapter: Any) -> None:
-        for name in ("name", "operations", "protocol"):
-            if hasattr(adapter, name):
-                setattr(self, name, getattr(adapter, name))
+        vars(self).update(reply[1])
 
     def lockstep_executor(self, spec: MachineSpec) -> Executor:
         """The lockstep core's way in (`core.executor_for`)."""
         if spec.name != self.machine:
             raise ValueError(f"this adapter was built for the {self.machine} machine, not {spec.name}")
         if self._local is not None:
-            return Executor(spec, self._local)
+            return InProcess(spec, self._local)
         return ForkedExecutor(self)
 
     def _send(self, request: tuple[Any, ...]) -> None:
         try:
             self._conn.send(request)
-        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+        except OSError as exc:  # a broken pipe, a reset connection
             raise ChildFailed(self._death()) from exc
 
     def _receive(self) -> Any:
