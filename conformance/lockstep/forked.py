@@ -91,9 +91,8 @@ def _child(conn: Connection, harness_end: Connection, factory: Callable[[], Any]
     except Exception as exc:  # noqa: BLE001 - sent to the harness, which raises it
         conn.send(("error", _portable(exc)))
         return
-    conn.send(("ready", metadata))
     try:
-        _Child(_specs()[machine], adapter).serve(conn)
+        _Child(_specs()[machine], adapter).serve(conn, ("ready", metadata))
     finally:
         adapter.close()
         conn.close()
@@ -129,12 +128,16 @@ class _Child:
         self.first: tuple[Any, ...] | None = None  # its first step's request, once it came
         self.started: _Started | None = None  # the next program, started ahead
 
-    def serve(self, conn: Connection) -> None:
+    def serve(self, conn: Connection, ready: tuple[str, Any]) -> None:
+        """Say `ready`, then answer requests until "close" or the pipe's end (the harness
+        gone, or closed with a reply unread: then a send breaks the pipe)."""
+        with contextlib.suppress(EOFError, OSError):
+            conn.send(ready)
+            self._serve(conn)
+
+    def _serve(self, conn: Connection) -> None:
         while True:
-            try:
-                request = conn.recv()
-            except EOFError:
-                return  # the harness is gone
+            request = conn.recv()
             what = request[0]
             if what == "reset":
                 self.start, self.first = request[1], None
@@ -247,11 +250,12 @@ class ForkedAdapter:
             name=f"leaseproof {machine} adapter",
             daemon=True,
         )
-        self._process.start()
-        child_end.close()
         try:
+            self._process.start()
+            child_end.close()
             reply = self._receive()
-        except BaseException:
+        except BaseException:  # an interrupt included: no child outlives a half-built adapter
+            child_end.close()
             self._stop()
             raise
         if reply[0] == "error":
@@ -301,9 +305,12 @@ class ForkedAdapter:
         self._stop()
 
     def _stop(self) -> None:
-        """Wait (bounded) for the child to exit; kill it past the bound."""
+        """End the pipe (the child, reading its end, closes its adapter and exits), wait
+        (bounded) for the child to exit, and kill it past the bound."""
+        self._conn.close()
+        if self._process.pid is None:
+            return  # never started
         self._process.join(CLOSE_SECONDS)
         if self._process.is_alive():
             self._process.kill()
             self._process.join()
-        self._conn.close()

@@ -35,7 +35,9 @@ class Run:
 
     def __init__(self, tmpdir: Path, *args: str) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("LEASEPROOF_DSN", "LEASEPROOF_PG_BIN")}
-        env.update(TMPDIR=str(tmpdir), DOCKER_HOST="unix:///nonexistent/docker.sock")
+        # PYTHONFAULTHANDLER: a run that does not end in time is sent SIGABRT, and its
+        # processes' Python stacks go to the stderr the failure shows (`finish`).
+        env.update(TMPDIR=str(tmpdir), DOCKER_HOST="unix:///nonexistent/docker.sock", PYTHONFAULTHANDLER="1")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "verify", "--machine", "delivery", *args],
             stdin=subprocess.DEVNULL,
@@ -86,10 +88,31 @@ class Run:
         return folder, pid
 
     def finish(self) -> int:
-        code = self.process.wait(timeout=_DEADLINE)
+        try:
+            code = self.process.wait(timeout=_DEADLINE)
+        except subprocess.TimeoutExpired:
+            where = self._stacks()
+            raise AssertionError(f"the run did not end within {_DEADLINE:.0f}s; where it was:\n{where}") from None
         while (line := self._queue.get(timeout=_DEADLINE)) is not None:
             self.lines.append(line)
         return code
+
+    def _stacks(self) -> str:
+        """The process tree of a run that hangs, and (SIGABRT, with the fault handler on)
+        the Python stacks of the run and its forked children, in its stderr."""
+        pid = str(self.process.pid)
+        ps = ["ps", "-o", "pid,ppid,stat,etime,args", "-p", pid, "--ppid", pid]
+        tree = subprocess.run(ps, capture_output=True, text=True, timeout=10).stdout
+        forks = subprocess.run(["pgrep", "-P", pid, "-f", "leaseproof"], capture_output=True, text=True, timeout=10)
+        for each in [self.process.pid, *map(int, forks.stdout.split())]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        with contextlib.suppress(queue.Empty):
+            while (line := self._queue.get(timeout=5)) is not None:
+                self.lines.append(line)
+        return f"{tree}\n{self.stderr}"
 
     @property
     def stderr(self) -> str:
