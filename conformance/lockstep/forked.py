@@ -92,7 +92,10 @@ def _child(conn: Connection, harness_end: Connection, factory: Callable[[], Any]
         conn.send(("error", _portable(exc)))
         return
     try:
-        _Child(_specs()[machine], adapter).serve(conn, ("ready", metadata))
+        # A broken pipe is the harness gone too, or closed with a reply unread.
+        with contextlib.suppress(EOFError, OSError):
+            conn.send(("ready", metadata))
+            _Child(_specs()[machine], adapter).serve(conn)
     finally:
         adapter.close()
         conn.close()
@@ -128,14 +131,8 @@ class _Child:
         self.first: tuple[Any, ...] | None = None  # its first step's request, once it came
         self.started: _Started | None = None  # the next program, started ahead
 
-    def serve(self, conn: Connection, ready: tuple[str, Any]) -> None:
-        """Say `ready`, then answer requests until "close" or the pipe's end (the harness
-        gone, or closed with a reply unread: then a send breaks the pipe)."""
-        with contextlib.suppress(EOFError, OSError):
-            conn.send(ready)
-            self._serve(conn)
-
-    def _serve(self, conn: Connection) -> None:
+    def serve(self, conn: Connection) -> None:
+        """Answer requests until "close"; the pipe's end raises (EOFError, OSError)."""
         while True:
             request = conn.recv()
             what = request[0]
