@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime as dt
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -196,12 +195,14 @@ class ShrinkBound:
 
 class _ShrinkClock:
     """The `time` module as Hypothesis's engine sees it during a bounded run:
-    `perf_counter()` is the number of shrink attempts made, or infinity once
-    the bound's seconds have passed; everything else is the real module's."""
+    `perf_counter()` is the number of shrink attempts made, or, once the
+    bound's seconds have passed, a reading past any deadline the engine has
+    set; everything else is the real module's."""
 
     def __init__(self, bound: ShrinkBound, coverage: Coverage) -> None:
         self.bound, self.coverage = bound, coverage
         self.base: float | None = None  # the count when the engine set its deadline
+        self.last = 0.0  # the latest reading
 
     def perf_counter(self) -> float:
         coverage, bound = self.coverage, self.bound
@@ -215,9 +216,14 @@ class _ShrinkClock:
                 f"at its time bound of {bound.seconds:g}s (--shrink-seconds), after {attempts:,.0f} attempts;"
                 " the time, not the budget, ended it, so a rerun may print another program"
             )
-            return math.inf
+            # Past any deadline the engine sets, even one it sets from this very
+            # reading (infinity would set an infinite one): each reading jumps
+            # further than the attempts a deadline allows past the one before.
+            self.last += bound.attempts + 1
+            return self.last
         if attempts > self.base + bound.attempts and not bound.stopped:
             bound.stopped = f"after {bound.attempts:,} attempts, its budget (--shrink-attempts)"
+        self.last = max(self.last, attempts)
         return attempts
 
     def __getattr__(self, name: str) -> Any:

@@ -335,6 +335,9 @@ def test_shrinking_stops_at_its_time_bound_and_says_the_program_may_differ(deliv
         adapter.close()
     assert "time bound" in verdict.shrink_stopped and "rerun may print another program" in verdict.shrink_stopped
     assert "state.teardown()" in verdict.counterexample
+    # It stopped where it said: the engine ran one program past the failure (the
+    # failing one again, as its shrinking begins), not a shrink that went on.
+    assert verdict.coverage.generated - verdict.coverage.failed_at <= 2, verdict.coverage
 
 
 def _counterexample(mutant: str, seed: int, server: Server) -> str:
