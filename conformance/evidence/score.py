@@ -71,7 +71,7 @@ class Task:
     mutant: str
     check: str
     seed: int | None  # None: the fixed scenarios, which take none
-    examples: int | None = None  # the search's programs, if not the budget's
+    examples: int | None = None  # the programs of the search or of stress, if not the budget's
 
 
 @attrs.frozen
@@ -155,7 +155,7 @@ def _stress(task: Task, adapter: Any, machine: str, budget: Budget, started: flo
             workers=8,
             duration=budget.stress_seconds,
             seed=task.seed,
-            max_programs=budget.stress_programs,
+            max_programs=task.examples or budget.stress_programs,
         )
     except StressFault as fault:
         return Result(task.mutant, STRESS, task.seed, True, 0, time.monotonic() - started, "fault", str(fault))
@@ -338,10 +338,10 @@ class Plan:
 
 
 # The fast subset (CI): one seed; every mutant listed as equivalent, on a small
-# budget, so a claim that stops holding is caught; and every FAST_STRIDE-th of
-# the others (sequential ones: stress takes too long for it), on the default
-# budget (only a survivor spends it all).
-FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 30
+# budget (programs of the search, or of stress), so a claim that stops holding
+# is caught; and every FAST_STRIDE-th of the others (sequential ones: stress
+# takes too long for it), on the default budget (only a survivor spends it all).
+FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 15
 # A run fails when fewer than this share of its non-equivalent mutants is killed.
 MIN_SCORE = 0.95
 
@@ -376,6 +376,8 @@ def plan(
         if task.check == SEARCH_ALONE:
             small = FAST_EQUIVALENT_EXAMPLES if task.mutant in EQUIVALENT else FAST_EXAMPLES
             task = attrs.evolve(task, examples=min(small, budget.examples))
+        elif task.check == STRESS and task.mutant in EQUIVALENT:
+            task = attrs.evolve(task, examples=min(FAST_EQUIVALENT_EXAMPLES, budget.stress_programs))
         work.append(task)
     return Plan(subset, run_seeds, budget, tuple(work))
 

@@ -53,6 +53,8 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     search = [t for t in plan.tasks if t.check == ms.SEARCH_ALONE]
     assert {t.examples for t in search if t.mutant in EQUIVALENT} == {ms.FAST_EQUIVALENT_EXAMPLES}
     assert {t.examples for t in search if t.mutant not in EQUIVALENT} == {ms.FAST_EXAMPLES}
+    stress = [t for t in plan.tasks if t.check == ms.STRESS]
+    assert stress and {t.examples for t in stress} == {ms.FAST_EQUIVALENT_EXAMPLES}  # every one is a claim
 
 
 def test_a_plan_of_unknown_names_or_of_the_wrong_machine_is_refused() -> None:
