@@ -262,6 +262,10 @@ tenant_states = _among(
 record_actions = _among(
     *[(f"{verb} {what}", "lineage") for what in LINEAGE for verb in ("delete", "create")],
     *[("delete the newest's run", "lineage")] * 8,
+    # the run deleted and created again, and its producer committing the
+    # newest delivery again, as it was: an id the deletion retired, for an
+    # identity the other community (or another run) may still hold
+    *[("recommit the newest", "lineage")] * 4,
     *[(f"get {name}", "reads") for name in ("R1/s1/T1", "R1/s1/T2", "R2/s1/T1", "d1")] * 2,
 )
 
@@ -649,7 +653,9 @@ class DeliveryConformance(LockstepMachine):
     def records(self, community: str, action: str) -> None:
         """A tenant's records: lineage ("delete R1", "create M3", ...; "delete
         the newest's run": the run of the community's newest delivery, which
-        retires its ids) and reads ("get d2")."""
+        retires its ids; "recommit the newest": that deletion, the run created
+        again, and the newest delivery committed again as it was) and reads
+        ("get d2")."""
         self.tenant(community, action)
 
     def tenant(self, community: str, action: str) -> None:
@@ -663,10 +669,15 @@ class DeliveryConformance(LockstepMachine):
         else:
             cid = w.COMMUNITIES[community]
         verb, _, what = action.partition(" ")
-        if what == "the newest's run":
+        if what in ("the newest's run", "the newest"):
             newest = max(self._rows(cid), key=_by_age, default=None)
-            if newest is not None:
-                self.run(m.DeleteRun(cid, newest.binding.run_id))
+            if newest is None:
+                return
+            b = newest.binding
+            self.run(m.DeleteRun(cid, b.run_id))
+            if verb == "recommit":
+                self.run(m.CreateRun(cid, b.workflow_id, b.run_id))
+                self.run(m.CommitDeliveries(cid, b.run_id, b.step_id, (m.NewDelivery(newest.id, b),)))
             return
         if not what:
             states = {"activate": "active", "quiesce": "quiescing", "fence": "fenced"}
