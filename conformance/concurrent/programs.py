@@ -17,6 +17,7 @@ sends the same commands).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import random
 from collections.abc import Callable
@@ -146,7 +147,14 @@ def delivery_program(
 
     With `request_keys` (an adapter that takes them), some claims carry one of
     two request keys that every client shares, as a retry racing the claim it
-    repeats would: claims under one key must take turns."""
+    repeats would: claims under one key must take turns.
+
+    One program in three has no claimer in its rounds (its prefix still hands
+    out leases). Without claims every operation must be linearizable, reads
+    and deletions included, so those programs race the tenant's parents
+    against its producers, holders and the reaper: runs, workflows and
+    messages deleted and created again while commits name them, holders
+    renew and finish, and reads look on (`_PARENT_ACTS`)."""
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
         cid = w.COMMUNITIES[name]
@@ -160,29 +168,53 @@ def delivery_program(
         setup.append(d.Claim(w.COMMUNITIES["A"], w.TARGETS[r.choice(_TARGETS)], 30))
     if r.random() < 0.5:  # some leases go stale: expired, reaped, reclaimed
         setup += [d.AdvanceClock(31 * SECOND), d.Reap(), d.Claim(w.COMMUNITIES["A"], w.TARGETS["T1"], 30)]
-    leases = [o.lease for o in _replay(d.step, d.initial_state(w.START), tuple(setup)) if isinstance(o, d.Claimed)]
+    outcomes = _replay(d.step, d.initial_state(w.START), tuple(setup))
+    leases = [o.lease for o in outcomes if isinstance(o, d.Claimed)]
     leases = leases or [d.Lease(w.COMMUNITIES["A"], w.DELIVERIES["d1"], w.TARGETS["T1"], 1, w.START)]
+
+    claimers = r.random() < 2 / 3
+    ids = [each for o in outcomes if isinstance(o, d.Committed) for each in o.created]
 
     def operation() -> Any:
         ref = LeaseRef(r.choice(leases), own=r.random() < 0.7)
         community = "A" if r.random() < 0.85 else "B"
         cid = w.COMMUNITIES[community]
         makers: list[Callable[[], Any]] = [
-            lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30),
             lambda: Finishing(ref, r.choice((d.Status.FINISHED, d.Status.FAILED))),
             lambda: Renewal(ref, 30),
             lambda: d.Reap(),
             lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
             lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
         ]
-        weights = [30, 20, 10, 10, 15, 3]
-        if request_keys:
-            key = r.choice((w.REQUEST_KEY, w.REQUEST_KEY + "b"))
-            makers.append(lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30, request_key=key))
-            weights.append(10)
+        weights = [20, 10, 10, 15, 3]
+        if claimers:
+            makers.append(lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30))
+            weights.append(30)
+            if request_keys:
+                key = r.choice((w.REQUEST_KEY, w.REQUEST_KEY + "b"))
+                makers.append(lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30, request_key=key))
+                weights.append(10)
+        else:
+            makers += [functools.partial(act, r, cid, ids) for act in _PARENT_ACTS]
+            weights += [6] * len(_PARENT_ACTS)
         return r.choices(makers, weights=weights)[0]()
 
     return _program("delivery", r, setup, operation, clients, rounds, branch, (None, None, 10 * SECOND, 31 * SECOND))
+
+
+# What a program without claimers adds to its rounds: each parent of a
+# delivery (its run, its run's workflow, its message) deleted and created
+# again, and a read of a delivery the prefix committed (a deleted one reads
+# NotFound). `ids`: the deliveries the prefix committed.
+_PARENT_ACTS: tuple[Callable[[random.Random, Any, list[Any]], Any], ...] = (
+    lambda r, cid, ids: d.DeleteRun(cid, w.RUNS[r.choice(_RUNS)]),
+    lambda r, cid, ids: d.CreateRun(cid, w.WORKFLOWS["W1"], w.RUNS[r.choice(_RUNS)]),
+    lambda r, cid, ids: d.DeleteWorkflow(cid, w.WORKFLOWS["W1"]),
+    lambda r, cid, ids: d.CreateWorkflow(cid, w.WORKFLOWS["W1"]),
+    lambda r, cid, ids: d.DeleteEvent(cid, w.MESSAGES["M1"]),
+    lambda r, cid, ids: d.PublishEvent(cid, w.MESSAGES["M1"]),
+    lambda r, cid, ids: d.GetDelivery(cid, r.choice(ids or [w.DELIVERIES["d1"]])),
+)
 
 
 def _some(r: random.Random, names: tuple[str, ...]) -> tuple[str, ...]:

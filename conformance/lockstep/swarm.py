@@ -59,7 +59,7 @@ def swarm(features: Sequence[str], key: str) -> st.SearchStrategy[Swarm]:
     # One strategy per share, built once: a strategy made afresh in every draw is
     # validated afresh too, which cost about 4 ms a program (a quarter of the
     # harness's time between two programs, while the implementation waited).
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def leave_out(tenths: int) -> st.SearchStrategy[Swarm]:
         coins = [st.integers(0, 9).map(lambda x: x >= 10 - tenths) for _ in features]
         return st.tuples(*coins).map(lambda off: Swarm(frozenset(f for f, o in zip(features, off, strict=True) if o)))

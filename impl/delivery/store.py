@@ -449,6 +449,14 @@ class PostgresDeliveryStore(FencedWriter):
         VALUES (%(community_id)s, %(workflow_id)s, %(run_id)s)
         ON CONFLICT DO NOTHING RETURNING id
     """
+    # Deletions of one community take turns. Their cascades overlap (a workflow's
+    # runs' deliveries, a message's deliveries) and lock the same rows in
+    # different orders, so two at once could deadlock, and the server would
+    # roll one back; `leaseproof stress`, racing deletions, found it.
+    SQL_LOCK_DELETIONS = """
+        SELECT pg_advisory_xact_lock(hashtextextended(
+            jsonb_build_array('deletions', %(community_id)s::text)::text, 0))
+    """
     SQL_DELETE_RUN = "DELETE FROM workflow_runs WHERE community_id = %(community_id)s AND id = %(run_id)s RETURNING id"
     SQL_PUBLISH_EVENT = """
         INSERT INTO events (community_id, id) VALUES (%(community_id)s, %(event_id)s)
@@ -517,6 +525,7 @@ class PostgresDeliveryStore(FencedWriter):
         params = {"community_id": c.community_id, "workflow_id": c.workflow_id}
         with self._transaction():
             self._writable(c.community_id)
+            self.conn.execute(self.SQL_LOCK_DELETIONS, params)
             if self._one(self.SQL_DELETE_WORKFLOW, params) is None:
                 raise Refused(m.NotFound("workflow", c.community_id, c.workflow_id))
         return m.Ok()
@@ -535,6 +544,7 @@ class PostgresDeliveryStore(FencedWriter):
         params = {"community_id": c.community_id, "run_id": c.run_id}
         with self._transaction():
             self._writable(c.community_id)
+            self.conn.execute(self.SQL_LOCK_DELETIONS, params)
             if self._one(self.SQL_DELETE_RUN, params) is None:
                 raise Refused(m.NotFound("run", c.community_id, c.run_id))
         return m.Ok()
@@ -551,6 +561,7 @@ class PostgresDeliveryStore(FencedWriter):
         params = {"community_id": c.community_id, "event_id": c.event_id}
         with self._transaction():
             self._writable(c.community_id)
+            self.conn.execute(self.SQL_LOCK_DELETIONS, params)
             if self._one(self.SQL_DELETE_EVENT, params) is None:
                 raise Refused(m.NotFound("event", c.community_id, c.event_id))
         return m.Ok()

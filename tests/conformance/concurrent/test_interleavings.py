@@ -490,6 +490,31 @@ def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[
     race.judge("one two", True)
 
 
+# -- deletions of one community ------------------------------------------------------------------
+
+
+M2 = w.MESSAGES["M2"]
+
+
+def test_deletions_of_one_community_take_turns(delivery_race: Callable[[type], Race]) -> None:
+    """Deletions cascade into deliveries (a workflow's runs', a message's), in an order
+    of their own: two at once could each lock a row the other needs, which stress
+    found deadlocking. So a deletion waits for another of the same community to end
+    (SQL_LOCK_DELETIONS), even one that shares no row with it, as here: a message no
+    delivery names is deleted while a workflow's deletion is under way."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW, d.PublishEvent(C, M2))
+    one, two = race.client("one"), race.client("two")
+    at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_DELETE_WORKFLOW)
+    race.start(one, d.DeleteWorkflow(C, W1))
+    at_commit.wait_parked()
+    race.start(two, d.DeleteEvent(C, M2))
+    assert two.wait_blocked_or_finished() == "blocked"
+    at_commit.release()
+    assert race.result(one) == d.Ok() and race.result(two) == d.Ok()
+    race.judge("one two", True)
+
+
 # -- producer retries of one step ------------------------------------------------------------------
 
 STEP_TWO_TARGETS = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1"), new(D2, "T2")])

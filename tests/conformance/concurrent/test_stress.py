@@ -15,12 +15,13 @@ from leaseproof.conformance.concurrent.history import History, Indeterminate
 from leaseproof.conformance.concurrent.linearizability import read_history, write_history
 from leaseproof.conformance.concurrent.programs import GENERATORS, Finishing, Renewal
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
-from leaseproof.conformance.concurrent.stress import Runner, stress
+from leaseproof.conformance.concurrent.stress import Runner, StressFault, stress
 from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
+from leaseproof.impl.mutants.generated.catalogue import by_name as generated_mutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -112,6 +113,35 @@ def test_programs_are_fixed_by_the_seed_and_collide(machine: str) -> None:
     assert all(len(r.branches) == 4 for r in one.rounds)
     commands = [c for r in one.rounds for b in r.branches for c in b]
     assert len(commands) >= 8
+
+
+_PARENTS = (d.DeleteRun, d.CreateRun, d.DeleteWorkflow, d.CreateWorkflow, d.DeleteEvent, d.PublishEvent, d.GetDelivery)
+
+
+def test_delivery_programs_race_deletions_and_reads_only_where_no_claimer_runs() -> None:
+    """Claims are linearizable only beside claims (specs/delivery.md, "Concurrency"):
+    a program's rounds hold claims or deletions and reads, never both; both kinds occur."""
+    kinds = {"claims": 0, "parents": 0}
+    for seed in range(60):
+        program = GENERATORS["delivery"](random.Random(seed), 4)
+        sent = [type(c) for r in program.rounds for b in r.branches for c in b]
+        claims, parents = d.Claim in sent, any(t in _PARENTS for t in sent)
+        assert not (claims and parents), f"seed {seed}: a claim raced a deletion or a read"
+        kinds["claims"] += claims
+        kinds["parents"] += parents
+    assert kinds["claims"] >= 25 and kinds["parents"] >= 10, kinds
+
+
+def test_stress_catches_a_commit_that_does_not_lock_its_run_against_a_deletion(delivery_dsn: str) -> None:
+    """A generated race mutant that only deletions raced against commits reach: the
+    commit checks its run without the row lock, a deletion removes the run, and the
+    commit then inserts into a run that is gone (the foreign key refuses it: a fault)."""
+    adapter = generated_mutant("PostgresDeliveryStore.SQL_RUN_WORKFLOW/drop-lock/1").adapter(delivery_dsn)
+    try:
+        with pytest.raises(StressFault, match="ForeignKeyViolation"):
+            stress(adapter, machine="delivery", workers=WORKERS, duration=600, seed=1, max_programs=20)
+    finally:
+        adapter.close()
 
 
 def test_lease_references_resolve_to_the_clients_own_lease_first() -> None:
