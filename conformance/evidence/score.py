@@ -339,10 +339,11 @@ class Plan:
 
 # The fast subset (CI): one seed; every mutant listed as equivalent, on a small
 # budget (programs of the search, or of stress), so a claim that stops holding
-# is caught; every FAST_STRIDE-th of the other sequential ones, on the default
-# budget (only a survivor spends it all); and every FAST_STRIDE-th of the other
-# race ones, on the small budget of stress programs (a survivor spends all of a
-# stress budget, 100 programs or 60 s, and stress kills are not repeatable).
+# is caught; and every FAST_STRIDE-th of the other sequential ones, on the
+# default budget (only a survivor spends it all). Not the other race ones:
+# stress kills about half of them, and not the same half twice (its timing is
+# not the seed's), so a stride of them would fail CI at random;
+# tests/conformance/concurrent/test_stress.py kills some in CI instead.
 FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 15
 # A run fails when fewer than this share of its non-equivalent mutants is killed.
 MIN_SCORE = 0.95
@@ -370,11 +371,8 @@ def plan(
         run_seeds = tuple(seeds or SEEDS)
         return Plan(chosen, run_seeds, budget, tuple(tasks(chosen, run_seeds)))
     run_seeds = tuple(seeds or SEEDS[:1])
-    sampled = {
-        m.name
-        for each in ("sequential", "race")
-        for m in [m for m in chosen if m.name not in EQUIVALENT and m.kind == each][::FAST_STRIDE]
-    }
+    others = [m for m in chosen if m.name not in EQUIVALENT and m.kind == "sequential"]
+    sampled = {m.name for m in others[::FAST_STRIDE]}
     subset = tuple(m for m in chosen if m.name in EQUIVALENT or m.name in sampled)
     work: list[Task] = []
     for task in tasks(subset, run_seeds):
