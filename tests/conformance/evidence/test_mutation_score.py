@@ -48,7 +48,12 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     chosen = {m.name for m in plan.mutants}
     assert set(EQUIVALENT) <= chosen
     others = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "sequential"]
-    assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]}
+    races = [m for m in generated_mutants("delivery") if m.name not in EQUIVALENT and m.kind == "race"]
+    contended = {m.name for m in races[:: ms.FAST_STRIDE]}
+    assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]} | contended
+    assert contended and {(t.mutant, t.check) for t in plan.tasks if t.mutant in contended} == {
+        (name, ms.CONTENTION) for name in contended
+    }  # the contention schedules alone: stress kills are not repeatable
     assert plan.seeds == ms.SEEDS[:1]
     search = [t for t in plan.tasks if t.check == ms.SEARCH_ALONE]
     assert {t.examples for t in search if t.mutant in EQUIVALENT} == {ms.FAST_EQUIVALENT_EXAMPLES}
