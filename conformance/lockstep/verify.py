@@ -18,7 +18,7 @@ from leaseproof.conformance.lockstep.delivery import machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
 from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep.swarm import independent_programs
+from leaseproof.conformance.lockstep.swarm import independent_programs, without_local_constants
 from leaseproof.conformance.traces.trace import Trace, record
 
 
@@ -139,7 +139,12 @@ def run_conformance(
             run_scenarios(bound, spec.scenarios)
         if generate:
             # The program arrives on the exception, not through the reporter.
-            with with_reporter(lambda _: None), shrink_bound.clock(coverage), independent_programs():
+            with (
+                with_reporter(lambda _: None),
+                shrink_bound.clock(coverage),
+                independent_programs(),
+                without_local_constants(),
+            ):
                 run_state_machine_as_test(bound, settings=config)
     except RunAborted as aborted:
         return Verdict(

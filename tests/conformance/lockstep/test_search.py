@@ -20,7 +20,15 @@ from leaseproof.conformance.lockstep import delivery as dm
 from leaseproof.conformance.lockstep import lifecycle as lm
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import NonConformance, ShrinkBound
-from leaseproof.conformance.lockstep.swarm import EveryRule, Swarm, independent_programs, swarm, values, weighted
+from leaseproof.conformance.lockstep.swarm import (
+    EveryRule,
+    Swarm,
+    independent_programs,
+    swarm,
+    values,
+    weighted,
+    without_local_constants,
+)
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
@@ -396,3 +404,32 @@ def test_the_programs_remembered_are_bounded(delivery_dsn: str) -> None:
     # the third program repeats the second, whose steps past the set-up came after the
     # trie was full: it is sent again (a repeat of the first would not be)
     assert len(adapter.sent) == 3 and adapter.sent[2] == adapter.sent[1] != adapter.sent[0]
+
+
+def test_a_seed_draws_the_same_programs_whatever_modules_are_loaded(
+    pg_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hypothesis draws some values from the constants of the "local" modules loaded
+    so far (outside site-packages: an editable install's own, a conftest a test
+    wrote), a pool that grows as modules load. verify turns that off: with no
+    such constants and with many, one seed sends the same programs."""
+    with without_local_constants() as hooked:
+        assert hooked  # the installed Hypothesis has the hook this relies on
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import Constants
+
+    def programs() -> list[str]:
+        sent: list[list[Any]] = []  # each program's commands, filled as it runs
+        verdict = run_conformance(
+            _Model(), max_examples=40, seed_value=5, scenarios=False, on_example=lambda c: sent.append(c.last_commands)
+        )
+        assert verdict.conforms, verdict.failure
+        return [repr(commands) for commands in sent]
+
+    drawn = []
+    for pool in (Constants(), Constants(integers=set(range(-5, 400)), strings={"A", "T1", "s1", " "})):
+        monkeypatch.setattr(providers, "_get_local_constants", lambda pool=pool: pool)
+        providers.CONSTANTS_CACHE.cache.clear()
+        drawn.append(programs())
+    providers.CONSTANTS_CACHE.cache.clear()
+    assert drawn[0] == drawn[1]
