@@ -132,16 +132,21 @@ def test_delivery_programs_race_deletions_and_reads_only_where_no_claimer_runs()
     assert kinds["claims"] >= 25 and kinds["parents"] >= 10, kinds
 
 
+@pytest.mark.evidence  # stress's timing is not the seed's: CI kills this mutant with contention schedules
 def test_stress_catches_a_commit_that_does_not_lock_its_run_against_a_deletion(delivery_dsn: str) -> None:
     """A generated race mutant that only deletions raced against commits reach: the
     commit checks its run without the row lock, a deletion removes the run, and the
-    commit then inserts into a run that is gone (the foreign key refuses it: a fault)."""
+    commit then inserts into a run that is gone (the foreign key refuses it: a fault)
+    or answers as no order of the model's steps allows."""
     adapter = generated_mutant("PostgresDeliveryStore.SQL_RUN_WORKFLOW/drop-lock/1").adapter(delivery_dsn)
     try:
-        with pytest.raises(StressFault, match="ForeignKeyViolation"):
-            stress(adapter, machine="delivery", workers=WORKERS, duration=600, seed=1, max_programs=20)
+        report = stress(adapter, machine="delivery", workers=WORKERS, duration=600, seed=1, max_programs=100)
+    except StressFault as fault:
+        assert "ForeignKeyViolation" in str(fault), fault
+        return
     finally:
         adapter.close()
+    assert report.finding is not None, f"survived {report.progress.programs} programs"
 
 
 def test_lease_references_resolve_to_the_clients_own_lease_first() -> None:
