@@ -48,9 +48,15 @@ def _same(inline: Verdict, forked: Verdict) -> None:
     )
     assert (forked.fault, forked.fault_program) == (inline.fault, inline.fault_program)
     a, b = inline.coverage, forked.coverage
-    assert (b.examples, b.generated, b.scenarios) == (a.examples, a.generated, a.scenarios)
-    if inline.conforms:  # (the steps a shrink runs differ by a few between any two runs, in process too)
-        assert (b.steps, b.behaviours) == (a.steps, a.behaviours)
+    assert (b.generated, b.scenarios, b.first_failure, b.failed_at) == (
+        a.generated, a.scenarios, a.first_failure, a.failed_at
+    )  # fmt: skip
+    # A shrink's attempts are the same in number and end at the same program, but
+    # which of them repeat a program already sent, and so are not sent again, and
+    # how many steps they run differ by one or a few between any two runs, in
+    # process too (seen: 131 and 130 programs sent of 184; not yet explained).
+    if inline.conforms:
+        assert (b.examples, b.steps, b.behaviours) == (a.examples, a.steps, a.behaviours)
 
 
 def test_a_conforming_run_is_the_same_run_forked(delivery_dsn: str) -> None:
