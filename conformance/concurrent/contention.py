@@ -28,7 +28,6 @@ statement's schedules against the bundled store, which must pass them all.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +52,7 @@ from leaseproof.conformance.concurrent.schedules import (
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.gate import Schedule
+from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
 from leaseproof.model import delivery as d
 
 D3 = w.delivery_id(w.FRESH, "R1", "long", "T1")
@@ -95,10 +95,8 @@ def catalogue(expired: d.Lease, live: d.Lease) -> dict[str, Any]:
     }
 
 
-NAMES = (
-    "claim", "keyed claim", "reap", "finish", "renew", "finish expired", "retry", "commit", "fence", "quiesce",
-    "delete community", "delete run", "delete workflow", "delete message", "create run", "read",
-)  # fmt: skip
+_ANY_LEASE = d.Lease(C, D1, w.TARGETS["T1"], 1, w.START)
+NAMES = tuple(catalogue(_ANY_LEASE, _ANY_LEASE))
 
 
 def excluded(parked: str, beside: str) -> bool:
@@ -119,16 +117,16 @@ def may_wait(parked: str, beside: str) -> bool:
     return True
 
 
-_LOCKING = re.compile(r"\bFOR\s+(UPDATE|SHARE|NO\s+KEY\s+UPDATE|KEY\s+SHARE)\b|SKIP\s+LOCKED|pg_advisory_xact_lock")
-
-
 def locking_statements(store_class: type[PostgresDeliveryStore]) -> dict[str, str]:
-    """The store's named statements that lock something, by attribute."""
+    """The store's named statements that lock something (a row-locking clause or a
+    blocking advisory lock, as the mutation operators' parser reads them), by attribute."""
     found = {}
     for attribute in dir(store_class):
         value = getattr(store_class, attribute)
-        if attribute.startswith("SQL_") and isinstance(value, str) and _LOCKING.search(value):
-            found[attribute] = value
+        if attribute.startswith("SQL_") and isinstance(value, str):
+            statement = Statement(value)
+            if statement.locking_clauses or any(try_advisory_lock(statement)):
+                found[attribute] = value
     return found
 
 
