@@ -1,80 +1,96 @@
-"""Contention schedules derived from a locking statement of the delivery store.
+"""Contention schedules derived from a locking statement of either machine.
 
 A lock matters only while another transaction wants the same thing. For one
-statement of the store that locks (a row lock, SKIP LOCKED, an advisory
-lock), every operation of a small catalogue that runs it is parked right
-after it, holding what it took, on a fixed scene; each operation of the
-catalogue then runs beside it on another connection, and the parked one is
-let go. Two things are judged:
+statement that locks (a row lock, SKIP LOCKED, an advisory lock), every
+operation of a small catalogue that runs it is parked right after it,
+holding what it took, on a fixed scene; each operation of the catalogue then
+runs beside it on another connection, and the parked one is let go. Two
+things are judged:
 
 - some serial order of the model gives both outcomes and the final state
   (`Race.judgement`); a fault (a deadlock the server broke, a foreign key a
   lost lock let through) fails the schedule too;
-- claims and sweeps do not wait where the spec says they do not: a claim
+- operations do not wait where the spec says they do not. Delivery: a claim
   waits only for a change of its community's state (the community row a
   fence or deletion holds), a sweep only for that or for another sweep
-  (sweeps take turns). specs/delivery.md: "claimers never block each
-  other"; the reaper skips rows others hold.
+  (sweeps take turns); specs/delivery.md: "claimers never block each other",
+  the reaper skips rows others hold. Lifecycle: a cache refresh is a read,
+  which waits for nothing.
 
-Pairs the spec names as known disagreements are not run: a claim beside a
-deletion or a read (specs/delivery.md, "Concurrency").
+Pairs the spec names as known disagreements are not run: in the delivery
+machine, a claim beside a deletion or a read (specs/delivery.md,
+"Concurrency").
 
 The schedules are mechanical: nothing here names a mutant. `leaseproof
-mutants --generated` runs, for each race mutant of the delivery store, the
-schedules of the statement it changes (the check "contention");
+mutants --generated` runs, for each race mutant, the schedules of the
+statement it changes (the check "contention");
 tests/conformance/concurrent/test_contention.py runs every locking
-statement's schedules against the bundled store, which must pass them all.
+statement's schedules against the bundled implementations, which must pass
+them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from leaseproof.conformance.concurrent.schedules import (
-    CLAIM,
-    D1,
-    D2,
-    LEASE,
-    M1,
-    ONE_ROW,
-    R1,
-    SECOND,
-    W1,
-    C,
-    Forced,
-    Race,
-    delivery_races,
-    new,
-)
+from leaseproof.conformance.concurrent import schedules as s
+from leaseproof.conformance.concurrent.schedules import CLAIM, LEASE, ONE_ROW, SECOND, C, Forced, Race, new
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.hooks.gate import Schedule
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.hooks.gate import Client, Schedule
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
+from leaseproof.impl.mutants.generated.catalogue import statements
 from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
 from leaseproof.model import delivery as d
+from leaseproof.model import lifecycle as lc
+
+PARKED, BESIDE = "parked", "beside"  # the two clients of a schedule; a catalogue may differ by role
+
+
+@attrs.frozen
+class Machine:
+    """What the schedules of one machine are made of."""
+
+    name: str
+    scene: tuple[Any, ...]  # set up in lockstep with the model before each schedule
+    # The operations by name, from the scene's outcomes, for the client `role` (PARKED or BESIDE).
+    catalogue: Callable[[list[Any] | None, str], dict[str, Any]]
+    names: tuple[str, ...]
+    excluded: Callable[[str, str], bool]  # a pair the spec names as a known disagreement
+    may_wait: Callable[[str, str], bool]  # whether the second may wait for the first, parked
+    adapter: Callable[..., Any]  # (dsn, **role classes) -> the bundled adapter running them
+    race: Callable[[Any, Schedule], Race]  # a race on the adapter, reset and its world set up
+    client: Callable[[Race, str, Any], Client]  # the client that runs a command, by its name
+
+
+# -- the delivery machine --------------------------------------------------------------------
 
 D3 = w.delivery_id(w.FRESH, "R1", "long", "T1")
 D4 = w.delivery_id(w.FRESH, "R1", "wide", "T1")
 
 # The scene: d1 claimed and expired (its holder's lease L1), d2 claimed and live
 # (L2), d3 pending; community A active, its workflow W1, run R1 and message M1.
-SCENE = (
+DELIVERY_SCENE = (
     ONE_ROW,
     CLAIM,
     d.AdvanceClock((LEASE + 1) * SECOND),
-    d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]),
+    d.CommitDeliveries(C, s.R1, "s2", [new(s.D2, "T1", "s2")]),
     CLAIM,
-    d.CommitDeliveries(C, R1, w.STEPS["long"], [new(D3, "T1", "long")]),
+    d.CommitDeliveries(C, s.R1, w.STEPS["long"], [new(D3, "T1", "long")]),
 )
 
+_ANY_LEASE = d.Lease(C, s.D1, w.TARGETS["T1"], 1, w.START)
 _COMMUNITY_CHANGES = frozenset({"fence", "quiesce", "delete community"})
 _DELETIONS = frozenset({"delete community", "delete run", "delete workflow", "delete message"})
 
 
-def catalogue(expired: d.Lease, live: d.Lease) -> dict[str, Any]:
-    """The operations a schedule parks and runs beside, by name."""
+def delivery_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[str, Any]:
+    """The delivery operations a schedule parks and runs beside, by name (`outcomes`: the
+    scene's, whose claims give the leases; None for the names alone)."""
+    expired, live = (outcomes[1].lease, outcomes[4].lease) if outcomes else (_ANY_LEASE, _ANY_LEASE)
     return {
         "claim": CLAIM,
         "keyed claim": d.Claim(C, w.TARGETS["T1"], LEASE, request_key=w.REQUEST_KEY),
@@ -83,31 +99,27 @@ def catalogue(expired: d.Lease, live: d.Lease) -> dict[str, Any]:
         "renew": d.Renew(live, LEASE),
         "finish expired": d.Finish(expired, d.Status.FAILED),
         "retry": ONE_ROW,
-        "commit": d.CommitDeliveries(C, R1, w.STEPS["wide"], [new(D4, "T1", "wide")]),
+        "commit": d.CommitDeliveries(C, s.R1, w.STEPS["wide"], [new(D4, "T1", "wide")]),
         "fence": d.SetCommunityState(C, d.CommunityState.FENCED),
         "quiesce": d.SetCommunityState(C, d.CommunityState.QUIESCING),
         "delete community": d.DeleteCommunity(C),
-        "delete run": d.DeleteRun(C, R1),
-        "delete workflow": d.DeleteWorkflow(C, W1),
-        "delete message": d.DeleteEvent(C, M1),
-        "create run": d.CreateRun(C, W1, w.RUNS["R2"]),
-        "read": d.GetDelivery(C, D1),
+        "delete run": d.DeleteRun(C, s.R1),
+        "delete workflow": d.DeleteWorkflow(C, s.W1),
+        "delete message": d.DeleteEvent(C, s.M1),
+        "create run": d.CreateRun(C, s.W1, w.RUNS["R2"]),
+        "read": d.GetDelivery(C, s.D1),
     }
 
 
-_ANY_LEASE = d.Lease(C, D1, w.TARGETS["T1"], 1, w.START)
-NAMES = tuple(catalogue(_ANY_LEASE, _ANY_LEASE))
-
-
 def excluded(parked: str, beside: str) -> bool:
-    """A pair the spec names as a known disagreement (a claim beside a deletion or a read)."""
+    """A delivery pair the spec names as a known disagreement (a claim beside a deletion or a read)."""
     pair = {parked, beside}
     return bool(pair & {"claim", "keyed claim"}) and bool(pair & (_DELETIONS | {"read"}))
 
 
 def may_wait(parked: str, beside: str) -> bool:
-    """Whether `beside` may wait for `parked`: always, unless it is a claim or a sweep
-    (a keyed claim waits for another claim under its key, too)."""
+    """Whether delivery's `beside` may wait for `parked`: always, unless it is a claim or a
+    sweep (a keyed claim waits for another claim under its key, too)."""
     if beside == "claim":
         return parked in _COMMUNITY_CHANGES
     if beside == "keyed claim":
@@ -117,16 +129,80 @@ def may_wait(parked: str, beside: str) -> bool:
     return True
 
 
-def locking_statements(store_class: type[PostgresDeliveryStore]) -> dict[str, str]:
-    """The store's named statements that lock something (a row-locking clause or a
+DELIVERY = Machine(
+    "delivery",
+    DELIVERY_SCENE,
+    delivery_catalogue,
+    tuple(delivery_catalogue(None)),
+    excluded,
+    may_wait,
+    PostgresDeliveryAdapter,
+    s.delivery_race,
+    lambda race, name, command: race.client(name),
+)
+
+# -- the lifecycle machine -------------------------------------------------------------------
+
+W2 = w.WORKFLOWS["W2"]
+
+# The scene: community A active, alice with authority in #general, a live
+# definition of (A, W1) by her that both replicas have cached, and run 1
+# admitted for it (on r1).
+LIFECYCLE_SCENE = (lc.RefreshCache("r2"), s.fire("r1"))
+
+
+def lifecycle_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[str, Any]:
+    """The lifecycle operations a schedule parks and runs beside, by name. A fire and a
+    refresh run on replica r1 when parked, on r2 beside (each replica is one connection)."""
+    replica = "r1" if role == PARKED else "r2"
+    return {
+        "fire": lc.Fire(replica, "event", C, s.W1),
+        "refresh": lc.RefreshCache(replica),
+        "resume": lc.ResumeRun(1),
+        "update": s.save(2, s.NEW),
+        "disable": s.save(2, s.OFF),
+        "delete": s.delete(2),
+        "create W2": s.save(2, s.OLD, workflow=W2),
+        "revoke": lc.SetAuthority(C, s.GENERAL, s.ALICE, False),
+        "grant": lc.SetAuthority(C, w.CHANNELS["ops"], s.ALICE, True),
+        "fence": d.SetCommunityState(C, d.CommunityState.FENCED),
+        "quiesce": d.SetCommunityState(C, d.CommunityState.QUIESCING),
+    }
+
+
+def _lifecycle_client(race: Race, name: str, command: Any) -> Client:
+    """A fire or a refresh runs on its replica engine's own connection, gated."""
+    if isinstance(command, lc.Fire | lc.RefreshCache):
+        assert isinstance(race, s.LifecycleRace)
+        return race.replica(name, command.replica)
+    return race.client(name)
+
+
+LIFECYCLE = Machine(
+    "lifecycle",
+    LIFECYCLE_SCENE,
+    lifecycle_catalogue,
+    tuple(lifecycle_catalogue(None)),
+    lambda parked, beside: False,
+    lambda parked, beside: beside != "refresh",  # a refresh reads, and waits for nothing
+    PostgresLifecycleAdapter,
+    s.lifecycle_race,
+    _lifecycle_client,
+)
+
+MACHINES: Mapping[str, Machine] = {m.name: m for m in (DELIVERY, LIFECYCLE)}
+NAMES = DELIVERY.names
+
+
+def locking_statements(machine: str) -> dict[str, str]:
+    """The statements `machine` runs that lock something (a row-locking clause or a
     blocking advisory lock, as the mutation operators' parser reads them), by attribute."""
     found = {}
-    for attribute in dir(store_class):
-        value = getattr(store_class, attribute)
-        if attribute.startswith("SQL_") and isinstance(value, str):
-            statement = Statement(value)
+    for named in statements(machine):
+        if isinstance(named.value, str):
+            statement = Statement(named.value)
             if statement.locking_clauses or any(try_advisory_lock(statement)):
-                found[attribute] = value
+                found[named.attribute] = named.value
     return found
 
 
@@ -145,23 +221,35 @@ WHERE = ("after", "before commit")
 
 
 def schedules(
-    dsn: str, store_class: type[PostgresDeliveryStore], attribute: str, *, stop_at_first: bool = False
+    dsn: str, machine: str, classes: Mapping[str, type], attribute: str, *, stop_at_first: bool = False
 ) -> Iterator[Verdict]:
-    """Every schedule of `attribute` (a locking statement of `store_class`), judged.
+    """Every schedule of `attribute` (a locking statement of `machine`, run by the adapter's
+    role `classes`, by keyword), judged.
 
     First each operation that runs the statement is parked, after it and then
     before its transaction commits, while each operation runs beside it (one
     that does not run the statement is skipped). Then each operation is parked
     before it commits, holding everything it took, while each operation that
     runs the statement runs beside it: where the statement waits shows there."""
-    sql = getattr(store_class, attribute)
+    spec = MACHINES[machine]
+    sql = next(getattr(c, attribute) for c in classes.values() if hasattr(c, attribute))
+    adapter = spec.adapter(dsn, **classes)  # one for all the schedules: each resets the database
+    try:
+        yield from _schedules(dsn, spec, adapter, attribute, sql, stop_at_first)
+    finally:
+        adapter.close()
+
+
+def _schedules(
+    dsn: str, spec: Machine, adapter: Any, attribute: str, sql: str, stop_at_first: bool
+) -> Iterator[Verdict]:
     reachers: list[str] = []
-    for parked in NAMES:
+    for parked in spec.names:
         for where in WHERE:
-            for beside in NAMES:
-                if excluded(parked, beside):
+            for beside in spec.names:
+                if spec.excluded(parked, beside):
                     continue
-                verdict = _one(dsn, store_class, attribute, parked, beside, where, sql)
+                verdict = _one(dsn, spec, adapter, attribute, parked, beside, where, sql)
                 if verdict is None:
                     break
                 if parked not in reachers:
@@ -171,11 +259,11 @@ def schedules(
                     return
             if parked not in reachers:
                 break
-    for parked in NAMES:
+    for parked in spec.names:
         for beside in reachers:
-            if excluded(parked, beside):
+            if spec.excluded(parked, beside):
                 continue
-            verdict = _one(dsn, store_class, attribute, parked, beside, "before commit", None)
+            verdict = _one(dsn, spec, adapter, attribute, parked, beside, "before commit", None)
             if verdict is None:
                 break  # the parked one commits no transaction
             yield verdict
@@ -185,7 +273,8 @@ def schedules(
 
 def _one(
     dsn: str,
-    store_class: type[PostgresDeliveryStore],
+    spec: Machine,
+    adapter: Any,
     attribute: str,
     parked: str,
     beside: str,
@@ -195,33 +284,43 @@ def _one(
     """One schedule: `parked` waits `where` (after `sql`, or before the COMMIT of a
     transaction that ran `sql`, or of any if None) while `beside` runs. None if it
     never got there."""
-    with Schedule(dsn) as schedule, delivery_races(dsn, schedule) as make:
-        race: Race = make(store_class)
-        outcomes = race.setup(*SCENE)
-        expired, live = outcomes[1].lease, outcomes[4].lease
-        ops = catalogue(expired, live)
-        one, two = race.client("parked"), race.client("beside")
-        if where == "after":
-            point = one.gate.pause_after(sql, label=attribute)
-        else:
-            point = one.gate.pause_before_commit(ran=sql, label=attribute if sql else None)
-        race.start(one, ops[parked])
-        try:
-            point.wait_parked()
-        except AssertionError:
-            race.result(one)  # it ended without getting there: no schedule here
-            return None
-        race.start(two, ops[beside])
-        try:
-            waited = two.wait_blocked_or_finished()
-        finally:
-            point.release()
-        try:
-            race.result(one)
-            race.result(two)
-        except Exception as fault:  # noqa: BLE001 - a deadlock, a foreign key: the schedule failed
-            return Verdict(parked, beside, attribute, where, False, f"{type(fault).__name__}: {fault}", fault=True)
-        if waited == "blocked" and not may_wait(parked, beside):
-            return Verdict(parked, beside, attribute, where, False, f"{beside} waited for {parked}, which it must not")
-        judgement = race.judgement(Forced())
-        return Verdict(parked, beside, attribute, where, judgement.linearizable, judgement.why)
+    engines = getattr(adapter, "engines", {})
+    connections = {name: engine.conn for name, engine in engines.items()}  # a replica client swaps its own
+    try:
+        with Schedule(dsn) as schedule:
+            return _judged(spec, spec.race(adapter, schedule), attribute, parked, beside, where, sql)
+    finally:
+        for name, conn in connections.items():
+            engines[name].conn = conn
+
+
+def _judged(
+    spec: Machine, race: Race, attribute: str, parked: str, beside: str, where: str, sql: str | None
+) -> Verdict | None:
+    outcomes = race.setup(*spec.scene)
+    first, second = spec.catalogue(outcomes, PARKED)[parked], spec.catalogue(outcomes, BESIDE)[beside]
+    one, two = spec.client(race, PARKED, first), spec.client(race, BESIDE, second)
+    if where == "after":
+        point = one.gate.pause_after(sql, label=attribute)
+    else:
+        point = one.gate.pause_before_commit(ran=sql, label=attribute if sql else None)
+    race.start(one, first)
+    try:
+        point.wait_parked()
+    except AssertionError:
+        race.result(one)  # it ended without getting there: no schedule here
+        return None
+    race.start(two, second)
+    try:
+        waited = two.wait_blocked_or_finished()
+    finally:
+        point.release()
+    try:
+        race.result(one)
+        race.result(two)
+    except Exception as fault:  # noqa: BLE001 - a deadlock, a foreign key: the schedule failed
+        return Verdict(parked, beside, attribute, where, False, f"{type(fault).__name__}: {fault}", fault=True)
+    if waited == "blocked" and not spec.may_wait(parked, beside):
+        return Verdict(parked, beside, attribute, where, False, f"{beside} waited for {parked}, which it must not")
+    judgement = race.judgement(Forced())
+    return Verdict(parked, beside, attribute, where, judgement.linearizable, judgement.why)

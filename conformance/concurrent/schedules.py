@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -32,10 +33,13 @@ from leaseproof.conformance.concurrent.linearizability import CheckResult, check
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.delivery import describe_state_difference
+from leaseproof.conformance.lockstep.lifecycle import describe_difference
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter, PostgresLifecycleSession
+from leaseproof.impl.lifecycle.store import ReplicaEngine
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused
@@ -279,6 +283,21 @@ def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Cli
     return bind
 
 
+def delivery_race(adapter: PostgresDeliveryAdapter, schedule: Schedule) -> Race:
+    """A delivery race on `adapter`'s database, reset and its world set up."""
+    adapter.reset(w.START)
+    race = Race(
+        adapter,
+        schedule,
+        d.step,
+        d.initial_state(w.START),
+        describe_state_difference,
+        delivery_executor(adapter.store_class),
+    )
+    race.setup(*WORLD)
+    return race
+
+
 @contextlib.contextmanager
 def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[PostgresDeliveryStore]], Race]]:
     """A maker of delivery races on the (migrated or empty) database `dsn`, each one's
@@ -288,22 +307,97 @@ def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[Post
     def make(store_class: type[PostgresDeliveryStore]) -> Race:
         adapter = PostgresDeliveryAdapter(dsn, store_class=store_class)
         adapters.append(adapter)
-        adapter.reset(w.START)
-        race = Race(
-            adapter,
-            schedule,
-            d.step,
-            d.initial_state(w.START),
-            describe_state_difference,
-            delivery_executor(store_class),
-        )
-        race.setup(*WORLD)
-        return race
+        return delivery_race(adapter, schedule)
 
     try:
         yield make
     finally:
         schedule.close()  # unstick the clients before their database goes
+        for adapter in adapters:
+            adapter.close()
+
+
+# -- the lifecycle world: admission against definition writers -----------------------------------
+
+ALICE, GENERAL = w.AUTHORS["alice"], w.CHANNELS["general"]
+OLD = lc.Definition(("post-summary",))
+NEW = lc.Definition(("post-summary", "page-oncall"))
+OFF = lc.Definition(("post-summary",), enabled=False)
+ON = lc.Definition(("post-summary",), enabled=True)
+
+
+def save(at: int, definition: lc.Definition, workflow: Any = W1) -> lc.SaveDefinition:
+    event_id = hashlib.sha256(f"{at}/{definition}/{workflow}".encode()).digest()
+    return lc.SaveDefinition(
+        lc.DefinitionEvent(event_id, C, workflow, ALICE, GENERAL, w.START + at * SECOND, definition)
+    )
+
+
+def delete(at: int) -> lc.DeleteDefinition:
+    return lc.DeleteDefinition(C, W1, ALICE, w.START + at * SECOND)
+
+
+def fire(replica: str) -> lc.Fire:
+    return lc.Fire(replica, "event", C, W1)
+
+
+# Replica r1 is warm with the first revision when each race begins.
+LIFECYCLE_WORLD = (d.CreateCommunity(C), lc.SetAuthority(C, GENERAL, ALICE, True), save(1, OLD), lc.RefreshCache("r1"))
+
+
+def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], Callable[[Any], Any]]:
+    """A session of the adapter on the client's gated connection: writers, resumers and
+    community changes run on it; fires and refreshes on the adapter's replica engines
+    (one of them may be gated too: `LifecycleRace.replica`)."""
+
+    def bind(client: Client) -> Callable[[Any], Any]:
+        return PostgresLifecycleSession(adapter, client.gate.as_connection()).execute
+
+    return bind
+
+
+class LifecycleRace(Race):
+    """A race of the lifecycle machine: its clients may be replica engines too."""
+
+    def replica(self, name: str, replica: str) -> Client:
+        """A client that is the replica engine itself: its own connection, gated."""
+        engine = self.adapter.engines[replica]
+        client = self.client(name, engine.conn)
+        engine.conn = client.gate
+        return client
+
+
+def lifecycle_race(adapter: PostgresLifecycleAdapter, schedule: Schedule) -> LifecycleRace:
+    """A lifecycle race on `adapter`'s database, reset and its world (LIFECYCLE_WORLD) set up."""
+    adapter.reset(w.START)
+    race = LifecycleRace(
+        adapter,
+        schedule,
+        lc.step,
+        lc.initial_state(w.START, w.REPLICAS),
+        describe_difference,
+        lifecycle_executor(adapter),
+    )
+    race.setup(*LIFECYCLE_WORLD)
+    return race
+
+
+@contextlib.contextmanager
+def lifecycle_races(dsn: str, schedule: Schedule) -> Iterator[Callable[..., LifecycleRace]]:
+    """A maker of lifecycle races on the (migrated or empty) database `dsn`, each one's
+    world (LIFECYCLE_WORLD) set up; the maker takes the adapter's role classes by keyword.
+    On exit the schedule's clients are unstuck, then the adapters closed."""
+    adapters: list[PostgresLifecycleAdapter] = []
+
+    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: Any) -> LifecycleRace:
+        adapter = PostgresLifecycleAdapter(dsn, engine_class=engine_class, **classes)
+        adapters.append(adapter)
+        return lifecycle_race(adapter, schedule)
+
+    try:
+        yield make
+    finally:
+        schedule.close()
         for adapter in adapters:
             adapter.close()
 

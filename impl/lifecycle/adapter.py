@@ -33,8 +33,9 @@ class PostgresLifecycleSession:
     the writers and the resumers run concurrently with them.
     """
 
-    def __init__(self, adapter: PostgresLifecycleAdapter) -> None:
-        self.conn = adapter.connect(adapter.dsn)
+    def __init__(self, adapter: PostgresLifecycleAdapter, conn: Any = None) -> None:
+        """`conn`: the session's connection (default: a new one to the adapter's database)."""
+        self.conn = adapter.connect(adapter.dsn) if conn is None else conn
         self.clock = PinnedClock(self.conn)
         self.communities = adapter.communities_class(self.conn)
         self.store = adapter.store_class(self.conn)

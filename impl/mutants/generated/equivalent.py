@@ -115,4 +115,15 @@ EQUIVALENT: dict[str, str] = {
         "recreation is a new incarnation, so (coordinate, incarnation), which stay matched, fix the channel"
     ),
     **{f"RunResumer.SQL_STILL_CURRENT/drop-conjunct/{site}": _REVISION for site in range(4, 12)},
+    # Race mutants: the contention schedules of their statement pass (conformance/concurrent/contention.py).
+    "LifecycleStore.SQL_HEAD/drop-lock/1": (
+        "every writer of a head (a save, a deletion) takes the coordinate's advisory lock (SQL_LOCK_COORDINATE) "
+        "before it reads the head, and the only other way to a head, a community's deletion (a cascade), is not "
+        "a lifecycle command; so the head's row lock never excludes a writer the advisory lock let through"
+    ),
+    "lifecycle:PostgresDeliveryStore.SQL_COMMUNITY_FOR_UPDATE/drop-lock/1": (
+        "the lock keeps a deletion from landing between a state change's read and its update (which would "
+        "revive a deleted community); the lifecycle machine never deletes a community, and the UPDATE itself "
+        "still row-locks the community, so every writer's share lock still orders it against the change"
+    ),
 }

@@ -25,7 +25,6 @@ them too.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,28 +33,37 @@ import pytest
 
 from leaseproof.conformance.concurrent.history import RefusedByTheDatabase
 from leaseproof.conformance.concurrent.schedules import (
+    ALICE,
     CLAIM,
     D1,
     D2,
+    GENERAL,
     LEASE,
+    NEW,
+    OFF,
+    OLD,
+    ON,
     ONE_ROW,
     R1,
     SECOND,
     W1,
     C,
+    LifecycleRace,
     Race,
     a_second_sweep_then_a_claim,
+    delete,
     delivery_races,
+    fire,
+    lifecycle_races,
     new,
     reconciliation_races_a_community_change,
+    save,
 )
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.lifecycle import describe_difference
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.hooks.clock import PinnedClock
-from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
+from leaseproof.impl.hooks.gate import Aborted, Schedule
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
 from leaseproof.impl.mutants.delivery import ReconcileUnfenced
@@ -74,7 +82,6 @@ from leaseproof.impl.mutants.race import (
 )
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
-from leaseproof.model.errors import Refused
 
 # -- the sequential suite cannot see them ---------------------------------------------------
 
@@ -569,98 +576,11 @@ def test_reconciliation_races_a_community_change(
 
 # -- the lifecycle world: admission against definition writers -------------------------------------
 
-ALICE, GENERAL = w.AUTHORS["alice"], w.CHANNELS["general"]
-OLD = lc.Definition(("post-summary",))
-NEW = lc.Definition(("post-summary", "page-oncall"))
-OFF = lc.Definition(("post-summary",), enabled=False)
-ON = lc.Definition(("post-summary",), enabled=True)
-
-
-def save(at: int, definition: lc.Definition) -> lc.SaveDefinition:
-    event_id = hashlib.sha256(f"{at}/{definition}".encode()).digest()
-    return lc.SaveDefinition(lc.DefinitionEvent(event_id, C, W1, ALICE, GENERAL, w.START + at * SECOND, definition))
-
-
-def delete(at: int) -> lc.DeleteDefinition:
-    return lc.DeleteDefinition(C, W1, ALICE, w.START + at * SECOND)
-
-
-def fire(replica: str) -> lc.Fire:
-    return lc.Fire(replica, "event", C, W1)
-
-
-# Replica r1 is warm with the first revision when each race begins.
-LIFECYCLE_WORLD = (d.CreateCommunity(C), lc.SetAuthority(C, GENERAL, ALICE, True), save(1, OLD), lc.RefreshCache("r1"))
-
-
-def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], Callable[[Any], Any]]:
-    """Writers, resumers and community changes on the client's gated connection; fires
-    and refreshes on the adapter's replica engines (one of them may be gated too)."""
-
-    def bind(client: Client) -> Callable[[Any], Any]:
-        gate = client.gate.as_connection()
-        communities, clock = PostgresDeliveryStore(gate), PinnedClock(gate)
-        store, resumer = adapter.store_class(gate), adapter.resumer_class(gate)
-        handlers: dict[type, Callable[[Any], Any]] = {
-            lc.SetAuthority: store.set_authority,
-            lc.SaveDefinition: store.save,
-            lc.DeleteDefinition: store.delete,
-            lc.ResumeRun: resumer.resume,
-        }
-
-        def execute(command: Any) -> Any:
-            try:
-                if isinstance(command, d.AdvanceClock):
-                    clock.advance(command.by)
-                    return d.Ok()
-                if isinstance(command, d.CreateCommunity | d.SetCommunityState):
-                    return communities.execute(command)
-                if isinstance(command, lc.RefreshCache):
-                    adapter.engines[command.replica].refresh()
-                    return d.Ok()
-                if isinstance(command, lc.Fire):
-                    return adapter.engines[command.replica].fire(command)
-                return handlers[type(command)](command)
-            except Refused as refused:
-                return refused.rejection
-
-        return execute
-
-    return bind
-
-
-class LifecycleRace(Race):
-    def replica(self, name: str, replica: str) -> Client:
-        """A client that is the replica engine itself: its own connection, gated."""
-        engine = self.adapter.engines[replica]
-        client = self.client(name, engine.conn)
-        engine.conn = client.gate
-        return client
-
 
 @pytest.fixture
 def lifecycle_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[..., LifecycleRace]]:
-    adapters: list[PostgresLifecycleAdapter] = []
-
-    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: Any) -> LifecycleRace:
-        adapter = PostgresLifecycleAdapter(delivery_dsn, engine_class=engine_class, **classes)
-        adapters.append(adapter)
-        adapter.reset(w.START)
-        race = LifecycleRace(
-            adapter,
-            schedule,
-            lc.step,
-            lc.initial_state(w.START, w.REPLICAS),
-            describe_difference,
-            lifecycle_executor(adapter),
-        )
-        race.setup(*LIFECYCLE_WORLD)
-        return race
-
-    yield make
-    schedule.close()
-    for adapter in adapters:
-        adapter.close()
+    with lifecycle_races(delivery_dsn, schedule) as make:
+        yield make
 
 
 # The writer's first command is the one that races; a recreation follows its deletion.

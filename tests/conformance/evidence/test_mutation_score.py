@@ -38,6 +38,7 @@ def test_the_full_plan_runs_every_check_of_every_mutant_on_every_seed() -> None:
     for mutant in plan.mutants:
         if mutant.kind == "race":
             assert {(mutant.name, ms.STRESS, seed) for seed in ms.SEEDS} <= checks
+            assert (mutant.name, ms.CONTENTION, None) in checks
         else:
             assert {(mutant.name, ms.SEARCH_ALONE, seed) for seed in ms.SEEDS} <= checks
             assert (mutant.name, ms.SCENARIOS, None) in checks
@@ -48,8 +49,9 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     chosen = {m.name for m in plan.mutants}
     assert set(EQUIVALENT) <= chosen
     others = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "sequential"]
-    races = [m for m in generated_mutants("delivery") if m.name not in EQUIVALENT and m.kind == "race"]
+    races = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "race"]
     contended = {m.name for m in races[:: ms.FAST_STRIDE]}
+    assert {by_name(name).machine for name in contended} == {"delivery", "lifecycle"}
     assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]} | contended
     assert contended and {(t.mutant, t.check) for t in plan.tasks if t.mutant in contended} == {
         (name, ms.CONTENTION) for name in contended
@@ -60,6 +62,10 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     assert {t.examples for t in search if t.mutant not in EQUIVALENT} == {ms.FAST_EXAMPLES}
     stress = [t for t in plan.tasks if t.check == ms.STRESS]
     assert all(t.mutant in EQUIVALENT and t.examples == ms.FAST_EQUIVALENT_EXAMPLES for t in stress)
+    # a race mutant listed as equivalent passes stress on a small budget, and every contention schedule
+    claimed = {m.name for m in generated_mutants() if m.name in EQUIVALENT and m.kind == "race"}
+    contention = {t.mutant for t in plan.tasks if t.check == ms.CONTENTION}
+    assert claimed and claimed <= {t.mutant for t in stress} & contention
 
 
 def test_a_plan_of_unknown_names_or_of_the_wrong_machine_is_refused() -> None:
