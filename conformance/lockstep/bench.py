@@ -40,7 +40,7 @@ from leaseproof.conformance.harness.provision import Server, postgres_server, sc
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.delivery.store import connect, returns_rows
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 
@@ -183,7 +183,7 @@ def _send(conn: psycopg.Connection[Any], query: Any, params: Any, *, pipelined: 
         if pipelined:
             return  # read at the pipeline's end, as in the run
         while True:
-            if cursor.description is not None:
+            if returns_rows(cursor):  # as the snapshot reads its results
                 cursor.fetchall()
             if not cursor.nextset():
                 break

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.rows import dict_row, tuple_row
 
 from leaseproof.impl.errors import ConnectionLost, Unavailable
@@ -707,6 +708,13 @@ _DELIVERY_COLUMN_NAMES = tuple(c.strip() for c in _DELIVERY_COLUMNS.split(","))
 _DECODED_ROWS_KEPT = 100_000
 
 
+def returns_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the cursor's current result holds rows (without building its description,
+    a Column object a column, which costs more than the rows of a small result)."""
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
+
+
 def read_consistently(conn: psycopg.Connection[Any], queries: Sequence[str]) -> list[list[tuple[Any, ...]]]:
     """The rows of each query, all read from one snapshot, in one round trip.
 
@@ -717,7 +725,7 @@ def read_consistently(conn: psycopg.Connection[Any], queries: Sequence[str]) -> 
     cursor.execute("; ".join(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", *queries, "COMMIT")))
     results: list[list[tuple[Any, ...]]] = []
     while True:
-        if cursor.description is not None:  # BEGIN and COMMIT have none
+        if returns_rows(cursor):  # BEGIN and COMMIT do not
             results.append(cursor.fetchall())
         if not cursor.nextset():
             break
