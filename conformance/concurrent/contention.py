@@ -31,6 +31,7 @@ them all.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -47,7 +48,7 @@ from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 
-PARKED, BESIDE = "parked", "beside"  # the two clients of a schedule; a catalogue may differ by role
+PARKED, BESIDE, OBSERVER = "parked", "beside", "observer"  # a schedule's clients; a catalogue may differ by role
 
 
 @attrs.frozen
@@ -64,6 +65,9 @@ class Machine:
     adapter: Callable[..., Any]  # (dsn, **role classes) -> the bundled adapter running them
     race: Callable[[Any, Schedule], Race]  # a race on the adapter, reset and its world set up
     client: Callable[[Race, str, Any], Client]  # the client that runs a command, by its name
+    observers: tuple[str, ...] = ()  # the catalogue's reads, run third where `beside` finished
+    # Whether (parked, beside, observer) is run: not a known disagreement, and a connection for each.
+    may_observe: Callable[[str, str, str], bool] = lambda parked, beside, observer: True
 
 
 # -- the delivery machine --------------------------------------------------------------------
@@ -117,6 +121,14 @@ def excluded(parked: str, beside: str) -> bool:
     return bool(pair & {"claim", "keyed claim"}) and bool(pair & (_DELETIONS | {"read"}))
 
 
+def _sweep_beside_deletion(parked: str, beside: str) -> bool:
+    """A sweep beside an in-flight deletion, which a read then observes: a known
+    disagreement (the sweep skips the expired rows the deletion holds, and the read,
+    after the sweep, still sees them expired; specs/delivery.md, "Concurrency")."""
+    pair = {parked, beside}
+    return "reap" in pair and bool(pair & _DELETIONS)
+
+
 def may_wait(parked: str, beside: str) -> bool:
     """Whether delivery's `beside` may wait for `parked`: always, unless it is a claim or a
     sweep (a keyed claim waits for another claim under its key, too)."""
@@ -139,6 +151,10 @@ DELIVERY = Machine(
     PostgresDeliveryAdapter,
     s.delivery_race,
     lambda race, name, command: race.client(name),
+    ("read",),
+    lambda parked, beside, observer: (
+        not (excluded(parked, observer) or excluded(beside, observer) or _sweep_beside_deletion(parked, beside))
+    ),
 )
 
 # -- the lifecycle machine -------------------------------------------------------------------
@@ -153,8 +169,9 @@ LIFECYCLE_SCENE = (lc.RefreshCache("r2"), s.fire("r1"))
 
 def lifecycle_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[str, Any]:
     """The lifecycle operations a schedule parks and runs beside, by name. A fire and a
-    refresh run on replica r1 when parked, on r2 beside (each replica is one connection)."""
-    replica = "r1" if role == PARKED else "r2"
+    refresh run on replica r1 when parked, on r2 beside or observing (each replica is one
+    connection)."""
+    replica = "r1" if role == PARKED else "r2"  # beside, or the observer
     return {
         "fire": lc.Fire(replica, "event", C, s.W1),
         "refresh": lc.RefreshCache(replica),
@@ -188,6 +205,9 @@ LIFECYCLE = Machine(
     PostgresLifecycleAdapter,
     s.lifecycle_race,
     _lifecycle_client,
+    ("refresh",),
+    # The observer's refresh runs on r2, so beside must not be on it (there is no third replica).
+    lambda parked, beside, observer: beside not in {"fire", "refresh"},
 )
 
 MACHINES: Mapping[str, Machine] = {m.name: m for m in (DELIVERY, LIFECYCLE)}
@@ -215,6 +235,8 @@ class Verdict:
     ok: bool
     why: str
     fault: bool = False  # the implementation raised (a deadlock, a foreign key), rather than answered
+    observer: str | None = None  # the read run after `beside` returned, while `parked` still waited
+    waited: str = ""  # what `beside` did: "blocked" on the parked one's locks, or "finished"
 
 
 WHERE = ("after", "before commit")
@@ -249,13 +271,13 @@ def _schedules(
             for beside in spec.names:
                 if spec.excluded(parked, beside):
                     continue
-                verdict = _one(dsn, spec, adapter, attribute, parked, beside, where, sql)
-                if verdict is None:
+                verdicts = list(_observed(dsn, spec, adapter, attribute, parked, beside, where, sql, stop_at_first))
+                if not verdicts:
                     break
                 if parked not in reachers:
                     reachers.append(parked)
-                yield verdict
-                if stop_at_first and not verdict.ok:
+                yield from verdicts
+                if stop_at_first and not verdicts[-1].ok:
                     return
             if parked not in reachers:
                 break
@@ -263,12 +285,46 @@ def _schedules(
         for beside in reachers:
             if spec.excluded(parked, beside):
                 continue
-            verdict = _one(dsn, spec, adapter, attribute, parked, beside, "before commit", None)
-            if verdict is None:
+            verdicts = list(
+                _observed(dsn, spec, adapter, attribute, parked, beside, "before commit", None, stop_at_first)
+            )
+            if not verdicts:
                 break  # the parked one commits no transaction
-            yield verdict
-            if stop_at_first and not verdict.ok:
+            yield from verdicts
+            if stop_at_first and not verdicts[-1].ok:
                 return
+
+
+def _observed(
+    dsn: str,
+    spec: Machine,
+    adapter: Any,
+    attribute: str,
+    parked: str,
+    beside: str,
+    where: str,
+    sql: str | None,
+    stop_at_first: bool,
+) -> Iterator[Verdict]:
+    """The schedule of `parked` and `beside`; then, if `beside` finished while `parked`
+    waited, the same with each of the machine's reads run after it, still while `parked`
+    waits (judged in real time: the read began after `beside` returned). Nothing if the
+    parked one never got there."""
+    verdict = _one(dsn, spec, adapter, attribute, parked, beside, where, sql)
+    if verdict is None:
+        return
+    yield verdict
+    if verdict.waited != "finished" or (stop_at_first and not verdict.ok):
+        return
+    for observer in spec.observers:
+        if not spec.may_observe(parked, beside, observer):
+            continue
+        seen = _one(dsn, spec, adapter, attribute, parked, beside, where, sql, observer)
+        if seen is None:
+            continue  # not reached this time (it was the first time): nothing to judge
+        yield seen
+        if stop_at_first and not seen.ok:
+            return
 
 
 def _one(
@@ -280,22 +336,30 @@ def _one(
     beside: str,
     where: str,
     sql: str | None,
+    observer: str | None = None,
 ) -> Verdict | None:
     """One schedule: `parked` waits `where` (after `sql`, or before the COMMIT of a
-    transaction that ran `sql`, or of any if None) while `beside` runs. None if it
-    never got there."""
+    transaction that ran `sql`, or of any if None) while `beside` runs (and then
+    `observer`, if given). None if it never got there."""
     engines = getattr(adapter, "engines", {})
     connections = {name: engine.conn for name, engine in engines.items()}  # a replica client swaps its own
     try:
         with Schedule(dsn) as schedule:
-            return _judged(spec, spec.race(adapter, schedule), attribute, parked, beside, where, sql)
+            return _judged(spec, spec.race(adapter, schedule), attribute, parked, beside, where, sql, observer)
     finally:
         for name, conn in connections.items():
             engines[name].conn = conn
 
 
 def _judged(
-    spec: Machine, race: Race, attribute: str, parked: str, beside: str, where: str, sql: str | None
+    spec: Machine,
+    race: Race,
+    attribute: str,
+    parked: str,
+    beside: str,
+    where: str,
+    sql: str | None,
+    observer: str | None,
 ) -> Verdict | None:
     outcomes = race.setup(*spec.scene)
     first, second = spec.catalogue(outcomes, PARKED)[parked], spec.catalogue(outcomes, BESIDE)[beside]
@@ -311,16 +375,37 @@ def _judged(
         race.result(one)  # it ended without getting there: no schedule here
         return None
     race.start(two, second)
+    reads: list[str] = []  # what the observer did
     try:
         waited = two.wait_blocked_or_finished()
+        if observer is not None and waited == "finished":
+            race.result(two)
+            third = spec.catalogue(outcomes, OBSERVER)[observer]
+            three = spec.client(race, OBSERVER, third)
+            race.start(three, third)
+            reads.append(three.wait_blocked_or_finished())
     finally:
         point.release()
+    verdict = functools.partial(Verdict, parked, beside, attribute, where, observer=observer, waited=waited)
     try:
         race.result(one)
-        race.result(two)
+        if not (observer is not None and waited == "finished"):
+            race.result(two)
+        if reads:
+            race.result(three)
     except Exception as fault:  # noqa: BLE001 - a deadlock, a foreign key: the schedule failed
-        return Verdict(parked, beside, attribute, where, False, f"{type(fault).__name__}: {fault}", fault=True)
+        return verdict(False, f"{type(fault).__name__}: {fault}", fault=True)
     if waited == "blocked" and not spec.may_wait(parked, beside):
-        return Verdict(parked, beside, attribute, where, False, f"{beside} waited for {parked}, which it must not")
-    judgement = race.judgement(Forced())
-    return Verdict(parked, beside, attribute, where, judgement.linearizable, judgement.why)
+        return verdict(False, f"{beside} waited for {parked}, which it must not")
+    if reads and reads[0] == "blocked" and observer is not None and not spec.may_wait(parked, observer):
+        return verdict(False, f"{observer} waited for {parked}, which it must not")
+    if reads:
+        # Ticks: the parked one invoked (1) and returns last (9); beside runs 2 to 3; the
+        # observer is invoked at 4 and returns at 5, or, if it waited for the parked one,
+        # with it (8). A wider interval than the real one only admits more orders.
+        ends = 5 if reads[0] == "finished" else 8
+        forced = Forced(intervals={PARKED: (1, 9), BESIDE: (2, 3), OBSERVER: (4, ends)})
+    else:
+        forced = Forced()
+    judgement = race.judgement(forced)
+    return verdict(judgement.linearizable, judgement.why)

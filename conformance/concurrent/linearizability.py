@@ -213,9 +213,7 @@ class _Search:
     witness: list[tuple[Any, Operation]] = attrs.Factory(list)  # (state before, operation) of the order found
 
 
-def _search(
-    spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget: int, collect: bool = False
-) -> _Search:
+def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget: int, collect: bool = False) -> _Search:
     """Lowe's search from `start`; success ends in `want` (None: anywhere).
 
     With `collect`, explore everything and gather every state the epoch can

@@ -239,6 +239,7 @@ _LIFECYCLE_OUTCOMES: dict[type, Any] = {
     lc.Admitted: lambda o: f"Admitted(run {o.run_id}, revision {short(o.record.revision)})",
 }
 
+
 def _lifecycle_step_seen(s: lc.LifecycleSystem, c: Any, seen: Any) -> tuple[lc.LifecycleSystem, Any]:
     """The model's step, adopting the run id the implementation reported.
 

@@ -258,8 +258,6 @@ ONE_ROW = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")])
 CLAIM = d.Claim(C, T1, LEASE)
 
 
-
-
 def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Client], Callable[[Any], Any]]:
     def bind(client: Client) -> Callable[[Any], Any]:
         connection = client.gate.as_connection()
@@ -479,9 +477,7 @@ def a_second_sweep_then_a_claim(race: Race) -> Forced:
     race.run(claimer, d.Claim(b, T1, LEASE))
     two_done.release()
     race.result(two)
-    return Forced(
-        intervals={"one": (1, 6), "test": (2, 3), "change": (4, 7), "two": (5, 10), "claimer": (8, 9)}
-    )
+    return Forced(intervals={"one": (1, 6), "test": (2, 3), "change": (4, 7), "two": (5, 10), "claimer": (8, 9)})
 
 
 @attrs.frozen

@@ -160,8 +160,10 @@ def _contention(task: Task, mutant: GeneratedMutant, dsn: str, started: float) -
         ran += 1
         if not verdict.ok:
             how = "fault" if verdict.fault else "divergence"
+            observed = f", then {verdict.observer}" if verdict.observer else ""
             detail = (
-                f"{verdict.parked} waiting {verdict.where} {verdict.statement}, {verdict.beside} beside: {verdict.why}"
+                f"{verdict.parked} waiting {verdict.where} {verdict.statement}, {verdict.beside} beside{observed}:"
+                f" {verdict.why}"
             )
             return Result(task.mutant, CONTENTION, None, True, ran, time.monotonic() - started, how, detail)
     return Result(task.mutant, CONTENTION, None, False, ran, time.monotonic() - started)

@@ -49,7 +49,7 @@ def _assert_passes(dsn: str, machine: str, attribute: str) -> None:
     verdicts = list(ct.schedules(dsn, machine, BUNDLED[machine], attribute))
     assert verdicts, f"no operation of the catalogue runs {attribute}"
     failed = [v for v in verdicts if not v.ok]
-    assert not failed, "\n".join(f"{v.parked} ({v.where}) | {v.beside}: {v.why}" for v in failed)
+    assert not failed, "\n".join(f"{v.parked} ({v.where}) | {v.beside} | {v.observer}: {v.why}" for v in failed)
 
 
 @pytest.mark.parametrize(("machine", "attribute"), _contended())
@@ -87,3 +87,38 @@ def test_a_schedule_catches_a_race_mutant(delivery_dsn: str, mutant: str, parked
     )
     found = next(v for v in verdicts if not v.ok)
     assert (found.parked, found.beside) == (parked, beside), found
+
+
+def test_an_observer_catches_what_only_real_time_shows(delivery_dsn: str) -> None:
+    """A save that checked its author's authority without holding it is parked; the
+    authority is revoked, and a replica's refresh, begun after the revocation returned,
+    sees no save; then the save is told Updated. Every serial order of the save and the
+    revocation explains the two; only the third, in real time, rules them out."""
+    generated = by_name("LifecycleStore.SQL_HAS_AUTHORITY/drop-lock/1")
+    verdicts = ct.schedules(delivery_dsn, "lifecycle", generated.classes(), generated.attribute, stop_at_first=True)
+    found = next(v for v in verdicts if not v.ok)
+    assert (found.parked, found.beside, found.observer) == ("update", "revoke", "refresh"), found
+    assert found.why.startswith("not linearizable"), found
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="finding: a sweep skips what an in-flight deletion holds, a read sees it"
+)
+def test_finding_a_read_after_a_sweep_sees_the_expired_rows_a_deletion_holds(delivery_dsn: str) -> None:
+    """The run's deletion has cascaded to its deliveries and is parked before its COMMIT;
+    a sweep skips the expired delivery it holds and returns; a read, begun after the
+    sweep returned, still finds that delivery claimed and expired; then the deletion
+    commits. No order explains it: before the deletion, the sweep would have reaped the
+    row; after it, the read would not have found it. The schedules therefore run no read
+    after a sweep beside a deletion (`contention.DELIVERY.may_observe`)."""
+    assert not ct.DELIVERY.may_observe("delete run", "reap", "read")
+    classes = BUNDLED["delivery"]
+    adapter = ct.DELIVERY.adapter(delivery_dsn, **classes)
+    try:
+        verdict = ct._one(
+            delivery_dsn, ct.DELIVERY, adapter, "SQL_REAP", "delete run", "reap", "before commit", None, "read"
+        )
+    finally:
+        adapter.close()
+    assert verdict is not None and verdict.waited == "finished", verdict
+    assert verdict.ok, verdict.why
