@@ -43,7 +43,7 @@ from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.hooks.gate import Client, Schedule
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
-from leaseproof.impl.mutants.generated.catalogue import statements
+from leaseproof.impl.mutants.generated.catalogue import ROLES, statements
 from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -237,6 +237,7 @@ class Verdict:
     fault: bool = False  # the implementation raised (a deadlock, a foreign key), rather than answered
     observer: str | None = None  # the read run after `beside` returned, while `parked` still waited
     waited: str = ""  # what `beside` did: "blocked" on the parked one's locks, or "finished"
+    ran: bool = True  # whether the parked one's transaction had run the statement (else: any commit)
 
 
 WHERE = ("after", "before commit")
@@ -258,6 +259,26 @@ def schedules(
     adapter = spec.adapter(dsn, **classes)  # one for all the schedules: each resets the database
     try:
         yield from _schedules(dsn, spec, adapter, attribute, sql, stop_at_first)
+    finally:
+        adapter.close()
+
+
+def bundled(machine: str) -> dict[str, type]:
+    """The bundled implementation's role classes of `machine`, by the adapter's keyword."""
+    return {role.keyword: role.cls for role in ROLES[machine]}
+
+
+def again(dsn: str, machine: str, classes: Mapping[str, type], verdict: Verdict) -> Verdict | None:
+    """The schedule `verdict` judged, run once more against the implementation of `classes`
+    (None if its parked operation did not get there this time)."""
+    spec = MACHINES[machine]
+    sql = next(getattr(c, verdict.statement) for c in classes.values() if hasattr(c, verdict.statement))
+    adapter = spec.adapter(dsn, **classes)
+    try:
+        where, parked, beside = verdict.where, verdict.parked, verdict.beside
+        return _one(
+            dsn, spec, adapter, verdict.statement, parked, beside, where, sql if verdict.ran else None, verdict.observer
+        )
     finally:
         adapter.close()
 
@@ -386,7 +407,9 @@ def _judged(
             reads.append(three.wait_blocked_or_finished())
     finally:
         point.release()
-    verdict = functools.partial(Verdict, parked, beside, attribute, where, observer=observer, waited=waited)
+    verdict = functools.partial(
+        Verdict, parked, beside, attribute, where, observer=observer, waited=waited, ran=sql is not None
+    )
     try:
         race.result(one)
         if not (observer is not None and waited == "finished"):

@@ -159,6 +159,7 @@ def _contention(task: Task, mutant: GeneratedMutant, dsn: str, started: float) -
     for verdict in verdicts:
         ran += 1
         if not verdict.ok:
+            _confirm(dsn, mutant, verdict)
             how = "fault" if verdict.fault else "divergence"
             observed = f", then {verdict.observer}" if verdict.observer else ""
             detail = (
@@ -167,6 +168,18 @@ def _contention(task: Task, mutant: GeneratedMutant, dsn: str, started: float) -
             )
             return Result(task.mutant, CONTENTION, None, True, ran, time.monotonic() - started, how, detail)
     return Result(task.mutant, CONTENTION, None, False, ran, time.monotonic() - started)
+
+
+def _confirm(dsn: str, mutant: GeneratedMutant, verdict: contention.Verdict) -> None:
+    """A kill counts only if the bundled implementation passes the schedule that killed:
+    else the schedule, not the mutant, is wrong (a disagreement the spec names, say)."""
+    control = contention.again(dsn, mutant.machine, contention.bundled(mutant.machine), verdict)
+    if control is None or not control.ok:
+        why = "does not reach it" if control is None else f"fails it too: {control.why}"
+        raise RuntimeError(
+            f"contention schedule {verdict.parked} ({verdict.where} {verdict.statement}) | {verdict.beside}"
+            f" | {verdict.observer}: the bundled implementation {why}"
+        )
 
 
 def _stress(task: Task, adapter: Any, machine: str, budget: Budget, started: float) -> Result:

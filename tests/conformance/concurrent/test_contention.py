@@ -7,19 +7,11 @@ import pytest
 
 from leaseproof.conformance.concurrent import contention as ct
 from leaseproof.conformance.evidence import score as ms
-from leaseproof.impl.mutants.generated.catalogue import ROLES, by_name, generated_mutants
+from leaseproof.conformance.evidence.score import Budget, Task
+from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutants
 
 LOCKING = {machine: ct.locking_statements(machine) for machine in ct.MACHINES}
-BUNDLED = {machine: {role.keyword: role.cls for role in ROLES[machine]} for machine in ct.MACHINES}
-
-
-def _contended() -> list[tuple[str, str]]:
-    """(machine, statement) of the race mutants the fast mutation subset (CI) runs these
-    schedules for: those it samples, and those listed as equivalent."""
-    plan = ms.plan(fast=True)
-    return sorted(
-        {(by_name(t.mutant).machine, by_name(t.mutant).attribute) for t in plan.tasks if t.check == ms.CONTENTION}
-    )
+BUNDLED = {machine: ct.bundled(machine) for machine in ct.MACHINES}
 
 
 @pytest.mark.parametrize("machine", sorted(ct.MACHINES))
@@ -50,13 +42,6 @@ def _assert_passes(dsn: str, machine: str, attribute: str) -> None:
     assert verdicts, f"no operation of the catalogue runs {attribute}"
     failed = [v for v in verdicts if not v.ok]
     assert not failed, "\n".join(f"{v.parked} ({v.where}) | {v.beside} | {v.observer}: {v.why}" for v in failed)
-
-
-@pytest.mark.parametrize(("machine", "attribute"), _contended())
-def test_the_bundled_implementation_passes_the_schedules_ci_runs(
-    delivery_dsn: str, machine: str, attribute: str
-) -> None:
-    _assert_passes(delivery_dsn, machine, attribute)
 
 
 @pytest.mark.evidence
@@ -122,3 +107,17 @@ def test_finding_a_read_after_a_sweep_sees_the_expired_rows_a_deletion_holds(del
         adapter.close()
     assert verdict is not None and verdict.waited == "finished", verdict
     assert verdict.ok, verdict.why
+
+
+def test_a_contention_kill_is_a_schedule_the_bundled_implementation_passes(delivery_dsn: str) -> None:
+    """The mutation score counts a contention kill only after the bundled implementation
+    passed the very schedule that killed (`score._confirm`); a schedule the bundled one
+    fails too (here the known disagreement above, forced) stops the run instead."""
+    mutant = "lifecycle:FencedWriter.SQL_COMMUNITY_STATE/drop-lock/1"
+    result = ms.run_task(Task(mutant, ms.CONTENTION, None), delivery_dsn, Budget())
+    assert result.killed, result
+    disagreement = ct.Verdict("delete run", "reap", "SQL_REAP", "before commit", False, "", observer="read", ran=False)
+    control = ct.again(delivery_dsn, "delivery", BUNDLED["delivery"], disagreement)
+    assert control is not None and not control.ok, control
+    with pytest.raises(RuntimeError, match="the bundled implementation fails it too"):
+        ms._confirm(delivery_dsn, by_name("PostgresDeliveryStore.SQL_REAP/drop-skip-locked/1"), disagreement)
