@@ -335,8 +335,8 @@ def _observed(
     if verdict is None:
         return
     yield verdict
-    if verdict.waited != "finished" or (stop_at_first and not verdict.ok):
-        return
+    if verdict.waited != "finished" or not verdict.ok:
+        return  # an observer shows more only where the two alone were explained
     for observer in spec.observers:
         if not spec.may_observe(parked, beside, observer):
             continue
@@ -397,27 +397,32 @@ def _judged(
         return None
     race.start(two, second)
     reads: list[str] = []  # what the observer did
+    faults: list[Exception] = []  # a deadlock, a foreign key: the schedule failed
     try:
         waited = two.wait_blocked_or_finished()
         if observer is not None and waited == "finished":
-            race.result(two)
-            third = spec.catalogue(outcomes, OBSERVER)[observer]
-            three = spec.client(race, OBSERVER, third)
-            race.start(three, third)
-            reads.append(three.wait_blocked_or_finished())
+            try:
+                race.result(two)
+            except Exception as fault:  # noqa: BLE001 - judged below
+                faults.append(fault)
+            else:
+                third = spec.catalogue(outcomes, OBSERVER)[observer]
+                three = spec.client(race, OBSERVER, third)
+                race.start(three, third)
+                reads.append(three.wait_blocked_or_finished())
     finally:
         point.release()
     verdict = functools.partial(
         Verdict, parked, beside, attribute, where, observer=observer, waited=waited, ran=sql is not None
     )
-    try:
-        race.result(one)
-        if not (observer is not None and waited == "finished"):
-            race.result(two)
-        if reads:
-            race.result(three)
-    except Exception as fault:  # noqa: BLE001 - a deadlock, a foreign key: the schedule failed
-        return verdict(False, f"{type(fault).__name__}: {fault}", fault=True)
+    for collect in (one, None if observer is not None and waited == "finished" else two, three if reads else None):
+        if collect is not None:
+            try:
+                race.result(collect)
+            except Exception as fault:  # noqa: BLE001 - judged below
+                faults.append(fault)
+    if faults:
+        return verdict(False, f"{type(faults[0]).__name__}: {faults[0]}", fault=True)
     if waited == "blocked" and not spec.may_wait(parked, beside):
         return verdict(False, f"{beside} waited for {parked}, which it must not")
     if reads and reads[0] == "blocked" and observer is not None and not spec.may_wait(parked, observer):
