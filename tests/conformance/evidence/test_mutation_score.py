@@ -110,6 +110,7 @@ def test_the_json_document_lists_the_score_by_check(pg_server: Server, monkeypat
     monkeypatch.setenv("LEASEPROOF_DSN", pg_server.dsn)
     out, err = io.StringIO(), io.StringIO()
     from leaseproof.conformance.frontends import cli
+
     args = cli.build_parser().parse_args(
         ["mutants", "--generated", "--json", "--mutant", KILLED, "--seed", "3", "--jobs", "1", "--max-examples", "5"]
     )
@@ -233,6 +234,19 @@ def _score_run(server: Server) -> subprocess.Popen[str]:
     command += ["--mutant", *_LONG]
     command += ["--seed", "1", "2", "--jobs", "2", "--dsn", server.dsn]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_a_run_drops_a_database_of_its_own_whose_drop_was_never_registered(pg_server: Server) -> None:
+    """An interrupt can land between a CREATE DATABASE and the registration of its drop;
+    the run's databases are named after it, so its exit drops such a one too."""
+    prefix = f"lp_mutation_{os.getpid()}"
+    with ms._databases(pg_server, 1) as dsns:
+        assert len(dsns) == 1
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{prefix}_stray"')
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{prefix}%",)).fetchall()
+    assert rows == []
 
 
 def test_sigterm_stops_the_workers_and_drops_every_database(pg_server: Server) -> None:
