@@ -31,6 +31,7 @@ them all.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -211,7 +212,6 @@ LIFECYCLE = Machine(
 )
 
 MACHINES: Mapping[str, Machine] = {m.name: m for m in (DELIVERY, LIFECYCLE)}
-NAMES = DELIVERY.names
 
 
 def locking_statements(machine: str) -> dict[str, str]:
@@ -254,13 +254,8 @@ def schedules(
     that does not run the statement is skipped). Then each operation is parked
     before it commits, holding everything it took, while each operation that
     runs the statement runs beside it: where the statement waits shows there."""
-    spec = MACHINES[machine]
-    sql = next(getattr(c, attribute) for c in classes.values() if hasattr(c, attribute))
-    adapter = spec.adapter(dsn, **classes)  # one for all the schedules: each resets the database
-    try:
-        yield from _schedules(dsn, spec, adapter, attribute, sql, stop_at_first)
-    finally:
-        adapter.close()
+    with _adapter(dsn, machine, classes) as (spec, adapter):  # one for all the schedules: each resets it
+        yield from _schedules(dsn, spec, adapter, attribute, _text(classes, attribute), stop_at_first)
 
 
 def bundled(machine: str) -> dict[str, type]:
@@ -271,14 +266,26 @@ def bundled(machine: str) -> dict[str, type]:
 def again(dsn: str, machine: str, classes: Mapping[str, type], verdict: Verdict) -> Verdict | None:
     """The schedule `verdict` judged, run once more against the implementation of `classes`
     (None if its parked operation did not get there this time)."""
+    sql = _text(classes, verdict.statement) if verdict.ran else None
+    with _adapter(dsn, machine, classes) as (spec, adapter):
+        return _one(
+            dsn, spec, adapter, verdict.statement, verdict.parked, verdict.beside, verdict.where, sql, verdict.observer
+        )
+
+
+def _text(classes: Mapping[str, type], attribute: str) -> str:
+    """The statement `attribute` as the role classes run it (every role that has it has the same text)."""
+    text: str = next(getattr(c, attribute) for c in classes.values() if hasattr(c, attribute))
+    return text
+
+
+@contextlib.contextmanager
+def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tuple[Machine, Any]]:
+    """The machine's adapter running `classes` on `dsn`, closed on exit."""
     spec = MACHINES[machine]
-    sql = next(getattr(c, verdict.statement) for c in classes.values() if hasattr(c, verdict.statement))
     adapter = spec.adapter(dsn, **classes)
     try:
-        where, parked, beside = verdict.where, verdict.parked, verdict.beside
-        return _one(
-            dsn, spec, adapter, verdict.statement, parked, beside, where, sql if verdict.ran else None, verdict.observer
-        )
+        yield spec, adapter
     finally:
         adapter.close()
 
@@ -398,9 +405,11 @@ def _judged(
     race.start(two, second)
     reads: list[str] = []  # what the observer did
     faults: list[Exception] = []  # a deadlock, a foreign key: the schedule failed
+    observing = False  # beside finished and its result is collected here; the observer ran unless it faulted
     try:
         waited = two.wait_blocked_or_finished()
         if observer is not None and waited == "finished":
+            observing = True
             try:
                 race.result(two)
             except Exception as fault:  # noqa: BLE001 - judged below
@@ -415,7 +424,7 @@ def _judged(
     verdict = functools.partial(
         Verdict, parked, beside, attribute, where, observer=observer, waited=waited, ran=sql is not None
     )
-    for collect in (one, None if observer is not None and waited == "finished" else two, three if reads else None):
+    for collect in (one, None if observing else two, three if reads else None):
         if collect is not None:
             try:
                 race.result(collect)

@@ -154,7 +154,7 @@ def delivery_program(
     and deletions included, so those programs race the tenant's parents
     against its producers, holders and the reaper: runs, workflows and
     messages deleted and created again while commits name them, holders
-    renew and finish, and the reaper sweeps or reads look on (`_PARENT_ACTS`;
+    renew and finish, and the reaper sweeps or reads look on (`_PARENT_ACTS`, `_read`;
     not both: a read after a sweep that skipped what an in-flight deletion
     holds is a known disagreement)."""
     setup: list[Any] = []
@@ -187,7 +187,7 @@ def delivery_program(
         makers: list[Callable[[], Any]] = [
             lambda: Finishing(ref, r.choice((d.Status.FINISHED, d.Status.FAILED))),
             lambda: Renewal(ref, 30),
-            lambda: d.Reap() if sweeps else d.GetDelivery(cid, r.choice(ids or [w.DELIVERIES["d1"]])),
+            lambda: d.Reap() if sweeps else _read(r, cid, ids),
             lambda: _commit(r, community, r.choice(_RUNS), r.choice(("s1", "s2", "long")), _some(r, _TARGETS)),
             lambda: d.SetCommunityState(cid, r.choice((d.CommunityState.QUIESCING, d.CommunityState.ACTIVE))),
         ]
@@ -200,7 +200,7 @@ def delivery_program(
                 makers.append(lambda: d.Claim(cid, w.TARGETS[r.choice(_TARGETS)], 30, request_key=key))
                 weights.append(10)
         else:
-            acts = _PARENT_ACTS if not sweeps else _PARENT_ACTS[:-1]  # the last is the read
+            acts = _PARENT_ACTS if sweeps else (*_PARENT_ACTS, _read)
             makers += [functools.partial(act, r, cid, ids) for act in acts]
             weights += [6] * len(acts)
         return r.choices(makers, weights=weights)[0]()
@@ -210,8 +210,8 @@ def delivery_program(
 
 # What a program without claimers adds to its rounds: each parent of a
 # delivery (its run, its run's workflow, its message) deleted and created
-# again, and a read of a delivery the prefix committed (a deleted one reads
-# NotFound). `ids`: the deliveries the prefix committed.
+# again, and, where it sends no sweep, `_read`. `ids`: the deliveries the
+# prefix committed.
 _PARENT_ACTS: tuple[Callable[[random.Random, Any, list[Any]], Any], ...] = (
     lambda r, cid, ids: d.DeleteRun(cid, w.RUNS[r.choice(_RUNS)]),
     lambda r, cid, ids: d.CreateRun(cid, w.WORKFLOWS["W1"], w.RUNS[r.choice(_RUNS)]),
@@ -219,8 +219,12 @@ _PARENT_ACTS: tuple[Callable[[random.Random, Any, list[Any]], Any], ...] = (
     lambda r, cid, ids: d.CreateWorkflow(cid, w.WORKFLOWS["W1"]),
     lambda r, cid, ids: d.DeleteEvent(cid, w.MESSAGES["M1"]),
     lambda r, cid, ids: d.PublishEvent(cid, w.MESSAGES["M1"]),
-    lambda r, cid, ids: d.GetDelivery(cid, r.choice(ids or [w.DELIVERIES["d1"]])),
 )
+
+
+def _read(r: random.Random, cid: Any, ids: list[Any]) -> d.GetDelivery:
+    """A read of a delivery the prefix committed (a deleted one reads NotFound)."""
+    return d.GetDelivery(cid, r.choice(ids or [w.DELIVERIES["d1"]]))
 
 
 def _some(r: random.Random, names: tuple[str, ...]) -> tuple[str, ...]:

@@ -102,14 +102,8 @@ def test_finding_a_read_after_a_sweep_sees_the_expired_rows_a_deletion_holds(del
     row; after it, the read would not have found it. The schedules therefore run no read
     after a sweep beside a deletion (`contention.DELIVERY.may_observe`)."""
     assert not ct.DELIVERY.may_observe("delete run", "reap", "read")
-    classes = BUNDLED["delivery"]
-    adapter = ct.DELIVERY.adapter(delivery_dsn, **classes)
-    try:
-        verdict = ct._one(
-            delivery_dsn, ct.DELIVERY, adapter, "SQL_REAP", "delete run", "reap", "before commit", None, "read"
-        )
-    finally:
-        adapter.close()
+    schedule = ct.Verdict("delete run", "reap", "SQL_REAP", "before commit", True, "", observer="read", ran=False)
+    verdict = ct.again(delivery_dsn, "delivery", BUNDLED["delivery"], schedule)
     assert verdict is not None and verdict.waited == "finished", verdict
     assert verdict.ok, verdict.why
 
