@@ -195,7 +195,7 @@ def test_stress_cli_exits_1_with_a_timeline_and_the_history(
 ) -> None:
     trace = tmp_path / "race.jsonl"
     status = main(
-        ["stress", "--dsn", delivery_dsn, "--mutant", "claim-read-then-update", "--workers", "8", "--duration", "120",
+        ["stress", "--dsn", delivery_dsn, "--mutant", "claim-read-then-update", "--workers", "4", "--duration", "120",
          "--seed", str(SEED), "--trace-out", str(trace)]
     )  # fmt: skip
     out = capsys.readouterr().out

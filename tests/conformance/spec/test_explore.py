@@ -62,15 +62,15 @@ def test_the_default_bounds_reach_every_rule_and_break_no_invariant(
     assert result.transitions > 10 * result.states
     assert 0 < result.unexpanded < result.states
     assert result.depth >= 15
-    assert result.seconds < 60
 
 
-def test_the_delivery_bounds_are_the_documented_world(delivery: ex.Exploration) -> None:
-    assert delivery.bounds == ex.DeliveryBounds(
+def test_the_delivery_bounds_are_the_documented_world() -> None:
+    bounds = ex.DELIVERY_EXPLORATION.bounds()  # what `explore` uses unless told otherwise
+    assert bounds == ex.DeliveryBounds(
         communities=2, targets=2, deliveries=2, clock_steps=2, generation=3, lease_seconds=30
     )
     # A commits to and is claimed from by T1 and T2; B, its neighbour, by T1.
-    alphabet = ex.delivery_commands(dm.initial_state(w.START), delivery.bounds)
+    alphabet = ex.delivery_commands(dm.initial_state(w.START), bounds)
     claims = {
         (w.name_of(c.community_id), w.name_of(c.target_pubkey))
         for c in alphabet
