@@ -135,6 +135,10 @@ def delivery_from_row(row: dict[str, Any]) -> m.Delivery:
     )
 
 
+class RefusedAfterWriting(Refused):
+    """A refusal decided after the call wrote: its transaction rolls back (`_transaction`)."""
+
+
 class FencedWriter:
     """What every writer of a community's rows shares: the explicit write-fence
     check, under a share lock that a concurrent state change must wait for."""
@@ -159,11 +163,28 @@ class FencedWriter:
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         """`conn.transaction()`, telling a connection lost while committing (the
-        outcome is unknown) from one lost before (nothing took effect)."""
+        outcome is unknown) from one lost before (nothing took effect).
+
+        A refusal ends its transaction with COMMIT, not ROLLBACK: it is raised
+        before the call writes anything (its reads and locks commit as they would
+        roll back), and psycopg answers every ROLLBACK by dropping the connection's
+        prepared statements (one DEALLOCATE ALL round trip, then every statement
+        parsed and planned anew until it is prepared again; psycopg issue #1105).
+        Measured on the lockstep's refusal-heavy programs: the adapter's calls took
+        1.28x the time of their bare SQL, 1.05x after. The one refusal that follows
+        a write raises `RefusedAfterWriting` and rolls back; any other exception
+        rolls back too."""
         transaction = self.conn.transaction()
         transaction.__enter__()
         try:
             yield
+        except Refused as refused:
+            if isinstance(refused, RefusedAfterWriting):
+                transaction.__exit__(type(refused), refused, refused.__traceback__)
+                raise
+            with contextlib.suppress(psycopg.OperationalError):  # nothing was written: the refusal stands
+                transaction.__exit__(None, None, None)
+            raise
         except BaseException as exc:
             transaction.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, or finds the connection gone
             raise
@@ -597,14 +618,15 @@ class PostgresDeliveryStore(FencedWriter):
         if new.id in retired:
             if self._one(self.SQL_IDENTITY_TAKEN, columns) is not None:
                 return None  # a producer retry of a live identity: a no-op, as ever
-            raise Refused(m.DeliveryIdTaken(new.binding.community_id, new.id))
+            # The enclosing transaction rolls back every target of the step inserted before.
+            raise RefusedAfterWriting(m.DeliveryIdTaken(new.binding.community_id, new.id))
         try:
             row = self._one(self.SQL_INSERT_DELIVERY, {"id": new.id, **columns})
         except pg_errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "workflow_agent_deliveries_pkey":
                 raise
-            # The enclosing transaction rolls back every target of the step.
-            raise Refused(m.DeliveryIdTaken(new.binding.community_id, new.id)) from exc
+            # The enclosing transaction (aborted by the error) rolls back every target of the step.
+            raise RefusedAfterWriting(m.DeliveryIdTaken(new.binding.community_id, new.id)) from exc
         return None if row is None else row["id"]
 
     def claim(self, c: m.Claim) -> m.Claimed | m.ClaimMiss:
