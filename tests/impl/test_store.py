@@ -319,3 +319,38 @@ def test_a_deleted_deliverys_id_is_retired_so_its_lease_governs_nothing(world: W
     assert (fresh.delivery_id, fresh.lease_generation) == (D2, 1)
     assert world.store.execute(m.Renew(old, 30)) == m.LeaseLost()
     assert world.store.snapshot().retired == frozenset({(A, D1)})
+
+
+def test_a_refusal_after_a_write_rolls_the_step_back_whichever_way_the_id_is_taken(world: World) -> None:
+    world.commit(A, (D1, T1))
+    world.store.execute(m.DeleteRun(A, RUN))  # D1 is retired
+    world.store.execute(m.CreateRun(A, WORKFLOW, RUN))
+    world.commit(A, (D2, T1))  # D2 is live
+    before = world.store.snapshot()
+    d3 = uuid.UUID(int=3)
+    for taken in (D1, D2):  # retired (found before its insert), live (the insert's unique violation)
+        step = [m.NewDelivery(d3, binding(A, T1, "s2")), m.NewDelivery(taken, binding(A, T2, "s2"))]
+        assert world.refusal(m.CommitDeliveries(A, RUN, "s2", step)) == m.DeliveryIdTaken(A, taken)
+        assert world.store.snapshot() == before  # d3, inserted first, rolled back with it
+
+
+def _prepared(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT count(*) AS n FROM pg_prepared_statements").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_a_refusal_keeps_the_connections_prepared_statements(world: World) -> None:
+    # psycopg answers a ROLLBACK by deallocating every prepared statement; a refusal writes
+    # nothing, so it commits, and the statements prepared before stay prepared.
+    for _ in range(6):  # psycopg prepares a statement at its sixth execution
+        world.store.execute(m.CreateWorkflow(A, uuid.uuid4()))
+    prepared = _prepared(world.conn)
+    assert prepared >= 2  # the fence check and the insert
+    assert world.refusal(m.CreateWorkflow(A, WORKFLOW)) == m.AlreadyExists("workflow", A, WORKFLOW)
+    assert world.refusal(m.CreateRun(A, uuid.uuid4(), RUN)).entity == "workflow"
+    assert _prepared(world.conn) >= prepared
+    # An error other than a refusal still rolls back, and psycopg deallocates (the contrast).
+    with pytest.raises(psycopg.errors.UndefinedTable), world.store._transaction():
+        world.conn.execute("SELECT * FROM no_such_table")
+    assert _prepared(world.conn) == 0
