@@ -243,6 +243,20 @@ class Verdict:
 WHERE = ("after", "before commit")
 
 
+@attrs.frozen
+class _Placement:
+    """Where one schedule parks: `parked` waits `where` (after `sql`, or before the COMMIT
+    of a transaction that ran `sql`, or of any if None) while `beside` runs, and then
+    `observer`, if given. `attribute` names the locking statement it is derived from."""
+
+    attribute: str
+    parked: str
+    beside: str
+    where: str
+    sql: str | None
+    observer: str | None = None
+
+
 def schedules(
     dsn: str, machine: str, classes: Mapping[str, type], attribute: str, *, stop_at_first: bool = False
 ) -> Iterator[Verdict]:
@@ -267,10 +281,9 @@ def again(dsn: str, machine: str, classes: Mapping[str, type], verdict: Verdict)
     """The schedule `verdict` judged, run once more against the implementation of `classes`
     (None if its parked operation did not get there this time)."""
     sql = _text(classes, verdict.statement) if verdict.ran else None
+    placement = _Placement(verdict.statement, verdict.parked, verdict.beside, verdict.where, sql, verdict.observer)
     with _adapter(dsn, machine, classes) as (spec, adapter):
-        return _one(
-            dsn, spec, adapter, verdict.statement, verdict.parked, verdict.beside, verdict.where, sql, verdict.observer
-        )
+        return _one(dsn, spec, adapter, placement)
 
 
 def _text(classes: Mapping[str, type], attribute: str) -> str:
@@ -299,7 +312,8 @@ def _schedules(
             for beside in spec.names:
                 if spec.excluded(parked, beside):
                     continue
-                verdicts = list(_observed(dsn, spec, adapter, attribute, parked, beside, where, sql, stop_at_first))
+                placement = _Placement(attribute, parked, beside, where, sql)
+                verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
                 if not verdicts:
                     break
                 if parked not in reachers:
@@ -313,9 +327,8 @@ def _schedules(
         for beside in reachers:
             if spec.excluded(parked, beside):
                 continue
-            verdicts = list(
-                _observed(dsn, spec, adapter, attribute, parked, beside, "before commit", None, stop_at_first)
-            )
+            placement = _Placement(attribute, parked, beside, "before commit", None)
+            verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
             if not verdicts:
                 break  # the parked one commits no transaction
             yield from verdicts
@@ -323,31 +336,21 @@ def _schedules(
                 return
 
 
-def _observed(
-    dsn: str,
-    spec: Machine,
-    adapter: Any,
-    attribute: str,
-    parked: str,
-    beside: str,
-    where: str,
-    sql: str | None,
-    stop_at_first: bool,
-) -> Iterator[Verdict]:
-    """The schedule of `parked` and `beside`; then, if `beside` finished while `parked`
-    waited, the same with each of the machine's reads run after it, still while `parked`
-    waits (judged in real time: the read began after `beside` returned). Nothing if the
-    parked one never got there."""
-    verdict = _one(dsn, spec, adapter, attribute, parked, beside, where, sql)
+def _observed(dsn: str, spec: Machine, adapter: Any, placement: _Placement, stop_at_first: bool) -> Iterator[Verdict]:
+    """The schedule of `placement` (which has no observer); then, if its `beside` finished
+    while `parked` waited, the same with each of the machine's reads run after it, still
+    while `parked` waits (judged in real time: the read began after `beside` returned).
+    Nothing if the parked one never got there."""
+    verdict = _one(dsn, spec, adapter, placement)
     if verdict is None:
         return
     yield verdict
     if verdict.waited != "finished" or not verdict.ok:
         return  # an observer shows more only where the two alone were explained
     for observer in spec.observers:
-        if not spec.may_observe(parked, beside, observer):
+        if not spec.may_observe(placement.parked, placement.beside, observer):
             continue
-        seen = _one(dsn, spec, adapter, attribute, parked, beside, where, sql, observer)
+        seen = _one(dsn, spec, adapter, attrs.evolve(placement, observer=observer))
         if seen is None:
             continue  # not reached this time (it was the first time): nothing to judge
         yield seen
@@ -355,44 +358,30 @@ def _observed(
             return
 
 
-def _one(
-    dsn: str,
-    spec: Machine,
-    adapter: Any,
-    attribute: str,
-    parked: str,
-    beside: str,
-    where: str,
-    sql: str | None,
-    observer: str | None = None,
-) -> Verdict | None:
-    """One schedule: `parked` waits `where` (after `sql`, or before the COMMIT of a
-    transaction that ran `sql`, or of any if None) while `beside` runs (and then
-    `observer`, if given). None if it never got there."""
+def _one(dsn: str, spec: Machine, adapter: Any, placement: _Placement) -> Verdict | None:
+    """The one schedule `placement` says; None if its parked operation never got there."""
     engines = getattr(adapter, "engines", {})
     connections = {name: engine.conn for name, engine in engines.items()}  # a replica client swaps its own
     try:
         with Schedule(dsn) as schedule:
-            return _judged(spec, spec.race(adapter, schedule), attribute, parked, beside, where, sql, observer)
+            return _judged(spec, spec.race(adapter, schedule), placement)
     finally:
         for name, conn in connections.items():
             engines[name].conn = conn
 
 
-def _judged(
-    spec: Machine,
-    race: Race,
-    attribute: str,
-    parked: str,
-    beside: str,
-    where: str,
-    sql: str | None,
-    observer: str | None,
-) -> Verdict | None:
+def _judged(spec: Machine, race: Race, placement: _Placement) -> Verdict | None:
+    attribute, parked, beside, sql, observer = (
+        placement.attribute,
+        placement.parked,
+        placement.beside,
+        placement.sql,
+        placement.observer,
+    )
     outcomes = race.setup(*spec.scene)
     first, second = spec.catalogue(outcomes, PARKED)[parked], spec.catalogue(outcomes, BESIDE)[beside]
     one, two = spec.client(race, PARKED, first), spec.client(race, BESIDE, second)
-    if where == "after":
+    if placement.where == "after":
         point = one.gate.pause_after(sql, label=attribute)
     else:
         point = one.gate.pause_before_commit(ran=sql, label=attribute if sql else None)
@@ -422,7 +411,7 @@ def _judged(
     finally:
         point.release()
     verdict = functools.partial(
-        Verdict, parked, beside, attribute, where, observer=observer, waited=waited, ran=sql is not None
+        Verdict, parked, beside, attribute, placement.where, observer=observer, waited=waited, ran=sql is not None
     )
     for collect in (one, None if observing else two, three if reads else None):
         if collect is not None:
