@@ -178,15 +178,12 @@ class FencedWriter:
         transaction.__enter__()
         try:
             yield
-        except Refused as refused:
-            if isinstance(refused, RefusedAfterWriting):
-                transaction.__exit__(type(refused), refused, refused.__traceback__)
-                raise
-            with contextlib.suppress(psycopg.OperationalError):  # nothing was written: the refusal stands
-                transaction.__exit__(None, None, None)
-            raise
         except BaseException as exc:
-            transaction.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, or finds the connection gone
+            if isinstance(exc, Refused) and not isinstance(exc, RefusedAfterWriting):
+                with contextlib.suppress(psycopg.OperationalError):  # nothing was written: the refusal stands
+                    transaction.__exit__(None, None, None)
+            else:
+                transaction.__exit__(type(exc), exc, exc.__traceback__)  # rolls back, or finds the connection gone
             raise
         try:
             transaction.__exit__(None, None, None)  # the COMMIT
