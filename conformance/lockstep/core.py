@@ -564,3 +564,19 @@ def bind(
         },
     )
     return cast("type[M]", bound)  # a subclass of `machine`, made by type()
+
+
+def release(bound: type[LockstepMachine]) -> None:
+    """Let go of what a bound machine held for its run (made by `bind`). Hypothesis
+    keeps every state machine class it ran, with the rules it read from it, for
+    the life of the process; without this each run's adapter, executor and trie
+    of programs sent (tens of thousands of objects per run) stayed reachable too,
+    so a process that runs many (a mutation run's worker, a pytest session) grew
+    with every run, and every collection walked all of it."""
+    bound.programs = {}
+    bound.remembered = [0]
+    del bound.adapter, bound.executor  # set by `bind` on this class alone
+    bound.on_example = None
+    # Hypothesis's own record of the class (its rules and their strategies):
+    # private; if a later version keeps it elsewhere, only the class stays.
+    getattr(RuleBasedStateMachine, "_setup_state_per_class", {}).pop(bound, None)

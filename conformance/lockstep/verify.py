@@ -13,7 +13,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound, fault_name
+from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound, fault_name, release
 from leaseproof.conformance.lockstep.delivery import machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
@@ -174,6 +174,8 @@ def run_conformance(
             trace=_trace(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
             shrink_stopped=shrink_bound.stopped,
         )
+    finally:
+        release(bound)
     return Verdict(True, coverage, time.monotonic() - started, seed_value)
 
 

@@ -4,6 +4,8 @@ its randomized search alone."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -29,6 +31,23 @@ def test_bundled_implementation_conforms(adapter: PostgresDeliveryAdapter) -> No
     assert verdict.coverage.scenarios == len(SCENARIOS)
     assert verdict.coverage.generated >= 40
     assert 0 < verdict.coverage.examples <= verdict.coverage.generated
+
+
+def test_a_run_lets_go_of_its_adapter_and_its_programs(delivery_dsn: str) -> None:
+    # Hypothesis keeps every state machine class it ran for the life of the
+    # process; a run's bound class must not keep its adapter (connections and
+    # all) or its trie of programs sent reachable through it, or a process
+    # that runs many (a mutation run's worker) grows with every run.
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    watched = weakref.ref(adapter)
+    try:
+        verdict = run_conformance(adapter, max_examples=5, seed_value=SEED, scenarios=False)
+    finally:
+        adapter.close()
+    assert verdict.conforms, verdict.failure
+    del adapter
+    gc.collect()
+    assert watched() is None, [type(r).__qualname__ for r in gc.get_referrers(watched())]
 
 
 def test_scenarios_reach_every_outcome_variant_transition_and_rule(adapter: PostgresDeliveryAdapter) -> None:
