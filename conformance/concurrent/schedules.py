@@ -409,10 +409,13 @@ COMMUNITY_CHANGES = {
 
 
 def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
-    """The holder settled, and retries after an uncertain completion; its retry is parked
-    before the reconciliation read while the community is fenced or deleted. The
-    retry holds the community share-locked, so the change waits for it, and the
-    retry is told the recorded terminal."""
+    """The holder settled, and retries after an uncertain completion; its retry, whose
+    finish settled nothing, is parked before its reconciliation read while the
+    community is fenced or deleted. The read is a statement of its own: the change
+    does not wait for the retry, and the read, which checks the fence itself, refuses
+    it (a deletion purged the row: a read without the fence would say LeaseLost).
+    An implementation that holds the community between the two (one transaction)
+    makes the change wait, and tells the retry the recorded terminal."""
     store = race.adapter.store_class
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
@@ -426,7 +429,7 @@ def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
     at_read.release()
     race.result(retry)
     race.result(operator)
-    return Forced(implied="retry operator", waited=waited)
+    return Forced(implied="retry operator" if waited == "blocked" else "operator retry", waited=waited)
 
 
 def a_second_sweep_then_a_claim(race: Race) -> Forced:

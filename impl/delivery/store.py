@@ -160,6 +160,37 @@ class FencedWriter:
     def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
         return self.conn.execute(sql, params).fetchone()
 
+    def _fenced(self, sql: str, params: dict[str, Any], community_id: uuid.UUID, *, steady: bool) -> dict[str, Any]:
+        """The row of `sql`, a statement that checks its community's write fence itself
+        (`FENCE_CTE`: it writes only while the community is active), as its own
+        transaction unless one is open. Raises the refusal its fence gives; with
+        `steady`, takes it again while the community changed after its snapshot."""
+        for _ in range(STEADY_TRIES):
+            row = self._statement(sql, params)
+            if row["community_state"] is None:
+                raise Refused(m.UnknownCommunity(community_id))
+            state = m.CommunityState(row["community_state"])
+            if state is not m.CommunityState.ACTIVE:
+                raise Refused(m.CommunityNotWritable(community_id, state))
+            if row["steady"] or not steady:
+                return row
+        raise Unavailable(
+            "a fenced statement", f"community {community_id} changed state under each of {STEADY_TRIES} tries"
+        )
+
+    def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The one row of `sql`. Outside a transaction it is its own (autocommit): a
+        connection lost while it ran leaves its outcome unknown, as a lost COMMIT does."""
+        alone = self.conn.info.transaction_status == pq.TransactionStatus.IDLE
+        try:
+            row = self.conn.execute(sql, params).fetchone()
+        except psycopg.OperationalError as exc:
+            if alone and (self.conn.closed or self.conn.broken):
+                raise _Committing(exc) from exc
+            raise
+        assert row is not None, "a fenced statement returns one row"
+        return row
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         """`conn.transaction()`, telling a connection lost while committing (the
@@ -249,6 +280,28 @@ class Sweep:
     left: tuple[tuple[uuid.UUID, uuid.UUID], ...] = ()
 
 
+# The write fence of an operation that is one statement (its own transaction):
+# the community's row, share-locked before the statement's write (its write is
+# gated on `(SELECT ... FROM fence)`, a one-time filter the executor evaluates
+# before it reads a row), so that a change of the community's state waits for
+# the statement, as it waits for a transaction that checked `_writable`.
+# `state` is the row's newest version (a locking read waits for a concurrent
+# change and reads what it committed); NULL: no such community. `steady`: that
+# version is the one the statement's snapshot sees. A statement whose answer
+# rests on what its snapshot did not find (a claim that found no candidate, a
+# finish told no terminal is recorded) is taken again when the community
+# changed after its snapshot: the snapshot may predate the change, and the rows
+# the change let in (a delivery committed once the community was active again).
+FENCE_CTE = """fence AS MATERIALIZED (
+            SELECT state, xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady
+            FROM communities WHERE id = %(community_id)s
+            FOR SHARE
+        )"""
+FENCED = "fence.state AS community_state, fence.steady"  # a fenced statement's first columns
+FENCED_FROM = "(SELECT) AS one LEFT JOIN fence ON true"  # one row, whether or not the community exists
+STEADY_TRIES = 5  # how often a fenced statement is taken again while its community keeps changing
+
+
 class PostgresDeliveryStore(FencedWriter):
     """The delivery machine on PostgreSQL. One connection; not thread-safe."""
 
@@ -304,11 +357,13 @@ class PostgresDeliveryStore(FencedWriter):
 
     # The oldest pending candidate of this (community, target) that matches
     # the requested id and every field of the expected binding, skipping
-    # rows another claimer holds locked.
+    # rows another claimer holds locked; claimed only while the community is
+    # writable and did not change since the statement's snapshot (FENCE).
     SQL_CLAIM = f"""
-        WITH candidate AS (
+        WITH {FENCE_CTE}, candidate AS (
             SELECT community_id, id FROM workflow_agent_deliveries
-            WHERE community_id = %(community_id)s
+            WHERE (SELECT state = 'active' AND steady FROM fence)
+              AND community_id = %(community_id)s
               AND target_pubkey = %(target_pubkey)s
               AND status = 'pending'
               AND (%(delivery_id)s::uuid IS NULL OR id = %(delivery_id)s::uuid)
@@ -325,16 +380,18 @@ class PostgresDeliveryStore(FencedWriter):
             ORDER BY created_at, id
             LIMIT 1
             FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE workflow_agent_deliveries d
+            SET status = 'claimed',
+                lease_generation = d.lease_generation + 1,
+                lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
+                claimed_at = lp_now(),
+                claim_key = %(request_key)s::text
+            FROM candidate
+            WHERE d.community_id = candidate.community_id AND d.id = candidate.id
+            RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
         )
-        UPDATE workflow_agent_deliveries d
-        SET status = 'claimed',
-            lease_generation = d.lease_generation + 1,
-            lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
-            claimed_at = lp_now(),
-            claim_key = %(request_key)s::text
-        FROM candidate
-        WHERE d.community_id = candidate.community_id AND d.id = candidate.id
-        RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+        SELECT {FENCED}, claimed.* FROM {FENCED_FROM} LEFT JOIN claimed ON true
     """
 
     # A claim with a request key: claims under one key take turns (the second
@@ -363,28 +420,41 @@ class PostgresDeliveryStore(FencedWriter):
     """
 
     SQL_RENEW = f"""
-        UPDATE workflow_agent_deliveries
-        SET lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)
-        WHERE {LEASE_HELD}
-        RETURNING lease_until
+        WITH {FENCE_CTE}, renewed AS (
+            UPDATE workflow_agent_deliveries
+            SET lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)
+            WHERE (SELECT state = 'active' FROM fence)
+              AND {LEASE_HELD}
+            RETURNING lease_until
+        )
+        SELECT {FENCED}, renewed.lease_until FROM {FENCED_FROM} LEFT JOIN renewed ON true
     """
 
     SQL_FINISH = f"""
-        UPDATE workflow_agent_deliveries
-        SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
-            lease_until = NULL, claimed_at = NULL, claim_key = NULL
-        WHERE {LEASE_HELD}
-        RETURNING status
+        WITH {FENCE_CTE}, settled AS (
+            UPDATE workflow_agent_deliveries
+            SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
+                lease_until = NULL, claimed_at = NULL, claim_key = NULL
+            WHERE (SELECT state = 'active' FROM fence)
+              AND {LEASE_HELD}
+            RETURNING status
+        )
+        SELECT {FENCED}, settled.status FROM {FENCED_FROM} LEFT JOIN settled ON true
     """
 
     # Reconciliation of an uncertain completion, fenced like the lease: only
     # the same holder (generation and target) is told the recorded terminal.
-    SQL_FINISH_RECONCILE = """
-        SELECT status FROM workflow_agent_deliveries
-        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
-          AND target_pubkey = %(target_pubkey)s
-          AND lease_generation = %(lease_generation)s
-          AND status IN ('finished', 'failed')
+    # Its own statement after a finish that settled nothing, so that a terminal
+    # committed by a concurrent retry of the same holder is visible.
+    SQL_FINISH_RECONCILE = f"""
+        WITH {FENCE_CTE}, recorded AS (
+            SELECT status FROM workflow_agent_deliveries
+            WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+              AND target_pubkey = %(target_pubkey)s
+              AND lease_generation = %(lease_generation)s
+              AND status IN ('finished', 'failed')
+        )
+        SELECT {FENCED}, recorded.status FROM {FENCED_FROM} LEFT JOIN recorded ON true
     """
 
     # Fleet-wide, but only communities that still allow writes; their rows
@@ -641,37 +711,35 @@ class PostgresDeliveryStore(FencedWriter):
             "request_key": c.request_key,
             **_expected_columns(expected),
         }
-        with self._transaction():
-            self._writable(c.community_id)
-            row = None
-            if c.request_key is not None:
+        if c.request_key is None:
+            row: dict[str, Any] | None = self._fenced(self.SQL_CLAIM, params, c.community_id, steady=True)
+        else:
+            # Claims under one key take turns, and a retry finds the lease its key holds.
+            with self._transaction():
+                self._writable(c.community_id)
                 self.conn.execute(self.SQL_LOCK_CLAIM_KEY, params)
                 row = self._one(self.SQL_CLAIM_RETRIED, params)
-            if row is None:
-                row = self._one(self.SQL_CLAIM, params)
-        if row is None:
+                if row is None:
+                    row = self._fenced(self.SQL_CLAIM, params, c.community_id, steady=True)
+        if row is None or row["id"] is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)
         return m.Claimed(m.lease_of(delivery), delivery)
 
     def renew(self, c: m.Renew) -> m.Renewed | m.LeaseLost:
         params = {**_lease_params(c.lease), "lease_seconds": c.lease_seconds}
-        with self._transaction():
-            self._writable(c.lease.community_id)
-            row = self._one(self.SQL_RENEW, params)
-        return m.LeaseLost() if row is None else m.Renewed(row["lease_until"])
+        row = self._fenced(self.SQL_RENEW, params, c.lease.community_id, steady=False)
+        return m.LeaseLost() if row["lease_until"] is None else m.Renewed(row["lease_until"])
 
     def finish(self, c: m.Finish) -> m.Settled | m.AlreadyTerminal | m.LeaseLost:
         params = {**_lease_params(c.lease), "outcome": c.outcome.value}
-        with self._transaction():
-            self._writable(c.lease.community_id)
-            row = self._one(self.SQL_FINISH, params)
-            if row is not None:
-                return m.Settled(m.Status(row["status"]))
-            # A fresh statement, so a terminal committed by a concurrent
-            # retry of the same holder is visible (READ COMMITTED).
-            row = self._one(self.SQL_FINISH_RECONCILE, params)
-        return m.LeaseLost() if row is None else m.AlreadyTerminal(m.Status(row["status"]))
+        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id, steady=False)
+        if row["status"] is not None:
+            return m.Settled(m.Status(row["status"]))
+        # A fresh statement, so a terminal committed by a concurrent
+        # retry of the same holder is visible (READ COMMITTED).
+        row = self._fenced(self.SQL_FINISH_RECONCILE, params, c.lease.community_id, steady=True)
+        return m.LeaseLost() if row["status"] is None else m.AlreadyTerminal(m.Status(row["status"]))
 
     def reap(self, c: m.Reap | None = None) -> m.Reaped:
         with self._transaction():

@@ -116,6 +116,17 @@ class WritesTrustFenceTrigger(Store):
         if self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone() is None:
             raise Refused(m.UnknownCommunity(community_id))
 
+    # The one-statement operations check the fence themselves: the same skip there.
+    SQL_CLAIM = _swap(Store.SQL_CLAIM, "(SELECT state = 'active' AND steady FROM fence)", "(SELECT steady FROM fence)")
+    SQL_RENEW = _swap(Store.SQL_RENEW, "(SELECT state = 'active' FROM fence)", "EXISTS (SELECT FROM fence)")
+    SQL_FINISH = _swap(Store.SQL_FINISH, "(SELECT state = 'active' FROM fence)", "EXISTS (SELECT FROM fence)")
+
+    def _fenced(self, sql: str, params: dict[str, Any], community_id: Any, *, steady: bool) -> dict[str, Any]:
+        row = self._statement(sql, params)
+        if row["community_state"] is None:
+            raise Refused(m.UnknownCommunity(community_id))
+        return row
+
 
 class CommitNotAtomic(Store):
     """Each target commits on its own: a failing target leaves the others."""

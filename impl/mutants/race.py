@@ -8,8 +8,8 @@ They are kept apart from `impl/mutants/delivery.py` and `impl/mutants/lifecycle.
 whose registries are asserted to be killed by sequential search.
 
 Most of them split one atomic statement into a read and a write. The
-bundled method runs that statement through `_one`; the variant intercepts
-it there, so the rest of the method (scope checks, fences, how the outcome
+bundled method runs that statement through `_one` (or `_statement`, for a
+statement that is its own transaction); the variant intercepts it there, so the rest of the method (scope checks, fences, how the outcome
 is built) is the bundled code, and the write keeps the statement's name: a
 schedule that pauses "before `store.SQL_CLAIM`" pauses the bundled store
 before its one statement and the variant between its read and its write.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from leaseproof.impl.delivery.store import _DELIVERY_COLUMNS, PostgresDeliveryStore
+from leaseproof.impl.delivery.store import _DELIVERY_COLUMNS, FENCE_CTE, FENCED, FENCED_FROM, PostgresDeliveryStore
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
 from leaseproof.impl.mutants.delivery import Mutant, _swap
 from leaseproof.impl.mutants.lifecycle import LifecycleMutant
@@ -40,7 +40,8 @@ class ClaimReadThenUpdate(Store):
     statement, without `FOR UPDATE SKIP LOCKED`, and then updated by key in a
     second statement that does not re-check it is still pending. Two
     claimers that read the same candidate both claim it (a double claim,
-    the second at generation + 2).
+    the second at generation + 2). Both statements check the community's
+    fence as the bundled one does.
 
     The write leaves a terminal row alone: the schema refuses to move one
     (migration 0004's guards), so a candidate finished between the read and
@@ -48,73 +49,93 @@ class ClaimReadThenUpdate(Store):
     fault instead of the double claim this variant stands for (seen in CI:
     the wire stress test, at random)."""
 
-    SQL_CLAIM_CANDIDATE = _between(
-        Store.SQL_CLAIM, "SELECT community_id, id FROM workflow_agent_deliveries", "FOR UPDATE SKIP LOCKED"
-    )
+    SQL_CLAIM_CANDIDATE = f"""
+        WITH {FENCE_CTE}, candidate AS (
+            {_between(Store.SQL_CLAIM, "SELECT community_id, id FROM workflow_agent_deliveries", "FOR UPDATE SKIP LOCKED")}
+        )
+        SELECT {FENCED}, candidate.id FROM {FENCED_FROM} LEFT JOIN candidate ON true
+    """
     SQL_CLAIM = f"""
-        UPDATE workflow_agent_deliveries d
-        SET status = 'claimed',
-            lease_generation = d.lease_generation + 1,
-            lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
-            claimed_at = lp_now(),
-            claim_key = %(request_key)s::text
-        WHERE d.community_id = %(community_id)s AND d.id = %(candidate_id)s
-          AND d.status IN ('pending', 'claimed')
-        RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+        WITH {FENCE_CTE}, claimed AS (
+            UPDATE workflow_agent_deliveries d
+            SET status = 'claimed',
+                lease_generation = d.lease_generation + 1,
+                lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
+                claimed_at = lp_now(),
+                claim_key = %(request_key)s::text
+            WHERE (SELECT state = 'active' FROM fence)
+              AND d.community_id = %(community_id)s AND d.id = %(candidate_id)s
+              AND d.status IN ('pending', 'claimed')
+            RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
+        )
+        SELECT {FENCED}, claimed.* FROM {FENCED_FROM} LEFT JOIN claimed ON true
     """
 
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
         if sql == self.SQL_CLAIM:
-            candidate = super()._one(self.SQL_CLAIM_CANDIDATE, params)
-            if candidate is None:
-                return None
+            candidate = super()._statement(self.SQL_CLAIM_CANDIDATE, params)
+            if candidate["id"] is None:
+                return candidate  # no candidate (or a refusal): the bundled claim answers from its fence
             params = {**params, "candidate_id": candidate["id"]}
-        return super()._one(sql, params)
+        return super()._statement(sql, params)
 
 
 class FinishCheckThenAct(Store):
     """Check-then-act on finish: the row is read, the lease (status claimed,
     generation, target, unexpired) is checked in Python, and the terminal is
-    written by key, with no fence in the UPDATE's WHERE. A holder whose
+    written by key, with no lease in the UPDATE's WHERE. A holder whose
     check passed settles over whatever happened meanwhile: a reap and a
     newer holder's claim, or its own concurrent retry with the other
     outcome (the terminal flips)."""
 
-    SQL_FINISH_READ = """
-        SELECT status, lease_generation, target_pubkey, lease_until, lp_now() AS now
-        FROM workflow_agent_deliveries
-        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+    SQL_FINISH_READ = f"""
+        WITH {FENCE_CTE}
+        SELECT {FENCED}, d.status, d.lease_generation, d.target_pubkey, d.lease_until, lp_now() AS now
+        FROM {FENCED_FROM}
+        LEFT JOIN workflow_agent_deliveries d ON d.community_id = %(community_id)s AND d.id = %(delivery_id)s
     """
-    SQL_FINISH = """
-        UPDATE workflow_agent_deliveries
-        SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
-            lease_until = NULL, claimed_at = NULL, claim_key = NULL
-        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
-        RETURNING status
+    SQL_FINISH = f"""
+        WITH {FENCE_CTE}, settled AS (
+            UPDATE workflow_agent_deliveries
+            SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
+                lease_until = NULL, claimed_at = NULL, claim_key = NULL
+            WHERE (SELECT state = 'active' FROM fence)
+              AND community_id = %(community_id)s AND id = %(delivery_id)s
+            RETURNING status
+        )
+        SELECT {FENCED}, settled.status FROM {FENCED_FROM} LEFT JOIN settled ON true
     """
 
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
         if sql == self.SQL_FINISH:
-            row = super()._one(self.SQL_FINISH_READ, params)
+            row = super()._statement(self.SQL_FINISH_READ, params)
             held = (
-                row is not None
-                and row["status"] == m.Status.CLAIMED.value
+                row["status"] == m.Status.CLAIMED.value
                 and row["lease_generation"] == params["lease_generation"]
                 and bytes(row["target_pubkey"]) == params["target_pubkey"]
                 and row["lease_until"] >= row["now"]
             )
-            if not held:
-                return None  # the bundled finish goes on to its reconciliation read
-        return super()._one(sql, params)
+            if row["community_state"] != m.CommunityState.ACTIVE.value or not held:
+                return {**row, "status": None}  # the bundled finish refuses, or goes on to its reconciliation read
+        return super()._statement(sql, params)
 
 
 class ReconcileOutsideTransaction(Store):
-    """The reconciliation read of an uncertain completion runs after the
-    fenced transaction has committed, outside it: no longer under the
-    community's share lock, so a community deletion that commits in between
-    purges the row and the same holder's retry is told `LeaseLost`, an
-    outcome no serial order gives (before the deletion it is
-    `AlreadyTerminal`, after it `CommunityNotWritable`)."""
+    """The reconciliation read of an uncertain completion does not check the
+    community's fence: after the finish that settled nothing, a community
+    deletion that commits before the read purges the row, and the same
+    holder's retry is told `LeaseLost`, an outcome no serial order gives
+    (before the deletion it is `AlreadyTerminal`, after it
+    `CommunityNotWritable`). (Named from when the store's finish was one
+    transaction and this read ran after it, outside the share lock.)"""
+
+    SQL_FINISH_RECONCILE = """
+        SELECT status FROM workflow_agent_deliveries
+        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
+          AND target_pubkey = %(target_pubkey)s
+          AND lease_generation = %(lease_generation)s
+          AND status IN ('finished', 'failed')
+    """
 
     def finish(self, c: m.Finish) -> Any:
         params = {
@@ -124,13 +145,11 @@ class ReconcileOutsideTransaction(Store):
             "lease_generation": c.lease.lease_generation,
             "outcome": c.outcome.value,
         }
-        with self.conn.transaction():
-            self._writable(c.lease.community_id)
-            row = self._one(self.SQL_FINISH, params)
-        if row is not None:
+        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id, steady=False)
+        if row["status"] is not None:
             return m.Settled(m.Status(row["status"]))
-        row = self._one(self.SQL_FINISH_RECONCILE, params)  # autocommit: its own snapshot, no lock
-        return m.LeaseLost() if row is None else m.AlreadyTerminal(m.Status(row["status"]))
+        read = self._one(self.SQL_FINISH_RECONCILE, params)  # its own snapshot, no fence
+        return m.LeaseLost() if read is None else m.AlreadyTerminal(m.Status(read["status"]))
 
 
 class CommitWithoutIdentityLock(Store):

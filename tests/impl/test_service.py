@@ -81,11 +81,14 @@ def test_a_connection_the_server_ended_between_calls_is_replaced_by_the_next_cal
 
 class _CutOnce:
     """A connect() for the service whose first connection is gated: the call it runs is held
-    before its COMMIT, the server ends the backend there, and the call goes on (and finds its
-    connection gone while committing). Later connections are plain."""
+    before its COMMIT (`at="commit"`, a call that is a transaction) or before `statement`
+    (`at="statement"`, a call that is that one statement, its own transaction), the server
+    ends the backend there, and the call goes on and finds its connection gone while
+    committing: for a statement of its own, its outcome is as unknown to the store as
+    when the server ran it and the answer was lost. Later connections are plain."""
 
-    def __init__(self, schedule: Schedule, statement: str) -> None:
-        self.schedule, self.statement, self.gate = schedule, statement, None
+    def __init__(self, schedule: Schedule, statement: str, at: str = "commit") -> None:
+        self.schedule, self.statement, self.at, self.gate = schedule, statement, at, None
         self.client: Any = None
 
     def __call__(self, dsn: str, waits: Waits) -> Any:
@@ -93,7 +96,10 @@ class _CutOnce:
         if self.client is not None:
             return conn
         self.client = self.schedule.client("service", conn)
-        self.pause = self.client.gate.pause_before_commit(ran=self.statement)
+        gated = self.client.gate
+        self.pause = (
+            gated.pause_before_commit(ran=self.statement) if self.at == "commit" else gated.pause_before(self.statement)
+        )
         gate: Gate = self.client.gate
         return gate.as_connection()
 
@@ -108,14 +114,14 @@ def test_a_finish_lost_while_committing_is_sent_again_and_its_answer_says_what_h
         claimed = setup.execute(m.Claim(A, TARGET, 30))
     assert isinstance(claimed, m.Claimed)
     with Schedule(world) as schedule:
-        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_FINISH)
+        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_FINISH, at="statement")
         service = DeliveryService(world, connect=cut)
         try:
             service._live("Finish")  # the gated connection, made on this thread
             cut.client.start(lambda: service.execute(m.Finish(claimed.lease, m.Status.FINISHED)))
             cut.cut_when_parked()
-            # Here the COMMIT never reached the server, so the resend settles it; had it, the
-            # resend would answer AlreadyTerminal(finished) (the model's resend rule; explore proves it).
+            # Here the statement never reached the server, so the resend settles it; had it run,
+            # the resend would answer AlreadyTerminal(finished) (the model's resend rule; explore proves it).
             assert cut.client.result(_BOUND) == m.Settled(m.Status.FINISHED)
             assert service.connections == 2
         finally:
@@ -125,7 +131,7 @@ def test_a_finish_lost_while_committing_is_sent_again_and_its_answer_says_what_h
 
 def test_a_claim_lost_while_committing_is_not_sent_again(world: str) -> None:
     with Schedule(world) as schedule:
-        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_CLAIM)
+        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_CLAIM, at="statement")
         service = DeliveryService(world, connect=cut)
         try:
             service._live("Claim")

@@ -305,17 +305,20 @@ def test_drop_not() -> None:
 def test_renew_conjuncts() -> None:
     found = of("drop-conjunct", PostgresDeliveryStore.SQL_RENEW)
     assert [m.before for m in found] == [
-        "community_id = %(community_id)s AND",
+        "id = %(community_id)s",  # the fence's snapshot read of its community
+        "id = %(community_id)s",  # the fence's locking read
+        "(SELECT state = 'active' FROM fence) AND",  # the write's gate
+        "AND community_id = %(community_id)s",
         "AND id = %(delivery_id)s",
         "AND target_pubkey = %(target_pubkey)s",
         "AND lease_generation = %(lease_generation)s",
         "AND status = 'claimed'",
         "AND lease_until >= lp_now()",
     ]
-    assert [m.site for m in found] == [1, 2, 3, 4, 5, 6]
+    assert [m.site for m in found] == list(range(1, 10))
     # The hand-written mutant RenewIgnoresExpiry is one of them, byte for byte.
-    assert found[5].sql == PostgresDeliveryStore.SQL_RENEW.replace("\n        AND lease_until >= lp_now()", "")
-    assert by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/6").stands_for == (
+    assert found[8].sql == PostgresDeliveryStore.SQL_RENEW.replace("\n        AND lease_until >= lp_now()", "")
+    assert by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/9").stands_for == (
         'SQL_RENEW: drops the conjunct "lease_until >= lp_now()"'
     )
 
@@ -323,7 +326,7 @@ def test_renew_conjuncts() -> None:
 def test_claim_named_arguments_and_assignments_never_flip() -> None:
     claim = PostgresDeliveryStore.SQL_CLAIM
     flips = of("flip-comparison", claim)
-    assert len(flips) == 16
+    assert len(flips) == 19  # 16 of the candidate's and the update's, 3 of the fence's
     for m in flips:
         assert m.sql.count("secs => %(lease_seconds)s") == 1
         assert "lease_generation = d.lease_generation + 1" in m.sql and "claimed_at = lp_now()" in m.sql
@@ -347,7 +350,7 @@ def test_claim_named_arguments_and_assignments_never_flip() -> None:
         "NOT %(match)s OR",
     ]
     assert afters("reverse-order-key", claim) == ["created_at DESC", "id DESC"]
-    assert [m.before for m in of("drop-lock", claim)] == ["FOR UPDATE SKIP LOCKED"]
+    assert [m.before for m in of("drop-lock", claim)] == ["FOR SHARE", "FOR UPDATE SKIP LOCKED"]  # fence, candidate
 
 
 def test_reap_and_the_locked_joins() -> None:
@@ -437,8 +440,8 @@ def test_catalogue_names_kinds_and_tuples() -> None:
 
 
 def test_unknown_name_lists_near_names() -> None:
-    with pytest.raises(ValueError, match=r"did you mean .*PostgresDeliveryStore\.SQL_RENEW/drop-conjunct/6"):
-        by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/66")
+    with pytest.raises(ValueError, match=r"did you mean .*PostgresDeliveryStore\.SQL_RENEW/drop-conjunct/9"):
+        by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/99")
     with pytest.raises(ValueError, match="no generated mutant"):
         by_name("nothing like it")
 

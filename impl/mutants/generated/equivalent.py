@@ -58,12 +58,12 @@ EQUIVALENT: dict[str, str] = {
     "PostgresDeliveryStore.SQL_WORKFLOW_EXISTS/off-by-one/2": _ONLY_NONE,
     "PostgresDeliveryStore.SQL_KNOWN_EVENTS/drop-conjunct/2": _MEMBERSHIP,
     "PostgresDeliveryStore.SQL_RETIRED_IDS/drop-conjunct/2": _MEMBERSHIP,
-    "PostgresDeliveryStore.SQL_CLAIM/drop-conjunct/11": (
+    "PostgresDeliveryStore.SQL_CLAIM/drop-conjunct/14": (
         "the cause kind follows from which identity column is set (CHECK delivery_cause_exactly_one), and "
         "the three IS NOT DISTINCT FROM comparisons that stay match that column pattern exactly"
     ),
-    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/5": _LEASE_IFF_CLAIMED,
-    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/5": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/8": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_REAP/drop-conjunct/6": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_LOCK_DELETIONS/off-by-one/1": _SEED,
     "PostgresDeliveryStore.SQL_REAP/drop-conjunct/1": _REAP_RECHECKS,

@@ -54,7 +54,7 @@ def test_the_bundled_implementation_passes_every_schedule(delivery_dsn: str, mac
     ("mutant", "parked", "beside"),
     [
         # a claim that waits for a locked candidate instead of skipping it
-        ("PostgresDeliveryStore.SQL_CLAIM/drop-skip-locked/1", "claim", "claim"),
+        ("PostgresDeliveryStore.SQL_CLAIM/drop-skip-locked/1", "keyed claim", "claim"),
         # a state change that reads its community without the row lock: a deletion
         # lands between the read and the write, which then revives the community
         ("PostgresDeliveryStore.SQL_COMMUNITY_FOR_UPDATE/drop-lock/1", "fence", "delete community"),

@@ -244,8 +244,10 @@ def test_stale_holder_and_newer_holder_finish(
     delivery_race: Callable[[type], Race], impl: Impl, paused: str, outcomes: str
 ) -> None:
     """Holder A starts finishing while its lease governs and is parked before its write;
-    the lease expires, the reaper takes it, holder B claims; then A and B finish
-    concurrently, with B parked before its COMMIT, or A parked until B is done."""
+    the lease expires and the reaper takes it; then holder B claims and finishes
+    while A is parked, or B's claim (keyed: a transaction) is parked before its
+    COMMIT, holding the row, while A goes on. (A finish is one statement, its own
+    transaction: there is no point between its write and its commit to park at.)"""
     stale_outcome, newer_outcome = OUTCOME_PAIRS[outcomes]
     race = delivery_race(impl.cls)
     race.setup(ONE_ROW)
@@ -257,24 +259,25 @@ def test_stale_holder_and_newer_holder_finish(
     at_write.wait_parked()
     race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))
     assert race.run(test, d.Reap()) == d.Reaped(1)
-    newer_lease = race.run(test, CLAIM).lease
     if paused == "stale":
+        newer_lease = race.run(newer, CLAIM).lease
         race.run(newer, d.Finish(newer_lease, newer_outcome))
         at_write.release()
         race.result(stale)
-        implied = "test test test newer stale"
+        implied = "test test newer newer stale"
     else:
-        at_commit = newer.gate.pause_before_commit(ran=impl.cls.SQL_FINISH)
-        race.start(newer, d.Finish(newer_lease, newer_outcome))
+        at_commit = newer.gate.pause_before_commit(ran=impl.cls.SQL_CLAIM)
+        race.start(newer, attrs.evolve(CLAIM, request_key="newer"))
         at_commit.wait_parked()
         at_write.release()
         waited = stale.wait_blocked_or_finished()
         if impl.conforms:
             assert waited == "finished", "the fenced UPDATE skips a row of another generation without waiting"
         at_commit.release()
-        race.result(newer)
+        newer_lease = race.result(newer).lease
         race.result(stale)
-        implied = "test test test stale newer"
+        race.run(newer, d.Finish(newer_lease, newer_outcome))
+        implied = "test test stale newer newer"
     race.judge(implied, impl.conforms)
 
 
@@ -315,8 +318,10 @@ def test_holder_races_the_reaper(
     delivery_race: Callable[[type], Race], operation: str, expired: bool, paused: str
 ) -> None:
     """At lease_until == now the lease still governs and the reaper must not take it;
-    one second later the reaper takes it and the holder has lost it, whichever of
-    the two is parked before its COMMIT while the other runs."""
+    one second later the reaper takes it and the holder has lost it, whether the
+    holder is parked before its write while the reaper runs or the reaper is
+    parked before its COMMIT while the holder runs. (The holder's write is one
+    statement, its own transaction: it has no point between write and commit.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
@@ -325,13 +330,13 @@ def test_holder_races_the_reaper(
     command = HOLDER_COMMANDS[operation](claimed.lease)
     statement = PostgresDeliveryStore.SQL_FINISH if operation == "finish" else PostgresDeliveryStore.SQL_RENEW
     if paused == "holder":
-        at_commit = holder.gate.pause_before_commit(ran=statement)
+        at_write = holder.gate.pause_before(statement)
         race.start(holder, command)
-        at_commit.wait_parked()
-        race.run(reaper, d.Reap())  # the reaper's snapshot never matches a row the holder's write matched
-        at_commit.release()
+        at_write.wait_parked()
+        race.run(reaper, d.Reap())
+        at_write.release()
         race.result(holder)
-        implied = "holder reaper"
+        implied = "reaper holder"
     else:
         at_commit = reaper.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_REAP)
         race.start(reaper, d.Reap())
@@ -343,32 +348,26 @@ def test_holder_races_the_reaper(
     race.judge(implied, True)
 
 
-@pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
-def test_reaper_passes_over_a_holder_that_wrote_at_the_deadline(
-    delivery_race: Callable[[type], Race], operation: str
-) -> None:
-    """The holder wrote at lease_until == now and is parked before its COMMIT; the clock
-    moves past the deadline and the reaper, whose snapshot still shows the claim
-    expired, finds the row locked and passes over it at once, without waiting (a
-    stalled holder must not stop the sweep). The holder commits, and the next sweep
-    leaves the row too: it is settled, or renewed from the deadline."""
+def test_reaper_passes_over_an_expired_row_another_transaction_holds(delivery_race: Callable[[type], Race]) -> None:
+    """A claim (keyed: a transaction) takes the oldest of two expired-and-reaped rows and
+    is parked before its COMMIT; meanwhile the other row's lease expires, and the
+    reaper, whose snapshot shows the parked claim's row pending, reaps the other row
+    without waiting for the parked one (a stalled client must not stop the sweep).
+    The claim commits; a second sweep leaves its fresh lease alone."""
     race = delivery_race(PostgresDeliveryStore)
-    race.setup(ONE_ROW)
-    (claimed,) = race.setup(CLAIM)
-    race.setup(d.AdvanceClock(LEASE * SECOND))
+    race.setup(ONE_ROW, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
+    race.setup(CLAIM, d.AdvanceClock((LEASE + 1) * SECOND))  # D1 claimed, then expired
     holder, reaper, test = race.client("holder"), race.client("reaper"), race.client("test")
-    statement = PostgresDeliveryStore.SQL_FINISH if operation == "finish" else PostgresDeliveryStore.SQL_RENEW
-    at_commit = holder.gate.pause_before_commit(ran=statement)
-    race.start(holder, HOLDER_COMMANDS[operation](claimed.lease))
+    at_commit = holder.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
+    race.start(holder, attrs.evolve(CLAIM, request_key="holder"))  # takes D2, the pending one
     at_commit.wait_parked()
-    race.run(test, d.AdvanceClock(SECOND))
     race.start(reaper, d.Reap())
     assert reaper.wait_blocked_or_finished() == "finished"
-    assert race.result(reaper) == d.Reaped(0)
+    assert race.result(reaper) == d.Reaped(1)  # D1
     at_commit.release()
-    race.result(holder)
+    assert race.result(holder).lease.delivery_id == D2
     assert race.run(test, d.Reap()) == d.Reaped(0)
-    race.judge("holder test reaper test", True)
+    race.judge("holder reaper test", True)
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(FinishCheckThenAct)], ids=impl_id)
@@ -466,8 +465,10 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
         race.result(one)
         implied = "two one"
     else:
+        # A keyed claim is a transaction (an unkeyed one is a single statement, with
+        # no point between its write and its commit).
         at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_CLAIM)
-        race.start(one, CLAIM)
+        race.start(one, attrs.evolve(CLAIM, request_key="one"))
         at_commit.wait_parked()
         race.start(two, CLAIM)
         waited = two.wait_blocked_or_finished()
@@ -482,12 +483,12 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
 
 def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[type], Race]) -> None:
     """Two pending rows of one target: while the oldest is held by an uncommitted
-    claim, a second claimer takes the next one, without waiting."""
+    claim (keyed: a transaction), a second claimer takes the next one, without waiting."""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW, d.AdvanceClock(SECOND), d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
     one, two = race.client("one"), race.client("two")
     at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
-    race.start(one, CLAIM)
+    race.start(one, attrs.evolve(CLAIM, request_key="one"))
     at_commit.wait_parked()
     race.start(two, CLAIM)
     assert two.wait_blocked_or_finished() == "finished"
@@ -564,13 +565,13 @@ def test_reconciliation_races_a_community_change(
     delivery_race: Callable[[type], Race], impl: Impl, change: str
 ) -> None:
     """The schedule `reconciliation_races_a_community_change` (conformance/concurrent/schedules.py,
-    where the kill matrix runs it too): the retry's reconciliation read holds the
-    community share-locked, so a fence or deletion waits for it, and the retry is
-    told the recorded terminal."""
+    where the kill matrix runs it too): the retry's reconciliation read is a statement
+    of its own, so the fence or deletion does not wait for the parked retry, and the
+    read, which checks the fence itself, refuses it."""
     race = delivery_race(impl.cls)
     forced = reconciliation_races_a_community_change(race, change)
     if impl.conforms:
-        assert forced.waited == "blocked", "a community change waits for a writer that holds it share-locked"
+        assert forced.waited == "finished", "nothing holds the community between the finish and its reconciliation"
     race.judge(forced.implied, impl.conforms)
 
 
