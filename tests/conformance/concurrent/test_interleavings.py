@@ -481,6 +481,61 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
     race.judge(implied, impl.conforms)
 
 
+class ClaimTrustsItsSnapshot(PostgresDeliveryStore):
+    """A claim answered from its statement's snapshot even when its community changed
+    after it (the fence's `steady` ignored): the variant the test below must catch."""
+
+    def _fenced(self, sql: str, params: dict[str, Any], community_id: Any, *, steady: bool) -> dict[str, Any]:
+        return super()._fenced(sql, params, community_id, steady=False)
+
+
+_ANOTHER_DELIVERY = """
+    INSERT INTO workflow_agent_deliveries (
+        community_id, id, workflow_id, run_id, step_id, target_pubkey, definition_event_id, message_event_id,
+        cause_kind, cause_event_id, cause_scheduled_for, cause_invocation_id, created_at)
+    SELECT community_id, %(new)s, workflow_id, run_id, 's2', target_pubkey, definition_event_id, message_event_id,
+        cause_kind, cause_event_id, cause_scheduled_for, cause_invocation_id, lp_now()
+    FROM workflow_agent_deliveries WHERE id = %(old)s
+"""
+
+
+@pytest.mark.parametrize(
+    "impl", [BUNDLED, Impl("claim-trusts-its-snapshot", ClaimTrustsItsSnapshot, False)], ids=impl_id
+)
+def test_a_claim_is_taken_again_when_its_community_changed_after_its_snapshot(
+    delivery_race: Callable[[type], Race], impl: Impl
+) -> None:
+    """The community is fenced and its one delivery claimed. A transaction makes it active
+    again and commits a new pending delivery in it, and is parked before its COMMIT. A
+    claim starts: its statement's snapshot shows the community fenced and nothing
+    pending, and its fence waits for the community's row. The transaction commits; the
+    fence reads the community active, a version the snapshot does not see, and the claim
+    is taken again on a fresh snapshot: it claims the new delivery. Answered from the
+    first snapshot, it would be ClaimMiss, which no serial order gives (before the
+    transaction the claim is refused, after it, it claims)."""
+    race = delivery_race(impl.cls)
+    race.setup(ONE_ROW, CLAIM, d.SetCommunityState(C, d.CommunityState.FENCED))
+    writer, claimer = race.client("writer"), race.client("claimer")
+
+    def reopen_and_commit_another() -> None:
+        with writer.gate.transaction():
+            writer.gate.execute("UPDATE communities SET state = 'active' WHERE id = %s", (C,))
+            writer.gate.execute(_ANOTHER_DELIVERY, {"new": D2, "old": D1})
+
+    at_commit = writer.gate.pause_before_commit()
+    writer.start(reopen_and_commit_another)
+    at_commit.wait_parked()
+    race.start(claimer, CLAIM)
+    assert claimer.wait_blocked_or_finished() == "blocked"  # its fence waits for the community's row
+    at_commit.release()
+    writer.result()
+    claimed = race.result(claimer)
+    if impl.conforms:
+        assert isinstance(claimed, d.Claimed) and claimed.lease.delivery_id == D2
+    else:
+        assert claimed == d.ClaimMiss()
+
+
 def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[type], Race]) -> None:
     """Two pending rows of one target: while the oldest is held by an uncommitted
     claim (keyed: a transaction), a second claimer takes the next one, without waiting."""
