@@ -42,7 +42,7 @@ from leaseproof.conformance.concurrent import schedules as s
 from leaseproof.conformance.concurrent.schedules import CLAIM, LEASE, ONE_ROW, SECOND, C, Forced, Race, new
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.hooks.gate import Client, Schedule
+from leaseproof.impl.hooks.gate import Client, NotReached, Schedule
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.generated.catalogue import ROLES, statements
 from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
@@ -388,7 +388,7 @@ def _judged(spec: Machine, race: Race, placement: _Placement) -> Verdict | None:
     race.start(one, first)
     try:
         point.wait_parked()
-    except AssertionError:
+    except NotReached:
         race.result(one)  # it ended without getting there: no schedule here
         return None
     race.start(two, second)

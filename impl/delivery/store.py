@@ -1,7 +1,11 @@
 """The PostgreSQL delivery store.
 
-Each public method is one transaction (most are one statement inside it)
-and takes or returns only model values: commands in, outcomes out. A
+Each public method is one transaction and takes or returns only model
+values: commands in, outcomes out. The lease operations a worker runs in a
+loop (an unkeyed claim, a renew, a finish) are each one statement, its own
+transaction (the connection is in autocommit), with the community's write
+fence folded in (`FENCE_CTE`); the rest run their statements inside an
+explicit transaction. A
 refused request raises `Refused(rejection)` and writes nothing. The SQL
 statements are named class attributes, so that a variant of the store (for
 example a mutant that reintroduces a review finding) differs from the real
@@ -287,15 +291,27 @@ class Sweep:
 # the statement, as it waits for a transaction that checked `_writable`.
 # `state` is the row's newest version (a locking read waits for a concurrent
 # change and reads what it committed); NULL: no such community. `steady`: that
-# version is the one the statement's snapshot sees. A statement whose answer
-# rests on what its snapshot did not find (a claim that found no candidate, a
-# finish told no terminal is recorded) is taken again when the community
+# version is the one the statement's snapshot sees. A claim (which writes what
+# its snapshot chose, or finds nothing there) is taken again when the community
 # changed after its snapshot: the snapshot may predate the change, and the rows
 # the change let in (a delivery committed once the community was active again).
 FENCE_CTE = """fence AS MATERIALIZED (
             SELECT state, xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady
             FROM communities WHERE id = %(community_id)s
             FOR SHARE
+        )"""
+# The same fence for a statement whose answer rests only on the row it writes or
+# not (a renew, a finish): a row its snapshot shows unchanged is rechecked at its
+# newest version before it is written, so the snapshot's age does not matter.
+WRITE_FENCE_CTE = """fence AS MATERIALIZED (
+            SELECT state, true AS steady FROM communities WHERE id = %(community_id)s
+            FOR SHARE
+        )"""
+# The fence of a statement that only reads (a finish's reconciliation): the
+# community's state in the statement's own snapshot, with the rows it reads. One
+# snapshot is one instant, so a read needs no lock to answer as of it.
+READ_FENCE_CTE = """fence AS MATERIALIZED (
+            SELECT state, true AS steady FROM communities WHERE id = %(community_id)s
         )"""
 FENCED = "fence.state AS community_state, fence.steady"  # a fenced statement's first columns
 FENCED_FROM = "(SELECT) AS one LEFT JOIN fence ON true"  # one row, whether or not the community exists
@@ -420,7 +436,7 @@ class PostgresDeliveryStore(FencedWriter):
     """
 
     SQL_RENEW = f"""
-        WITH {FENCE_CTE}, renewed AS (
+        WITH {WRITE_FENCE_CTE}, renewed AS (
             UPDATE workflow_agent_deliveries
             SET lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)
             WHERE (SELECT state = 'active' FROM fence)
@@ -431,7 +447,7 @@ class PostgresDeliveryStore(FencedWriter):
     """
 
     SQL_FINISH = f"""
-        WITH {FENCE_CTE}, settled AS (
+        WITH {WRITE_FENCE_CTE}, settled AS (
             UPDATE workflow_agent_deliveries
             SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
                 lease_until = NULL, claimed_at = NULL, claim_key = NULL
@@ -445,9 +461,10 @@ class PostgresDeliveryStore(FencedWriter):
     # Reconciliation of an uncertain completion, fenced like the lease: only
     # the same holder (generation and target) is told the recorded terminal.
     # Its own statement after a finish that settled nothing, so that a terminal
-    # committed by a concurrent retry of the same holder is visible.
+    # committed by a concurrent retry of the same holder is visible; it reads the
+    # community's state from its own snapshot (READ_FENCE_CTE).
     SQL_FINISH_RECONCILE = f"""
-        WITH {FENCE_CTE}, recorded AS (
+        WITH {READ_FENCE_CTE}, recorded AS (
             SELECT status FROM workflow_agent_deliveries
             WHERE community_id = %(community_id)s AND id = %(delivery_id)s
               AND target_pubkey = %(target_pubkey)s
@@ -738,7 +755,7 @@ class PostgresDeliveryStore(FencedWriter):
             return m.Settled(m.Status(row["status"]))
         # A fresh statement, so a terminal committed by a concurrent
         # retry of the same holder is visible (READ COMMITTED).
-        row = self._fenced(self.SQL_FINISH_RECONCILE, params, c.lease.community_id, steady=True)
+        row = self._fenced(self.SQL_FINISH_RECONCILE, params, c.lease.community_id, steady=False)
         return m.LeaseLost() if row["status"] is None else m.AlreadyTerminal(m.Status(row["status"]))
 
     def reap(self, c: m.Reap | None = None) -> m.Reaped:

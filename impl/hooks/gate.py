@@ -50,8 +50,15 @@ class Aborted(Exception):
     """Raised in a client at a pause point by `Pause.rollback()`: its transaction rolls back."""
 
 
-class ScheduleTimeout(AssertionError):
-    """A wait of the schedule did not see its condition in time."""
+class NotReached(Exception):
+    """A client finished without reaching the point a schedule waited for: the schedule
+    did not happen. Not an AssertionError, so that a test expected to fail on an
+    assertion (a strict xfail) cannot pass because its schedule never took place."""
+
+
+class ScheduleTimeout(Exception):
+    """A wait of the schedule did not see its condition in time (not an AssertionError,
+    for the reason `NotReached` gives)."""
 
 
 def _label(match: Match) -> str:
@@ -95,7 +102,7 @@ class Pause:
         while not self._parked.wait(_POLL):
             client = self.gate.client
             if client is not None and client.done:
-                raise AssertionError(f"{self}: the client finished without reaching this point ({client.describe()})")
+                raise NotReached(f"{self}: the client finished without reaching this point ({client.describe()})")
             if time.monotonic() > deadline:
                 raise ScheduleTimeout(f"timed out after {timeout:g}s waiting for {self} to park")
         return self
@@ -343,4 +350,4 @@ class Schedule:
         self.close()
 
 
-__all__ = ["TIMEOUT", "Aborted", "Client", "Gate", "Pause", "Schedule", "ScheduleTimeout"]
+__all__ = ["TIMEOUT", "Aborted", "Client", "Gate", "NotReached", "Pause", "Schedule", "ScheduleTimeout"]

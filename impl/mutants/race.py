@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from leaseproof.impl.delivery.store import _DELIVERY_COLUMNS, FENCE_CTE, FENCED, FENCED_FROM, PostgresDeliveryStore
+from leaseproof.impl.delivery.store import (
+    _DELIVERY_COLUMNS,
+    FENCE_CTE,
+    FENCED,
+    FENCED_FROM,
+    WRITE_FENCE_CTE,
+    PostgresDeliveryStore,
+)
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
 from leaseproof.impl.mutants.delivery import Mutant, _swap
 from leaseproof.impl.mutants.lifecycle import LifecycleMutant
@@ -89,13 +96,13 @@ class FinishCheckThenAct(Store):
     outcome (the terminal flips)."""
 
     SQL_FINISH_READ = f"""
-        WITH {FENCE_CTE}
+        WITH {WRITE_FENCE_CTE}
         SELECT {FENCED}, d.status, d.lease_generation, d.target_pubkey, d.lease_until, lp_now() AS now
         FROM {FENCED_FROM}
         LEFT JOIN workflow_agent_deliveries d ON d.community_id = %(community_id)s AND d.id = %(delivery_id)s
     """
     SQL_FINISH = f"""
-        WITH {FENCE_CTE}, settled AS (
+        WITH {WRITE_FENCE_CTE}, settled AS (
             UPDATE workflow_agent_deliveries
             SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
                 lease_until = NULL, claimed_at = NULL, claim_key = NULL

@@ -93,7 +93,7 @@ def _other_keys(cls: type, base: type) -> set[str]:
 
 
 def test_delivery_mutant_adapter_differs_in_its_one_attribute(delivery_dsn: str) -> None:
-    mutant = by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/9")
+    mutant = by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8")
     assert mutant.mutation.before == "AND lease_until >= lp_now()"
     adapter = mutant.adapter(delivery_dsn)
     try:

@@ -62,8 +62,8 @@ EQUIVALENT: dict[str, str] = {
         "the cause kind follows from which identity column is set (CHECK delivery_cause_exactly_one), and "
         "the three IS NOT DISTINCT FROM comparisons that stay match that column pattern exactly"
     ),
-    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8": _LEASE_IFF_CLAIMED,
-    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/8": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7": _LEASE_IFF_CLAIMED,
+    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/7": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_REAP/drop-conjunct/6": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_LOCK_DELETIONS/off-by-one/1": _SEED,
     "PostgresDeliveryStore.SQL_REAP/drop-conjunct/1": _REAP_RECHECKS,
@@ -116,6 +116,13 @@ EQUIVALENT: dict[str, str] = {
     ),
     **{f"RunResumer.SQL_STILL_CURRENT/drop-conjunct/{site}": _REVISION for site in range(4, 12)},
     # Race mutants: the contention schedules of their statement pass (conformance/concurrent/contention.py).
+    "PostgresDeliveryStore.SQL_FINISH/drop-lock/1": (
+        "without the community's share lock a change of its state still lands before or after the finish: "
+        "a write to a community no longer active is refused by the fence trigger (lp_community_write_fence, "
+        "which reads the committed state), and a row a deletion purged while the finish waited for it leaves "
+        "the finish to its reconciliation read, a statement of its own that reads the state with the rows and "
+        "refuses it"
+    ),
     "LifecycleStore.SQL_HEAD/drop-lock/1": (
         "every writer of a head (a save, a deletion) takes the coordinate's advisory lock (SQL_LOCK_COORDINATE) "
         "before it reads the head, and the only other way to a head, a community's deletion (a cascade), is not "

@@ -63,7 +63,7 @@ from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.hooks.gate import Aborted, Schedule
+from leaseproof.impl.hooks.gate import Aborted, NotReached, Schedule, ScheduleTimeout
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
 from leaseproof.impl.mutants.delivery import ReconcileUnfenced
@@ -124,7 +124,7 @@ def test_a_pause_the_client_passes_by_fails_at_once(schedule: Schedule) -> None:
     client = schedule.client("c")
     never = client.gate.pause_before(PostgresDeliveryStore.SQL_FINISH)
     client.start(lambda: client.gate.execute("SELECT 1 AS one").fetchone())
-    with pytest.raises(AssertionError, match="finished without reaching this point"):
+    with pytest.raises(NotReached, match="finished without reaching this point"):
         never.wait_parked()
     assert client.result() == {"one": 1}
 
@@ -133,7 +133,7 @@ def test_a_wait_that_cannot_be_satisfied_fails_naming_what_it_awaited(schedule: 
     client = schedule.client("c")
     at_commit = client.gate.pause_before_commit()
     with pytest.raises(
-        AssertionError, match=r"timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"
+        ScheduleTimeout, match=r"timed out after 0.1s waiting for client 'c' before the COMMIT .* to park"
     ):
         at_commit.wait_parked(timeout=0.1)
 
@@ -755,15 +755,16 @@ def test_a_later_admission_exposes_a_stale_one(
     strict=True, raises=AssertionError, reason="finding: SKIP LOCKED misses a row whose claim then rolls back"
 )
 def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Callable[[type], Race]) -> None:
-    """Claimer one locks the only pending row and is parked before its COMMIT; claimer
-    two skips the locked row and misses; claimer one's transaction then fails (a lost
-    connection, say) and rolls back. The row was pending throughout, so the only
-    serial order (claimer two alone) claims it: the miss is in no serial order."""
+    """Claimer one (keyed: a transaction) locks the only pending row and is parked before
+    its COMMIT; claimer two skips the locked row and misses; claimer one's transaction
+    then fails (a lost connection, say) and rolls back. The row was pending throughout,
+    so the only serial order (claimer two alone) claims it: the miss is in no serial
+    order. (An unkeyed claim holds the row only while its one statement runs.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     one, two = race.client("one"), race.client("two")
     at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
-    race.start(one, CLAIM)
+    race.start(one, attrs.evolve(CLAIM, request_key="one"))
     at_commit.wait_parked()
     assert race.run(two, CLAIM) == d.ClaimMiss()
     at_commit.rollback()
@@ -775,16 +776,17 @@ def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Ca
     strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim"
 )
 def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: Callable[[type], Race]) -> None:
-    """Claimer one locks the only pending row and is parked before its COMMIT; claimer
-    two skips it and misses (as if it were claimed); then a reader still finds it
-    pending (as if it were not); then claimer one commits. Its claim must come before
-    the miss and after the read, which began after the miss returned: found by
-    `leaseproof stress`, and why its programs send no GetDelivery."""
+    """Claimer one (keyed: a transaction) locks the only pending row and is parked before
+    its COMMIT; claimer two skips it and misses (as if it were claimed); then a reader
+    still finds it pending (as if it were not); then claimer one commits. Its claim must
+    come before the miss and after the read, which began after the miss returned: found
+    by `leaseproof stress`, and why its programs send no GetDelivery. (An unkeyed claim
+    has the same window, inside its one statement.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     one, two, reader = race.client("one"), race.client("two"), race.client("reader")
     at_commit = one.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
-    race.start(one, CLAIM)
+    race.start(one, attrs.evolve(CLAIM, request_key="one"))
     at_commit.wait_parked()
     assert race.run(two, CLAIM) == d.ClaimMiss()
     found = race.run(reader, d.GetDelivery(C, D1))
@@ -796,16 +798,17 @@ def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a claim committed after its own lease expired")
 def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable[[type], Race]) -> None:
-    """A claim computes its lease at the clock of its statement and is parked before its
-    COMMIT; the clock passes the lease's deadline and the reaper, to which the row is
-    still pending, reaps nothing; then the claim commits a lease that is already
-    expired. Claimed before the clock moved, the reaper would have taken it; claimed
-    after, its deadline would be later: no serial order gives this history."""
+    """A keyed claim (a transaction) computes its lease at the clock of its statement and
+    is parked before its COMMIT; the clock passes the lease's deadline and the reaper,
+    to which the row is still pending, reaps nothing; then the claim commits a lease
+    that is already expired. Claimed before the clock moved, the reaper would have taken
+    it; claimed after, its deadline would be later: no serial order gives this history.
+    (An unkeyed claim is one statement: the clock moves only between transactions.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     claimer, test = race.client("claimer"), race.client("test")
     at_commit = claimer.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
-    race.start(claimer, CLAIM)
+    race.start(claimer, attrs.evolve(CLAIM, request_key="claimer"))
     at_commit.wait_parked()
     race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))
     race.run(test, d.Reap())

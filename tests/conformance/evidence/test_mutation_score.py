@@ -22,7 +22,7 @@ from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutan
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 
 KILLED = "PostgresDeliveryStore.SQL_CLAIM/flip-arithmetic/1"  # a claim lowers the generation: dies at once
-EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8"
+EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7"
 
 
 def test_every_equivalence_claim_names_a_generated_mutant_and_gives_a_reason() -> None:
@@ -202,7 +202,7 @@ def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: s
 
 # -- faults: the run ends cleanly however it is stopped --------------------------------------
 
-_LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8", "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/8"]
+_LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7", "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/7"]
 
 
 def _databases(server: Server, run: subprocess.Popen[str]) -> set[str]:
