@@ -280,7 +280,7 @@ LIFECYCLE_RACE_MUTANTS: dict[str, LifecycleClasses] = {
 RACE_FINDINGS: dict[str, str] = {
     "claim-read-then-update": "check-then-act claim: two claimers read one pending row and both claim it",
     "finish-check-then-act": "check-then-act finish: a lease checked in Python settles over a reap, a newer claim or a retry",
-    "reconcile-outside-transaction": "reconciliation read outside the fenced transaction: a community deletion in between yields LeaseLost",
+    "reconcile-outside-transaction": "reconciliation read without the fence: a community deletion in between yields LeaseLost",
     "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",

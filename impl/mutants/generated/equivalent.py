@@ -27,6 +27,11 @@ _LEASE_IFF_CLAIMED = (
     "`lease_until` is set exactly while a row is claimed (CHECK delivery_lease_iff_claimed), and "
     "`lease_until` compared with NULL is not true, so the remaining comparison already requires 'claimed'"
 )
+_FENCE_TRIGGER = (
+    "the write's gate on the community's state: without it a write to a community that is not active is "
+    "refused by the fence trigger (lp_community_write_fence), with the same refusal the gate's store raises, "
+    "and where no row matches nothing is written and the store refuses from the fence's state as before"
+)
 _REAP_RECHECKS = (
     "only widens the `expired`/`writable` CTEs, which choose the communities to lock, to more active ones; "
     "`due` re-checks every row (claimed, lease_until < now) and keeps only rows of those active communities, "
@@ -62,6 +67,8 @@ EQUIVALENT: dict[str, str] = {
         "the cause kind follows from which identity column is set (CHECK delivery_cause_exactly_one), and "
         "the three IS NOT DISTINCT FROM comparisons that stay match that column pattern exactly"
     ),
+    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/2": _FENCE_TRIGGER,
+    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/2": _FENCE_TRIGGER,
     "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/7": _LEASE_IFF_CLAIMED,
     "PostgresDeliveryStore.SQL_REAP/drop-conjunct/6": _LEASE_IFF_CLAIMED,
