@@ -62,14 +62,11 @@ class ClaimReadThenUpdate(Store):
         )
         SELECT {FENCED}, candidate.id FROM {FENCED_FROM} LEFT JOIN candidate ON true
     """
+    # The bundled claim's assignments, written by key: no re-check that the row is pending.
     SQL_CLAIM = f"""
         WITH {FENCE_CTE}, claimed AS (
             UPDATE workflow_agent_deliveries d
-            SET status = 'claimed',
-                lease_generation = d.lease_generation + 1,
-                lease_until = lp_now() + make_interval(secs => %(lease_seconds)s),
-                claimed_at = lp_now(),
-                claim_key = %(request_key)s::text
+            {_between(Store.SQL_CLAIM, "SET status = 'claimed'", "FROM candidate")}
             WHERE (SELECT state = 'active' FROM fence)
               AND d.community_id = %(community_id)s AND d.id = %(candidate_id)s
               AND d.status IN ('pending', 'claimed')
@@ -104,8 +101,7 @@ class FinishCheckThenAct(Store):
     SQL_FINISH = f"""
         WITH {WRITE_FENCE_CTE}, settled AS (
             UPDATE workflow_agent_deliveries
-            SET status = %(outcome)s::delivery_status, finished_at = lp_now(),
-                lease_until = NULL, claimed_at = NULL, claim_key = NULL
+            {_between(Store.SQL_FINISH, "SET status", "WHERE")}
             WHERE (SELECT state = 'active' FROM fence)
               AND community_id = %(community_id)s AND id = %(delivery_id)s
             RETURNING status
