@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import STEADY_TRIES, PostgresDeliveryStore, connect
+from leaseproof.impl.errors import Unavailable
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.migrate import available, migrate
 from leaseproof.model import delivery as m
@@ -354,3 +355,28 @@ def test_a_refusal_keeps_the_connections_prepared_statements(world: World) -> No
     with pytest.raises(psycopg.errors.UndefinedTable), world.store._transaction():
         world.conn.execute("SELECT * FROM no_such_table")
     assert _prepared(world.conn) == 0
+
+
+class _NeverSteady(PostgresDeliveryStore):
+    """A store whose claims always find their community changed since their snapshot."""
+
+    SQL_CLAIM = PostgresDeliveryStore.SQL_CLAIM.replace(
+        "xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady", "false AS steady"
+    )
+
+
+def test_a_claim_taken_again_gives_up_after_a_bounded_number_of_tries(world: World) -> None:
+    assert _NeverSteady.SQL_CLAIM != PostgresDeliveryStore.SQL_CLAIM
+    world.commit(A, (D1, T1))
+    store = _NeverSteady(world.conn)
+    statements: list[str] = []
+
+    def counted(sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        statements.append(sql)
+        return PostgresDeliveryStore._statement(store, sql, params)
+
+    store._statement = counted  # type: ignore[method-assign]
+    with pytest.raises(Unavailable, match=f"changed state under each of {STEADY_TRIES} tries"):
+        store.execute(m.Claim(A, T1, 10))
+    assert statements == [_NeverSteady.SQL_CLAIM] * STEADY_TRIES
+    assert world.store.execute(m.GetDelivery(A, D1)).delivery.status is m.Status.PENDING  # nothing was claimed
