@@ -178,9 +178,8 @@ class FencedWriter:
                 raise Refused(m.CommunityNotWritable(community_id, state))
             if row["steady"] or not steady:
                 return row
-        raise Unavailable(
-            "a fenced statement", f"community {community_id} changed state under each of {STEADY_TRIES} tries"
-        )
+        # Only a statement taken again (a claim's) gets here.
+        raise Unavailable("Claim", f"community {community_id} changed state under each of {STEADY_TRIES} tries")
 
     def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
         """The one row of `sql`. Outside a transaction it is its own (autocommit): a
