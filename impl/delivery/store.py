@@ -143,6 +143,15 @@ class RefusedAfterWriting(Refused):
     """A refusal decided after the call wrote: its transaction rolls back (`_transaction`)."""
 
 
+def refuse_unless_active(community_id: uuid.UUID, state: str | None) -> None:
+    """Refuse a write to `community_id`, whose state the fence read (None: no such community),
+    unless it is active."""
+    if state is None:
+        raise Refused(m.UnknownCommunity(community_id))
+    if (known := m.CommunityState(state)) is not m.CommunityState.ACTIVE:
+        raise Refused(m.CommunityNotWritable(community_id, known))
+
+
 class FencedWriter:
     """What every writer of a community's rows shares: the explicit write-fence
     check, under a share lock that a concurrent state change must wait for."""
@@ -155,28 +164,21 @@ class FencedWriter:
     def _writable(self, community_id: uuid.UUID) -> None:
         """Refuse unless the community exists and is active; holds it share-locked."""
         row = self.conn.execute(self.SQL_COMMUNITY_STATE, {"community_id": community_id}).fetchone()
-        if row is None:
-            raise Refused(m.UnknownCommunity(community_id))
-        state = m.CommunityState(row["state"])
-        if state is not m.CommunityState.ACTIVE:
-            raise Refused(m.CommunityNotWritable(community_id, state))
+        refuse_unless_active(community_id, None if row is None else row["state"])
 
     def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
         return self.conn.execute(sql, params).fetchone()
 
-    def _fenced(self, sql: str, params: dict[str, Any], community_id: uuid.UUID, *, steady: bool) -> dict[str, Any]:
+    def _fenced(self, sql: str, params: dict[str, Any], community_id: uuid.UUID) -> dict[str, Any]:
         """The row of `sql`, a statement that checks its community's write fence itself
         (`FENCE_CTE`: it writes only while the community is active), as its own
-        transaction unless one is open. Raises the refusal its fence gives; with
-        `steady`, takes it again while the community changed after its snapshot."""
+        transaction unless one is open. Raises the refusal its fence gives, and takes
+        it again while its fence says the community changed after its snapshot (only
+        `FENCE_CTE` can say so; the other fences are always steady)."""
         for _ in range(STEADY_TRIES):
             row = self._statement(sql, params)
-            if row["community_state"] is None:
-                raise Refused(m.UnknownCommunity(community_id))
-            state = m.CommunityState(row["community_state"])
-            if state is not m.CommunityState.ACTIVE:
-                raise Refused(m.CommunityNotWritable(community_id, state))
-            if row["steady"] or not steady:
+            refuse_unless_active(community_id, row["community_state"])
+            if row["steady"]:
                 return row
         # Only a statement taken again (a claim's) gets here.
         raise Unavailable("Claim", f"community {community_id} changed state under each of {STEADY_TRIES} tries")
@@ -728,7 +730,7 @@ class PostgresDeliveryStore(FencedWriter):
             **_expected_columns(expected),
         }
         if c.request_key is None:
-            row: dict[str, Any] | None = self._fenced(self.SQL_CLAIM, params, c.community_id, steady=True)
+            row: dict[str, Any] | None = self._fenced(self.SQL_CLAIM, params, c.community_id)
         else:
             # Claims under one key take turns, and a retry finds the lease its key holds.
             with self._transaction():
@@ -736,7 +738,7 @@ class PostgresDeliveryStore(FencedWriter):
                 self.conn.execute(self.SQL_LOCK_CLAIM_KEY, params)
                 row = self._one(self.SQL_CLAIM_RETRIED, params)
                 if row is None:
-                    row = self._fenced(self.SQL_CLAIM, params, c.community_id, steady=True)
+                    row = self._fenced(self.SQL_CLAIM, params, c.community_id)
         if row is None or row["id"] is None:
             return m.ClaimMiss()
         delivery = delivery_from_row(row)
@@ -744,17 +746,17 @@ class PostgresDeliveryStore(FencedWriter):
 
     def renew(self, c: m.Renew) -> m.Renewed | m.LeaseLost:
         params = {**_lease_params(c.lease), "lease_seconds": c.lease_seconds}
-        row = self._fenced(self.SQL_RENEW, params, c.lease.community_id, steady=False)
+        row = self._fenced(self.SQL_RENEW, params, c.lease.community_id)
         return m.LeaseLost() if row["lease_until"] is None else m.Renewed(row["lease_until"])
 
     def finish(self, c: m.Finish) -> m.Settled | m.AlreadyTerminal | m.LeaseLost:
         params = {**_lease_params(c.lease), "outcome": c.outcome.value}
-        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id, steady=False)
+        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id)
         if row["status"] is not None:
             return m.Settled(m.Status(row["status"]))
         # A fresh statement, so a terminal committed by a concurrent
         # retry of the same holder is visible (READ COMMITTED).
-        row = self._fenced(self.SQL_FINISH_RECONCILE, params, c.lease.community_id, steady=False)
+        row = self._fenced(self.SQL_FINISH_RECONCILE, params, c.lease.community_id)
         return m.LeaseLost() if row["status"] is None else m.AlreadyTerminal(m.Status(row["status"]))
 
     def reap(self, c: m.Reap | None = None) -> m.Reaped:

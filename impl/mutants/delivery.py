@@ -121,7 +121,7 @@ class WritesTrustFenceTrigger(Store):
     SQL_RENEW = _swap(Store.SQL_RENEW, "(SELECT state = 'active' FROM fence)", "EXISTS (SELECT FROM fence)")
     SQL_FINISH = _swap(Store.SQL_FINISH, "(SELECT state = 'active' FROM fence)", "EXISTS (SELECT FROM fence)")
 
-    def _fenced(self, sql: str, params: dict[str, Any], community_id: Any, *, steady: bool) -> dict[str, Any]:
+    def _fenced(self, sql: str, params: dict[str, Any], community_id: Any) -> dict[str, Any]:
         row = self._statement(sql, params)
         if row["community_state"] is None:
             raise Refused(m.UnknownCommunity(community_id))

@@ -9,8 +9,9 @@ whose registries are asserted to be killed by sequential search.
 
 Most of them split one atomic statement into a read and a write. The
 bundled method runs that statement through `_one` (or `_statement`, for a
-statement that is its own transaction); the variant intercepts it there, so the rest of the method (scope checks, fences, how the outcome
-is built) is the bundled code, and the write keeps the statement's name: a
+statement that is its own transaction); the variant intercepts it there, so
+the rest of the method (scope checks, fences, how the outcome is built) is
+the bundled code, and the write keeps the statement's name: a
 schedule that pauses "before `store.SQL_CLAIM`" pauses the bundled store
 before its one statement and the variant between its read and its write.
 """
@@ -148,7 +149,7 @@ class ReconcileOutsideTransaction(Store):
             "lease_generation": c.lease.lease_generation,
             "outcome": c.outcome.value,
         }
-        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id, steady=False)
+        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id)
         if row["status"] is not None:
             return m.Settled(m.Status(row["status"]))
         read = self._one(self.SQL_FINISH_RECONCILE, params)  # its own snapshot, no fence

@@ -483,10 +483,11 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
 
 class ClaimTrustsItsSnapshot(PostgresDeliveryStore):
     """A claim answered from its statement's snapshot even when its community changed
-    after it (the fence's `steady` ignored): the variant the test below must catch."""
+    after it (its fence always steady): the variant the test below must catch."""
 
-    def _fenced(self, sql: str, params: dict[str, Any], community_id: Any, *, steady: bool) -> dict[str, Any]:
-        return super()._fenced(sql, params, community_id, steady=False)
+    SQL_CLAIM = PostgresDeliveryStore.SQL_CLAIM.replace(
+        "xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady", "true AS steady"
+    )
 
 
 _ANOTHER_DELIVERY = """
