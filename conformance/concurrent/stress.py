@@ -36,6 +36,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.boundary.protocols import takes_request_keys
+from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.concurrent.history import (
     GUARD_SQLSTATE,
     History,
@@ -90,6 +91,7 @@ class Progress:
     check_seconds: float = 0.0
     unknown: int = 0  # histories the checker ran out of budget on
     indeterminate: int = 0
+    faults: FaultCounts = attrs.Factory(FaultCounts)  # backends ended (`terminate`)
     # The model's (operation, guard, outcome) behaviours along the orders that explained the histories.
     behaviours: collections.Counter[tuple[str, str, str]] = attrs.Factory(collections.Counter)
 
@@ -153,20 +155,35 @@ class _Client:
 class Runner:
     """Runs programs against one adapter with `workers` concurrent sessions."""
 
-    def __init__(self, adapter: Any, machine: str, workers: int, *, lose: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        adapter: Any,
+        machine: str,
+        workers: int,
+        *,
+        lose: float = 0.0,
+        seed: int = 0,
+        terminator: Terminator | None = None,
+    ) -> None:
+        """`terminator`: ends a busy backend of the adapter's database in some rounds
+        (conformance/concurrent/faults.py); the runner closes it."""
         if not hasattr(adapter, "session"):
             raise TypeError(f"{adapter.name} offers no session(): it cannot be driven concurrently")
         self.adapter, self.machine = adapter, machine
         self.sessions = [adapter.session() for _ in range(workers)]
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="leaseproof-worker")
+        # One more thread than clients: the terminator's, beside the round's branches.
+        self.pool = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="leaseproof-worker")
         self.faults = random.Random(seed ^ 0x10575)
         self.lose_rate = lose
         self.lose_lock = threading.Lock()
+        self.terminator = terminator
 
     def close(self) -> None:
         self.pool.shutdown()
         for session in self.sessions:
             session.close()
+        if self.terminator is not None:
+            self.terminator.close()
 
     def _lose(self) -> bool:
         with self.lose_lock:
@@ -195,8 +212,11 @@ class Runner:
                         self.sessions[clients.index(client)] = client.session
 
             futures = [self.pool.submit(branch, c, s) for c, s in zip(clients, round_.branches, strict=False)]
+            cut = self._cut_during(futures)
             for future in futures:
                 future.result()
+            if cut is not None:
+                cut.result()
             mark = recorder.barrier(self.adapter.snapshot())
             if round_.advance is not None:
                 coordinator = _Client("coordinator", self.adapter)
@@ -205,6 +225,29 @@ class Runner:
                     coordinator.run(recorder, command, lambda: False)
                 recorder.barrier(self.adapter.snapshot())
         return recorder.history()
+
+
+    def _cut_during(self, futures: list[Any]) -> Any:
+        """If the terminator's seed says so, end a busy backend while `futures` run: the
+        terminator's own future, which ends once the backend has exited or the round has."""
+        if self.terminator is None:
+            return None
+        faulted, pick = self.terminator.due()
+        if not faulted:
+            return None
+        done = threading.Event()
+        remaining = [len(futures)]
+        lock = threading.Lock()
+
+        def finished(_: Any) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.set()
+
+        for future in futures:
+            future.add_done_callback(finished)
+        return self.pool.submit(self.terminator.during_round, done, pick)
 
 
 def _expired_refreshes(state: Any, advance: dt.timedelta) -> list[Any]:
@@ -227,16 +270,25 @@ def stress(
     budget: int = DEFAULT_BUDGET,
     on_progress: Callable[[Progress], None] | None = None,
     max_programs: int | None = None,
+    terminate: float = 0.0,
+    database: str | None = None,
 ) -> StressReport:
     """Generate and run programs for `duration` seconds (or `max_programs`);
-    stop at the first program with a non-linearizable history."""
+    stop at the first program with a non-linearizable history. `terminate`: the
+    fraction of rounds in which a busy backend of `database` (a DSN: the adapter's
+    database) is ended (conformance/concurrent/faults.py)."""
+    if terminate and database is None:
+        raise ValueError("ending backends needs the adapter's database (a DSN)")
     spec = SPECS[machine]
     generate = GENERATORS[machine]
     options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
     rng = random.Random(seed)
     progress = Progress()
     started = time.monotonic()
-    runner = Runner(adapter, machine, workers, lose=lose, seed=seed)
+    terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
+    if terminator is not None:
+        progress.faults = terminator.counts
+    runner = Runner(adapter, machine, workers, lose=lose, seed=seed, terminator=terminator)
     try:
         while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
             program = generate(rng, workers, **options)

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from leaseproof.conformance.boundary.protocols import DeliveryAdapter
 from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
 from leaseproof.conformance.concurrent import nemesis
+from leaseproof.conformance.concurrent.faults import FaultError
 from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, read_history, timeline, write_history
 from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
 from leaseproof.conformance.concurrent.models import SPECS
@@ -97,6 +98,7 @@ _positive = _number(int, "an integer", lambda v: v > 0, "positive")
 _seed = _number(int, "an integer", lambda v: 0 <= v < 2**63, "between 0 and 2**63 - 1")
 _positive_float = _number(float, "a number", lambda v: v > 0, "positive")
 _fraction = _number(float, "a number", lambda v: 0 <= v < 1, "at least 0 and below 1")
+_share = _number(float, "a number", lambda v: 0 <= v <= 1, "from 0 to 1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
-            "unknown); 2 usage error, or the implementation failed instead of answering; " + INTERRUPTED_EXITS
+            "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
+            "backend; " + INTERRUPTED_EXITS
         ),
     )
     stress.add_argument(
@@ -270,6 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="P",
         help="drop this fraction of responses after the operation ran, so they are indeterminate (default: 0)",
+    )
+    stress.add_argument(
+        "--terminate",
+        type=_share,
+        default=0.0,
+        metavar="P",
+        help="in this fraction of rounds, end one busy backend of the implementation's database while the round "
+        "runs (pg_terminate_backend: a connection cut mid-operation; the delivery machine; default: 0)",
+    )
+    stress.add_argument(
+        "--terminate-dsn",
+        metavar="DSN",
+        help="the database whose backends --terminate ends (default: the one leaseproof gave the implementation; "
+        "needed for --adapter-cmd, which picks its own)",
     )
     stress.add_argument(
         "--budget", type=_positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
@@ -513,6 +530,7 @@ class _Provisioned:
         self.args, self.out, self.err, self.stack = args, out, err, stack
         self.server: Server | None = None
         self._child: SubprocessAdapter | None = None
+        self.last_database: str | None = None  # the DSN `database()` handed out last
 
     def child(self) -> SubprocessAdapter:
         """The one --adapter-cmd child of the run: its hello tells which machines to
@@ -533,7 +551,8 @@ class _Provisioned:
             log = lambda line: self.err.write(f"  {line}\n")  # noqa: E731
             self.server = self.stack.enter_context(postgres_server(self.args.dsn, log=log))
             self.out.write(f"server: {self.server.description}\n")
-        return self.stack.enter_context(scratch_database(self.server))
+        self.last_database = self.stack.enter_context(scratch_database(self.server))
+        return self.last_database
 
 
 def _mutant(name: str | None) -> Mutant | LifecycleMutant | None:
@@ -799,11 +818,37 @@ class _StressProgress(ProgressLine):
         self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
 
 
+# Why `--terminate` leaves the lifecycle alone: a fire's admission is a run id the
+# implementation picks; a fire cut mid-way leaves unknown which id it took, and the
+# checker leaves such a history unjudged ("unknown") rather than guess.
+TERMINATE_MACHINES = ("delivery",)
+
+
 def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
+    if args.terminate_dsn is not None and not args.terminate:
+        err.write("leaseproof: --terminate-dsn names where --terminate ends backends; give --terminate P too\n")
+        return EXIT_USAGE
+    if args.terminate:
+        mutant = _mutant(args.mutant)
+        machine = args.machine or (mutant.machine if mutant is not None else None)
+        if machine is not None and machine not in TERMINATE_MACHINES:
+            err.write(
+                f"leaseproof: --terminate applies to the delivery machine, not the {machine}: a fire cut mid-way "
+                "leaves unknown which run id it took, and the checker would leave its histories unjudged\n"
+            )
+            return EXIT_USAGE
+        if args.machine is None:
+            args.machine = "delivery"
+            err.write(
+                "leaseproof: --terminate: stressing the delivery machine only (the lifecycle's fires pick run ids)\n"
+            )
+
     def judge(adapter: Any, machine: str, seed_value: int) -> int:
+        faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
         out.write(
             f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
-            f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}\n"
+            f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}{faults}\n"
         )
         out.flush()
         progress = _StressProgress(err)
@@ -818,15 +863,33 @@ def stress_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 lose=args.lose_responses,
                 budget=args.budget,
                 on_progress=progress,
+                terminate=args.terminate,
+                database=databases.get(machine),
             )
         finally:
             progress.close()
         return _stress_report(report, args, out, err)
 
-    return _each_machine(args, out, err, _stress_adapter, judge)
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO) -> Any:
+        adapter = _stress_adapter(args, machine, provisioned, out)
+        databases[machine] = args.terminate_dsn or provisioned.last_database
+        if args.terminate and databases[machine] is None:
+            provisioned.release(adapter)
+            raise UsageError(
+                "--terminate: leaseproof did not give this implementation its database, so it cannot tell whose "
+                "backends to end; name the database it uses with --terminate-dsn DSN"
+            )
+        return adapter
+
+    try:
+        return _each_machine(args, out, err, adapter_for, judge)
+    except FaultError as exc:
+        err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
+        return EXIT_USAGE
 
 
 def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: _Provisioned, out: TextIO) -> Any:
+    provisioned.last_database = None  # set again only if this adapter is given a database
     adapter = _adapter(args, machine, provisioned, out)
     if args.adapter_cmd is not None and not adapter.sessions:
         raise UsageError(
@@ -845,6 +908,19 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
         f"programs: {p.programs:,}   histories: {p.histories:,}   operations: {p.operations:,} ({p.rate:,.0f}/s)"
         f"   largest history: {p.largest:,}   indeterminate: {p.indeterminate:,}   time: {p.seconds:.1f}s\n"
     )
+    if args.terminate:
+        f = p.faults
+        out.write(
+            f"faults: backends ended {f.ended:,} (in {f.rounds_faulted:,} rounds due a cut; {f.missed:,} of them"
+            " ended before a backend was busy)\n"
+        )
+        if f.rounds_faulted and not f.ended and report.finding is None:
+            # Asked for cuts, and none landed: what was asked was not checked.
+            err.write(
+                "leaseproof: --terminate ended no backend: none of the database's backends was busy while the rounds "
+                "ran, so the implementation's sessions use another database; name theirs with --terminate-dsn\n"
+            )
+            return EXIT_USAGE
     each = p.check_seconds / p.histories * 1000 if p.histories else 0.0
     out.write(f"checker: {p.check_seconds:.2f}s for {p.histories:,} histories ({each:.1f} ms each)\n")
     sent = {operation for operation, _, _ in p.behaviours}

@@ -1,0 +1,136 @@
+"""`stress --terminate`: busy backends of the implementation's database ended mid-round.
+
+The terminator ends only backends that are working (a statement running, a
+transaction open), waits until each has exited, and leaves idle ones (the
+adapter's own connection between rounds) alone; the bundled store, cut this
+way, stays linearizable, its cut operations judged as indeterminate."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from leaseproof.conformance.concurrent.faults import Terminator
+from leaseproof.conformance.concurrent.stress import stress
+from leaseproof.conformance.frontends.cli import main
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+
+SEED = 20261204
+
+
+def _pid(conn: psycopg.Connection[Any]) -> int:
+    return conn.info.backend_pid
+
+
+def test_the_terminator_ends_a_backend_inside_a_transaction_and_leaves_idle_ones(delivery_dsn: str) -> None:
+    with (
+        psycopg.connect(delivery_dsn) as working,
+        psycopg.connect(delivery_dsn, autocommit=True) as idle,
+        psycopg.connect(delivery_dsn, autocommit=True) as monitor,
+    ):
+        working.execute("INSERT INTO communities (id) VALUES (gen_random_uuid())")  # a transaction left open
+        terminator = Terminator(delivery_dsn, 1.0, SEED)
+        try:
+            terminator.during_round(threading.Event(), pick=0.0)
+        finally:
+            terminator.close()
+        assert (terminator.counts.rounds_faulted, terminator.counts.ended, terminator.counts.missed) == (1, 1, 0)
+        # It has exited by the time the terminator returns, and its insert was rolled back.
+        alive = monitor.execute("SELECT pid FROM pg_stat_activity WHERE pid = %s", (_pid(working),)).fetchall()
+        assert alive == []
+        assert monitor.execute("SELECT count(*) FROM communities").fetchone() == (0,)
+        with pytest.raises(psycopg.OperationalError):
+            working.execute("SELECT 1")
+        assert idle.execute("SELECT 1").fetchone() == (1,)  # idle: not ended
+
+
+def test_a_round_that_ends_with_no_backend_busy_is_counted_as_missed(delivery_dsn: str) -> None:
+    terminator = Terminator(delivery_dsn, 1.0, SEED)
+    done = threading.Event()
+    done.set()
+    try:
+        terminator.during_round(done, pick=0.5)
+    finally:
+        terminator.close()
+    assert (terminator.counts.ended, terminator.counts.missed) == (0, 1)
+
+
+def test_the_seed_decides_which_rounds_are_cut(delivery_dsn: str) -> None:
+    def plan(seed: int, rate: float) -> list[tuple[bool, float]]:
+        terminator = Terminator(delivery_dsn, rate, seed)
+        try:
+            return [terminator.due() for _ in range(40)]
+        finally:
+            terminator.close()
+
+    assert plan(1, 0.5) == plan(1, 0.5) != plan(2, 0.5)
+    assert 5 < sum(due for due, _ in plan(1, 0.5)) < 35
+    assert all(due for due, _ in plan(3, 1.0))
+    for rate in (0.0, 1.5):
+        with pytest.raises(ValueError, match="fraction of rounds"):
+            Terminator(delivery_dsn, rate, 1)
+
+
+def test_the_bundled_store_stays_linearizable_when_its_backends_are_ended_mid_round(delivery_dsn: str) -> None:
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    try:
+        report = stress(
+            adapter, machine="delivery", workers=8, duration=600, seed=SEED, repeats=2, max_programs=8,
+            terminate=1.0, database=delivery_dsn,
+        )  # fmt: skip
+    finally:
+        adapter.close()
+    assert report.verdict == "LINEARIZABLE", report.finding and report.finding.result.summary()
+    p = report.progress
+    assert p.unknown == 0 and p.histories == 16
+    # Every round was due a cut; the cuts that landed left their operations indeterminate.
+    assert p.faults.rounds_faulted == 16 * 2  # two rounds a program
+    assert p.faults.ended > 0 and p.faults.ended + p.faults.missed == p.faults.rounds_faulted
+    assert 0 < p.indeterminate <= p.faults.ended
+
+
+def test_stress_terminate_on_the_command_line(delivery_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["stress", "--dsn", delivery_dsn, "--workers", "4", "--duration", "2", "--seed", "5", "--terminate", "0.5"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "stressing the delivery machine only" in captured.err
+    assert "ending a busy backend in 0.5 of rounds" in captured.out
+    assert "faults: backends ended " in captured.out and "verdict: LINEARIZABLE" in captured.out
+    assert "stressing the lifecycle machine" not in captured.out
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--terminate", "0.5", "--machine", "lifecycle"], "to the delivery machine, not the lifecycle"),
+        (["--terminate", "0.5", "--mutant", "admission-ignores-hash"], "--terminate applies to the delivery machine"),
+        (["--terminate-dsn", "postgresql:///x"], "give --terminate P too"),
+    ],
+)
+def test_stress_terminate_refuses_what_it_cannot_do_before_starting_anything(
+    options: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stress", "--duration", "1", *options]) == 2
+    captured = capsys.readouterr()
+    assert said in captured.err and "server:" not in captured.out
+
+
+def test_stress_terminate_takes_a_fraction(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["stress", "--terminate", "2"])
+    assert exited.value.code == 2 and "from 0 to 1" in capsys.readouterr().err
+
+
+def test_stress_terminate_says_so_when_no_backend_it_may_end_was_ever_busy(
+    delivery_dsn: str, scratch_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The implementation works on delivery_dsn; the cuts are aimed at another, quiet database.
+    argv = ["stress", "--dsn", delivery_dsn, "--workers", "2", "--duration", "1", "--seed", "5",
+            "--terminate", "1", "--terminate-dsn", scratch_dsn]  # fmt: skip
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "faults: backends ended 0 " in captured.out
+    assert "--terminate ended no backend" in captured.err and "--terminate-dsn" in captured.err
