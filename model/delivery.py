@@ -863,6 +863,20 @@ def _commit_deliveries(s: DeliverySystem, c: CommitDeliveries) -> Decided:
     return s, Committed(tuple(created), existed), "commit"
 
 
+def claim_order(s: DeliverySystem, c: Claim) -> list[Delivery]:
+    """The pending deliveries `c` may claim, oldest first (by created_at, then id): it takes the first."""
+    candidates = [
+        d
+        for d in s.deliveries.values()
+        if d.key[0] == c.community_id
+        and d.binding.target_pubkey == c.target_pubkey
+        and d.status is Status.PENDING
+        and (c.delivery_id is None or d.id == c.delivery_id)
+        and (c.expected is None or d.binding == c.expected)
+    ]
+    return sorted(candidates, key=lambda d: (d.created_at, d.id))
+
+
 def _claim(s: DeliverySystem, c: Claim) -> Decided:
     if c.expected is not None and (
         c.expected.community_id != c.community_id or c.expected.target_pubkey != c.target_pubkey
@@ -881,18 +895,10 @@ def _claim(s: DeliverySystem, c: Claim) -> Decided:
                 and d.lease_until >= s.now
             ):
                 return s, Claimed(lease_of(d), d), "retried"
-    candidates = [
-        d
-        for d in s.deliveries.values()
-        if d.key[0] == c.community_id
-        and d.binding.target_pubkey == c.target_pubkey
-        and d.status is Status.PENDING
-        and (c.delivery_id is None or d.id == c.delivery_id)
-        and (c.expected is None or d.binding == c.expected)
-    ]
+    candidates = claim_order(s, c)
     if not candidates:
         return s, ClaimMiss(), "none-pending"
-    oldest = min(candidates, key=lambda d: (d.created_at, d.id))
+    oldest = candidates[0]
     claimed = attrs.evolve(
         oldest,
         status=Status.CLAIMED,

@@ -30,6 +30,11 @@ class Indeterminate:
     reason: str = "no response"
 
 
+# The reason recorded for an answer dropped on purpose (`stress --lose-responses`): the
+# operation ran to its end, only its answer is unknown to the harness.
+DROPPED = "response dropped (injected)"
+
+
 @attrs.frozen
 class Operation:
     """One call of one client: a model command, and the outcome it was given.

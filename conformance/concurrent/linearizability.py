@@ -29,7 +29,7 @@ import collections
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,14 @@ class Spec:
     # chosen (an indeterminate operation took one); the partition is then
     # "unknown", never judged.
     step_seen: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
+    # For a machine whose operations pass over what other transactions hold
+    # locked (SKIP LOCKED): what the other operations of a group allow each
+    # operation (`allowances(ops)`: by operation id, computed once per group),
+    # and the step under its allowance (`step_allowed(state, command, seen,
+    # allowance)`), which may give the recorded outcome where the model's own
+    # step would not. An operation with no allowance takes the plain step.
+    allowances: Callable[[Sequence[Operation]], Mapping[int, Any]] | None = None
+    step_allowed: Callable[[Any, Any, Any, Any], tuple[Any, Any]] | None = None
     # The model's (operation, guard, outcome variant) for a command in a
     # state: with it, the checker counts the behaviours a linearization used.
     behaviour: Callable[[Any, Any], tuple[str, str, str]] | None = None
@@ -213,6 +221,13 @@ class _Search:
     witness: list[tuple[Any, Operation]] = attrs.Factory(list)  # (state before, operation) of the order found
 
 
+def _step(spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any]) -> tuple[Any, Any]:
+    """The state after `op` and the outcome it is given, under its allowance if it has one."""
+    if op.id in allowed and spec.step_allowed is not None:
+        return spec.step_allowed(state, op.command, op.outcome, allowed[op.id])
+    return spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+
+
 def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget: int, collect: bool = False) -> _Search:
     """Lowe's search from `start`; success ends in `want` (None: anywhere).
 
@@ -260,6 +275,7 @@ def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget:
         return None
 
     found = _Search(NOT_LINEARIZABLE, False, 1, set())
+    allowed = spec.allowances(order) if spec.allowances is not None else {}
 
     def arrived(mask: int, state: Any) -> bool:
         """Every determinate operation is linearized: is this an end the epoch may have?"""
@@ -287,9 +303,7 @@ def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget:
         frame[3] = j + 1
         op = order[j]
         try:
-            after, outcome = (
-                spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
-            )
+            after, outcome = _step(spec, state, op, allowed)
         except Ambiguous:
             found.verdict = UNKNOWN
             return found
@@ -626,6 +640,11 @@ def exhaustive_check(history: History, spec: Spec) -> str:
             return x.invoked < y.at  # quiescence: everything invoked before a barrier is done by then
         return x.returned is not None and x.returned < y.invoked
 
+    allowed: dict[int, Any] = {}
+    if spec.allowances is not None:
+        for epoch in _epochs(history):
+            allowed.update(spec.allowances(epoch.operations))
+
     def some_order(state: Any, remaining: tuple[Operation | Barrier, ...]) -> bool:
         if not remaining:
             return True
@@ -637,7 +656,11 @@ def exhaustive_check(history: History, spec: Spec) -> str:
                     continue
                 after = state
             else:
-                after, outcome = spec.step(state, x.command)
+                after, outcome = (
+                    spec.step_allowed(state, x.command, x.outcome, allowed[x.id])
+                    if x.id in allowed and spec.step_allowed is not None
+                    else spec.step(state, x.command)
+                )
                 if not x.indeterminate and outcome != x.outcome:
                     continue
             if some_order(after, tuple(y for y in remaining if y is not x)):

@@ -11,14 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 import attrs
 
-from leaseproof.conformance.concurrent.history import Indeterminate
-from leaseproof.conformance.concurrent.linearizability import Ambiguous, Spec
+from leaseproof.conformance.concurrent.history import DROPPED, Indeterminate, Operation
+from leaseproof.conformance.concurrent.linearizability import FORGOTTEN, Ambiguous, Spec
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
@@ -176,6 +176,73 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
     return behaviour
 
 
+# -- what SKIP LOCKED lets a claim pass over ------------------------------------------
+#
+# A claim skips the candidates other transactions hold locked (the seeds: claimers never
+# block). Whoever holds one is, as a rule, about to commit what the model explains (a
+# claim takes it, a deletion removes it), so the skip fits some order. But a transaction
+# whose connection was lost may have rolled back instead: the row it held was pending
+# all along, and a claim that passed over it took a younger row, or missed. No order of
+# the model's steps gives that, and yet it is what the seeds ask for. So a claim that
+# overlaps such an operation of its community may have passed over as many candidates as
+# those operations could hold: one for each claim of its target (a claim locks the one
+# row it takes), any number for a deletion (it locks every row it deletes).
+
+
+def _may_have_rolled_back(op: Operation) -> bool:
+    """Its outcome is unknown because its connection was lost, not because its answer was
+    dropped after it ran (`DROPPED`) or forgotten by the shrinker (`FORGOTTEN`)."""
+    return isinstance(op.outcome, Indeterminate) and op.outcome.reason not in (DROPPED, FORGOTTEN)
+
+
+_HOLD_EVERY_ROW = (d.DeleteRun, d.DeleteWorkflow, d.DeleteEvent)
+
+
+def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, int | None]:
+    """For each answered claim that overlaps operations which may have rolled back: how
+    many candidates it may have passed over (None: any number)."""
+    cut = [op for op in ops if _may_have_rolled_back(op)]
+    allowed: dict[int, int | None] = {}
+    for x in ops if cut else ():
+        claim = x.command
+        if not isinstance(claim, d.Claim) or x.returned is None:
+            continue
+        skips: int | None = 0
+        for holder in (op for op in cut if op.invoked < x.returned):  # it was in flight while x ran
+            other = holder.command
+            if isinstance(other, _HOLD_EVERY_ROW) and other.community_id == claim.community_id:
+                skips = None
+                break
+            if (
+                isinstance(other, d.Claim)
+                and (other.community_id, other.target_pubkey) == (claim.community_id, claim.target_pubkey)
+                and skips is not None
+            ):
+                skips += 1
+        if skips != 0:
+            allowed[x.id] = skips
+    return allowed
+
+
+def _delivery_step_allowed(
+    s: d.DeliverySystem, c: Any, seen: Any, skips: int | None
+) -> tuple[d.DeliverySystem, Any]:
+    """The model's claim, or the same claim having passed over up to `skips` of its
+    candidates (oldest first), if that is what the implementation answered."""
+    after, outcome = d.step(s, c)
+    if outcome == seen or d.decide(s, c).rule.guard != "oldest-pending":
+        return after, outcome
+    order = d.claim_order(s, c)
+    passed = order[1:] if skips is None else order[1 : skips + 1]
+    if isinstance(seen, d.ClaimMiss) and (skips is None or skips >= len(order)):
+        return s, seen
+    if isinstance(seen, d.Claimed):
+        for candidate in passed:
+            if candidate.id == seen.lease.delivery_id:
+                return d.step(s, attrs.evolve(c, delivery_id=candidate.id))
+    return after, outcome
+
+
 DELIVERY = Spec(
     name="delivery",
     step=d.step,
@@ -186,6 +253,8 @@ DELIVERY = Spec(
     describe_command=_describer(_DELIVERY_COMMANDS),
     describe_outcome=_describer(_DELIVERY_OUTCOMES),
     describe_key=short,
+    allowances=_delivery_allowances,
+    step_allowed=_delivery_step_allowed,
 )
 
 

@@ -38,6 +38,7 @@ import psycopg
 from leaseproof.conformance.boundary.protocols import takes_request_keys
 from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.concurrent.history import (
+    DROPPED,
     GUARD_SQLSTATE,
     History,
     Indeterminate,
@@ -147,7 +148,7 @@ class _Client:
         # A lost admission would hide the run id the implementation chose,
         # which no later operation could be matched against: fires keep theirs.
         if not isinstance(command, lc.Fire) and lose():
-            recorder.abandon(op, "response dropped (injected)")
+            recorder.abandon(op, DROPPED)
         else:
             recorder.respond(op, outcome)
 

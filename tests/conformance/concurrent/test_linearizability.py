@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from leaseproof.conformance.concurrent.bench import Workload, simulate
-from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation
+from leaseproof.conformance.concurrent.history import DROPPED, Barrier, History, Indeterminate, Operation
 from leaseproof.conformance.concurrent.linearizability import (
+    FORGOTTEN,
     LINEARIZABLE,
     NO_ORDER,
     NOT_LINEARIZABLE,
@@ -169,6 +170,56 @@ def test_an_indeterminate_operation_cannot_take_effect_after_its_epoch() -> None
     assert verdicts(history(PENDING, lost, then, barriers=(Barrier(2),))) == (LINEARIZABLE, LINEARIZABLE)
     # The read saw it claimed, so the lost claim ran before the barrier; nothing is left to claim.
     assert verdicts(history(PENDING, lost, read, then, barriers=(Barrier(2),))) == (NOT_LINEARIZABLE,) * 2
+
+
+# -- what SKIP LOCKED lets a claim pass over (models.py) ---------------------------------------
+
+LOST = Indeterminate("ConnectionLost: Claim: the connection was lost")
+# A with d1 and d2 pending for T1, made at the same instant: the lower id is claimed first.
+TWO_PENDING = run(founded(A, B), commit("A", D1), commit("A", D2, step="s2"))
+
+
+def _first_two() -> tuple[Any, Any]:
+    first, second = d.claim_order(TWO_PENDING, claim())
+    return first, second
+
+
+def test_a_claim_may_miss_a_row_a_claim_that_lost_its_connection_held() -> None:
+    # w1's claim locked d1 and its connection was lost: it rolled back; w2 skipped d1 and missed.
+    cut = op(1, "w1", claim(), LOST, 1, None)
+    miss = op(2, "w2", claim(), d.ClaimMiss(), 2, 3)
+    assert verdicts(history(PENDING, cut, miss, barriers=(Barrier(4, PENDING),))) == (LINEARIZABLE,) * 2
+    # An answer dropped after the claim ran, or forgotten by the shrinker, held nothing that rolled back.
+    for reason in (DROPPED, FORGOTTEN):
+        ran = attrs.evolve(cut, outcome=Indeterminate(reason))
+        assert verdicts(history(PENDING, ran, miss, barriers=(Barrier(4, PENDING),))) == (NOT_LINEARIZABLE,) * 2
+    # Without it, or with it over (returned before w2 began), or for another target, the miss has no excuse.
+    assert verdicts(history(PENDING, miss, barriers=(Barrier(4, PENDING),))) == (NOT_LINEARIZABLE,) * 2
+    later = attrs.evolve(miss, invoked=5, returned=6)
+    early = attrs.evolve(cut, invoked=7)
+    assert verdicts(history(PENDING, later, early, barriers=(Barrier(8, PENDING),))) == (NOT_LINEARIZABLE,) * 2
+    other = attrs.evolve(cut, command=claim(target=T2))
+    assert verdicts(history(PENDING, other, miss, barriers=(Barrier(4, PENDING),))) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_claim_may_take_a_younger_row_one_row_per_claim_that_lost_its_connection() -> None:
+    first, second = _first_two()
+    younger = d.step(TWO_PENDING, attrs.evolve(claim(), delivery_id=second.id))
+    took_younger = op(2, "w2", claim(), younger[1], 2, 3)
+    end = (Barrier(4, younger[0]),)
+    cut = op(1, "w1", claim(), LOST, 1, None)
+    assert verdicts(history(TWO_PENDING, cut, took_younger, barriers=end)) == (LINEARIZABLE,) * 2
+    assert verdicts(history(TWO_PENDING, took_younger, barriers=end)) == (NOT_LINEARIZABLE,) * 2
+    # One cut claim holds one row: a miss with two pending needs two of them.
+    miss = op(2, "w2", claim(), d.ClaimMiss(), 2, 3)
+    unchanged = (Barrier(5, TWO_PENDING),)
+    assert verdicts(history(TWO_PENDING, cut, miss, barriers=unchanged)) == (NOT_LINEARIZABLE,) * 2
+    two_cut = attrs.evolve(cut, id=3, client="w3")
+    assert verdicts(history(TWO_PENDING, cut, two_cut, miss, barriers=unchanged)) == (LINEARIZABLE,) * 2
+    # A deletion locks every row it deletes: with one cut, any candidate may have been passed over.
+    deletion = op(1, "w1", d.DeleteRun(A, w.RUNS["R1"]), LOST, 1, None)
+    assert verdicts(history(TWO_PENDING, deletion, miss, barriers=unchanged)) == (LINEARIZABLE,) * 2
+    assert first.created_at == second.created_at and first.id < second.id  # the tie-break decided the order
 
 
 def test_an_end_state_mismatch_is_a_violation_even_when_every_outcome_is_explained() -> None:
