@@ -221,11 +221,14 @@ class _Search:
     witness: list[tuple[Any, Operation]] = attrs.Factory(list)  # (state before, operation) of the order found
 
 
-def _step(spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any]) -> tuple[Any, Any]:
-    """The state after `op` and the outcome it is given, under its allowance if it has one."""
+def _step(spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any], adopt: bool = True) -> tuple[Any, Any]:
+    """The state after `op` and the outcome it is given, under its allowance if it has one;
+    `adopt`: through `step_seen`, where the spec has one."""
     if op.id in allowed and spec.step_allowed is not None:
         return spec.step_allowed(state, op.command, op.outcome, allowed[op.id])
-    return spec.step_seen(state, op.command, op.outcome) if spec.step_seen else spec.step(state, op.command)
+    if adopt and spec.step_seen is not None:
+        return spec.step_seen(state, op.command, op.outcome)
+    return spec.step(state, op.command)
 
 
 def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget: int, collect: bool = False) -> _Search:
@@ -656,11 +659,7 @@ def exhaustive_check(history: History, spec: Spec) -> str:
                     continue
                 after = state
             else:
-                after, outcome = (
-                    spec.step_allowed(state, x.command, x.outcome, allowed[x.id])
-                    if x.id in allowed and spec.step_allowed is not None
-                    else spec.step(state, x.command)
-                )
+                after, outcome = _step(spec, state, x, allowed, adopt=False)  # the definition adopts nothing
                 if not x.indeterminate and outcome != x.outcome:
                     continue
             if some_order(after, tuple(y for y in remaining if y is not x)):

@@ -203,34 +203,29 @@ def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, int | None]:
     many candidates it may have passed over (None: any number)."""
     cut = [op for op in ops if _may_have_rolled_back(op)]
     allowed: dict[int, int | None] = {}
-    for x in ops if cut else ():
+    if not cut:
+        return allowed
+    for x in ops:
         claim = x.command
         if not isinstance(claim, d.Claim) or x.returned is None:
             continue
-        skips: int | None = 0
-        for holder in (op for op in cut if op.invoked < x.returned):  # it was in flight while x ran
-            other = holder.command
-            if isinstance(other, _HOLD_EVERY_ROW) and other.community_id == claim.community_id:
-                skips = None
-                break
-            if (
-                isinstance(other, d.Claim)
-                and (other.community_id, other.target_pubkey) == (claim.community_id, claim.target_pubkey)
-                and skips is not None
-            ):
-                skips += 1
-        if skips != 0:
-            allowed[x.id] = skips
+        held = [op.command for op in cut if op.invoked < x.returned]  # in flight while x ran
+        if any(isinstance(o, _HOLD_EVERY_ROW) and o.community_id == claim.community_id for o in held):
+            allowed[x.id] = None
+            continue
+        mine = (claim.community_id, claim.target_pubkey)
+        rows = sum(isinstance(o, d.Claim) and (o.community_id, o.target_pubkey) == mine for o in held)
+        if rows:
+            allowed[x.id] = rows
     return allowed
 
 
-def _delivery_step_allowed(
-    s: d.DeliverySystem, c: Any, seen: Any, skips: int | None
-) -> tuple[d.DeliverySystem, Any]:
+def _delivery_step_allowed(s: d.DeliverySystem, c: Any, seen: Any, skips: int | None) -> tuple[d.DeliverySystem, Any]:
     """The model's claim, or the same claim having passed over up to `skips` of its
     candidates (oldest first), if that is what the implementation answered."""
-    after, outcome = d.step(s, c)
-    if outcome == seen or d.decide(s, c).rule.guard != "oldest-pending":
+    decision = d.decide(s, c)
+    after, outcome = decision.state, decision.outcome
+    if outcome == seen or decision.rule.guard != "oldest-pending":
         return after, outcome
     order = d.claim_order(s, c)
     passed = order[1:] if skips is None else order[1 : skips + 1]
