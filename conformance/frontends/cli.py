@@ -40,6 +40,7 @@ from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS
 from leaseproof.conformance.lockstep.delivery import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
+from leaseproof.conformance.queues import matrix as guarantee_matrix
 from leaseproof.conformance.spec import explore as exploration
 from leaseproof.conformance.spec.pages import FILES, PAGES, SpecPageError, stale_pages, write_pages
 from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
@@ -62,8 +63,7 @@ INTERRUPTED_EXITS = (
 )
 VERIFY_EXITS = (
     "exit status: 0 conforms; 1 does not conform; 2 usage error, or the adapter failed (nothing judged); "
-    "3 conforms on a subset: the adapter leaves operations out and --accept-subset was not given; "
-    + INTERRUPTED_EXITS
+    "3 conforms on a subset: the adapter leaves operations out and --accept-subset was not given; " + INTERRUPTED_EXITS
 )
 # Of two machines' statuses, the worse is the run's: a failure to judge, then a
 # non-conformance, then a verdict on a subset.
@@ -72,6 +72,8 @@ _SEVERITY = {EXIT_CONFORMS: 0, EXIT_SUBSET: 1, EXIT_NONCONFORMING: 2, EXIT_USAGE
 
 def _worse(a: int, b: int) -> int:
     return max(a, b, key=_SEVERITY.__getitem__)
+
+
 # Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*_SEQUENTIAL_MUTANTS, *RACE_MUTANTS)
@@ -237,6 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=nemesis.EXITS,
     )
     nemesis.add_arguments(nemesis_parser)
+
+    guarantees_parser = commands.add_parser(
+        "guarantees",
+        help="judge lease queues (the bundled store, real libraries) by the lease-queue profile; print the matrix",
+        description=guarantee_matrix.DESCRIPTION,
+        epilog=guarantee_matrix.EXITS,
+    )
+    guarantee_matrix.add_arguments(guarantees_parser)
 
     throughput_parser = commands.add_parser(
         "throughput",
@@ -1100,6 +1110,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, TextIO, TextIO], int]] = {
     "verify": verify,
     "nemesis": nemesis.command,
     "throughput": throughput.command,
+    "guarantees": guarantee_matrix.command,
     "replay": replay_traces,
     "check-trace": check_trace,
     "check-history": check_history_command,

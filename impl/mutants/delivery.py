@@ -96,7 +96,9 @@ class ClaimIgnoresCause(Store):
 
 
 class ReapKeepsGeneration(Store):
-    SQL_REAP = _swap(Store.SQL_REAP, "lease_generation = d.lease_generation + 1", "lease_generation = d.lease_generation")
+    SQL_REAP = _swap(
+        Store.SQL_REAP, "lease_generation = d.lease_generation + 1", "lease_generation = d.lease_generation"
+    )
 
 
 class ReconcileEchoesRequest(Store):
@@ -145,6 +147,64 @@ class DeliveryIdsReused(Store):
     SQL_RETIRED_IDS = _swap(Store.SQL_RETIRED_IDS, "AND id = ANY(%(ids)s)", "AND id = ANY(%(ids)s) AND false")
 
 
+# -- from the field: the bug classes public job queues shipped (specs/guarantees.md) --------
+
+_LEASE_HELD_BY_STATE = """
+        community_id = %(community_id)s AND id = %(delivery_id)s
+        AND status = 'claimed'
+    """
+
+
+class FinishByState(Store):
+    """A completion matched by the job's id and state alone (no attempt, holder or
+    deadline): a stale holder completes the attempt of whoever claimed the job since."""
+
+    SQL_FINISH = _swap(Store.SQL_FINISH, Store.LEASE_HELD, _LEASE_HELD_BY_STATE)
+
+
+class HeartbeatById(Store):
+    """A heartbeat matched by the job's id (and that it is claimed): a stale holder's
+    heartbeat extends the new holder's lease, an expired holder's revives its own."""
+
+    SQL_RENEW = _swap(Store.SQL_RENEW, Store.LEASE_HELD, _LEASE_HELD_BY_STATE)
+
+
+class FinishByWorker(Store):
+    """A completion fenced by the worker's identity (the target) instead of the attempt: a
+    restarted worker that reuses its identity completes a newer attempt."""
+
+    SQL_FINISH = _swap(Store.SQL_FINISH, _GENERATION, "")
+
+
+class RescueBeyondScope(Store):
+    """A rescue that takes every claimed job of a tenant that has one expired lease, live
+    leases included (the expiry is checked for the tenant, not for each row)."""
+
+    SQL_REAP = _swap(
+        Store.SQL_REAP,
+        "WHERE d.status = 'claimed' AND d.lease_until < lp_now()\n            FOR UPDATE OF d SKIP LOCKED",
+        "WHERE d.status = 'claimed'\n            FOR UPDATE OF d SKIP LOCKED",
+    )
+
+
+RESCUE_BATCH = 3  # the starved rescue's batch
+
+
+class RescueBatchStarved(Store):
+    """A rescue that picks its batch (the oldest claims) before it skips the rows it must
+    leave (live leases): while the batch's live leases are renewed, an expired lease behind
+    them is never rescued."""
+
+    SQL_REAP = _swap(
+        Store.SQL_REAP,
+        "WHERE d.status = 'claimed' AND d.lease_until < lp_now()\n            FOR UPDATE OF d SKIP LOCKED",
+        "WHERE d.status = 'claimed' AND d.lease_until < lp_now()\n"
+        "              AND (d.community_id, d.id) IN (SELECT b.community_id, b.id FROM workflow_agent_deliveries b\n"
+        f"                   WHERE b.status = 'claimed' ORDER BY b.claimed_at, b.id LIMIT {RESCUE_BATCH})\n"
+        "            FOR UPDATE OF d SKIP LOCKED",
+    )
+
+
 @attrs.frozen
 class Mutant:
     name: str
@@ -158,19 +218,56 @@ class Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    Mutant("reconcile-unfenced", "review finding 1: finish's reconciliation read ignores the generation", ReconcileUnfenced),
+    Mutant(
+        "reconcile-unfenced", "review finding 1: finish's reconciliation read ignores the generation", ReconcileUnfenced
+    ),
     Mutant("renew-ignores-expiry", "review finding 2: an expired, unreaped holder can renew", RenewIgnoresExpiry),
     Mutant("finish-ignores-expiry", "review finding 2: an expired, unreaped holder can settle", FinishIgnoresExpiry),
-    Mutant("claim-scope-unchecked", "review finding 3: expected binding's community/target not checked", ClaimScopeUnchecked),
-    Mutant("lease-target-unbound", "review finding 4: renew/finish/reconcile ignore the lease's target", LeaseTargetUnbound),
+    Mutant(
+        "claim-scope-unchecked",
+        "review finding 3: expected binding's community/target not checked",
+        ClaimScopeUnchecked,
+    ),
+    Mutant(
+        "lease-target-unbound", "review finding 4: renew/finish/reconcile ignore the lease's target", LeaseTargetUnbound
+    ),
     Mutant("reap-ignores-fence", "a fenced tenant aborts the fleet-wide sweep", ReapIgnoresFence),
     Mutant("reap-at-deadline", "off by one: reaps a lease at its exact deadline", ReapAtDeadline),
     Mutant("lease-lost-at-deadline", "off by one: a holder loses its lease at the exact deadline", LeaseLostAtDeadline),
     Mutant("claim-newest-first", "claim order: newest pending row wins", ClaimNewestFirst),
     Mutant("claim-ignores-cause", "a forged wake with another cause still claims", ClaimIgnoresCause),
     Mutant("reap-keeps-generation", "reap returns a row to pending without bumping the fence", ReapKeepsGeneration),
-    Mutant("reconcile-echoes-request", "a retry is told its requested outcome, not the recorded terminal", ReconcileEchoesRequest),
-    Mutant("writes-trust-fence-trigger", "a write that touches no row of a fenced tenant is not refused", WritesTrustFenceTrigger),
+    Mutant(
+        "reconcile-echoes-request",
+        "a retry is told its requested outcome, not the recorded terminal",
+        ReconcileEchoesRequest,
+    ),
+    Mutant(
+        "writes-trust-fence-trigger",
+        "a write that touches no row of a fenced tenant is not refused",
+        WritesTrustFenceTrigger,
+    ),
     Mutant("delivery-ids-reused", "a stale lease governs a new row that reuses a deleted row's id", DeliveryIdsReused),
     Mutant("commit-not-atomic", "a failing target leaves the other targets of its step committed", CommitNotAtomic),
+    Mutant(
+        "graphile-worker-169-finish-by-state",
+        "graphile-worker #169: a completion matched by job id and state (ABA after a re-claim)",
+        FinishByState,
+    ),
+    Mutant("pgqueuer-430-heartbeat-by-id", "PgQueuer #430/#431: a heartbeat matched by job id alone", HeartbeatById),
+    Mutant(
+        "procrastinate-1518-finish-by-worker",
+        "procrastinate #1518: a completion fenced by worker identity, not attempt",
+        FinishByWorker,
+    ),
+    Mutant(
+        "oban-rescue-beyond-scope",
+        "Oban's rescue may duplicate execution: a rescue that takes live leases",
+        RescueBeyondScope,
+    ),
+    Mutant(
+        "rescue-batch-starved",
+        "a rescue batch starved by rows it skips: its batch is chosen before its filter",
+        RescueBatchStarved,
+    ),
 )

@@ -1,0 +1,1 @@
+"""The lease-queue profile against real queues: adapters, runs, the guarantees matrix."""

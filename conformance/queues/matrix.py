@@ -1,0 +1,321 @@
+"""`leaseproof guarantees`: which lease guarantees each queue gives, as a matrix.
+
+    leaseproof guarantees [--subjects leaseproof,procrastinate,...] [--examples N] [--races N]
+                          [--seed S] [--traces DIR] [--json FILE] [--dsn DSN]
+    leaseproof guarantees --replay TRACE [--dsn DSN]
+
+Each subject (a queue, `subjects/`) is judged on a scratch database of its own
+by the lease-queue profile (`leaseproof.model.queue`), in three ways: the fixed
+scenario of each guarantee; `--examples` generated programs (seeded, shrunk
+when they break something); and `--races` rounds of each race of two clients.
+A cell of the matrix is
+
+- `violated`: some program broke the guarantee; the shortest one found is
+  written to a trace file that `--replay` runs again;
+- `holds`: every scenario, program and race ran, nothing broke it, and the
+  profile could follow the queue throughout;
+- `inconclusive`: nothing broke it, but some program did something the profile
+  cannot explain (a `Divergence`, or the queue raised), so the search was cut
+  short there: no claim either way;
+- `n/a`: the queue's API lacks what the guarantee needs (a heartbeat, a
+  deadline, a rescue); said so, never counted as a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from leaseproof.conformance.harness.interrupts import command_main
+from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.queues import run as runs
+from leaseproof.conformance.queues.protocol import QueueAdapter
+from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, make
+from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
+
+EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+MUST_HOLD = ("leaseproof",)  # the subjects whose every applicable guarantee must hold (exit 1 otherwise)
+
+
+@attrs.frozen
+class Cell:
+    guarantee: Guarantee
+    verdict: str  # "holds", "violated", "inconclusive", "n/a"
+    detail: str = ""
+    trace: str | None = None  # the trace file of a violation
+    found_by: str = ""  # "scenario", "search", "race"
+
+
+@attrs.frozen
+class Row:
+    subject: str
+    version: str
+    capabilities: frozenset[Capability]
+    cells: tuple[Cell, ...]
+    programs: int
+    races: int
+    seconds: float
+
+    def verdict(self, guarantee: Guarantee) -> Cell:
+        return next(cell for cell in self.cells if cell.guarantee is guarantee)
+
+    @property
+    def holds(self) -> bool:
+        return all(cell.verdict in ("holds", "n/a") for cell in self.cells)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject,
+            "version": self.version,
+            "capabilities": sorted(c.value for c in self.capabilities),
+            "programs": self.programs,
+            "races": self.races,
+            "seconds": round(self.seconds, 1),
+            "guarantees": {
+                cell.guarantee.value: {
+                    "verdict": cell.verdict,
+                    "detail": cell.detail,
+                    "trace": cell.trace,
+                    "found_by": cell.found_by,
+                }
+                for cell in self.cells
+            },
+        }
+
+
+@attrs.frozen
+class _Evidence:
+    program: runs.Program | None  # None: a race
+    violation: Violation
+    trace: tuple[dict[str, Any], ...]
+    found_by: str
+
+
+def judge_subject(
+    queue: QueueAdapter,
+    *,
+    seed: int,
+    examples: int,
+    races: int,
+    traces: Path,
+    say: Callable[[str], None] = lambda line: None,
+) -> Row:
+    """Every guarantee of one queue: scenarios, then generated programs, then races."""
+    started = time.monotonic()
+    caps = queue.capabilities
+    evidence: dict[Guarantee, _Evidence] = {}
+    divergences: list[str] = []
+
+    def record(ran: runs.Ran, program: runs.Program | None, found_by: str) -> None:
+        for violation in ran.violations:
+            if violation.guarantee not in evidence:
+                evidence[violation.guarantee] = _Evidence(program, violation, ran.trace, found_by)
+        if ran.divergence is not None:
+            divergences.append(ran.divergence.why)
+
+    for guarantee in Guarantee:
+        program = runs.scenario_steps(guarantee, caps)
+        if program is not None and applicable(guarantee, caps):
+            record(runs.run(queue, program), program, "scenario")
+    say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
+    found, diverged, programs = runs.search(
+        queue,
+        seed=seed,
+        examples=examples,
+        progress=lambda done: say(f"  {queue.name}: {done}/{examples} programs") if done % 100 == 0 else None,
+    )
+    for guarantee, one in found.items():
+        if guarantee not in evidence:
+            evidence[guarantee] = _Evidence(one.program, one.ran.violations[0], one.ran.trace, "search")
+            for violation in one.ran.violations:
+                if violation.guarantee is guarantee:
+                    evidence[guarantee] = _Evidence(one.program, violation, one.ran.trace, "search")
+    divergences += [divergence.why for _, divergence in diverged]
+    raced = 0
+    for guarantee, race in runs.RACES.items():
+        if not applicable(guarantee, caps):
+            continue
+        for _ in range(races):
+            raced += 1
+            try:
+                result = race(queue)
+            except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
+                divergences.append(f"a race raised {type(exc).__name__}: {exc}")
+                break
+            if result.violation is not None:
+                trace = ({"race": result.description},)
+                evidence.setdefault(guarantee, _Evidence(None, result.violation, trace, "race"))
+                break
+    cells = []
+    for guarantee in Guarantee:
+        if not applicable(guarantee, caps):
+            cells.append(Cell(guarantee, "n/a", f"needs {needs(guarantee)}"))
+        elif guarantee in evidence:
+            ev = evidence[guarantee]
+            path = _write_trace(traces, queue, guarantee, ev, seed)
+            cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
+        elif divergences:
+            cells.append(Cell(guarantee, "inconclusive", f"{len(divergences)} run(s) diverged: {divergences[0]}"))
+        else:
+            cells.append(Cell(guarantee, "holds"))
+    return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started)
+
+
+def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int) -> Path:
+    traces.mkdir(parents=True, exist_ok=True)
+    path = traces / f"{queue.name.replace(':', '-')}--{guarantee.value}.json"
+    body = {
+        "subject": queue.name,
+        "version": queue.version,
+        "guarantee": guarantee.value,
+        "meaning": MEANING[guarantee],
+        "violation": ev.violation.why,
+        "found_by": ev.found_by,
+        "seed": seed,
+        "program": ev.program,
+        "trace": list(ev.trace),
+        "replay": f"leaseproof guarantees --replay {path}",
+    }
+    path.write_text(json.dumps(body, indent=1, default=str) + "\n")
+    return path
+
+
+def replay(path: Path, queue_for: Callable[[str], Any], out: TextIO) -> int:
+    """Run a trace file's program again: exit 1 if the same guarantee breaks again, 0 if not."""
+    body = json.loads(path.read_text())
+    if body.get("program") is None:
+        out.write(
+            f"{path}: a race is not replayed step by step; run `leaseproof guarantees --subjects {body['subject']}`\n"
+        )
+        return EXIT_USAGE
+    guarantee = Guarantee(body["guarantee"])
+    with queue_for(body["subject"]) as queue:
+        ran = runs.run(queue, body["program"])
+    for entry in ran.trace:
+        out.write(f"  {entry['act']}" + (f" -> {entry['answer']}" if "answer" in entry else "") + "\n")
+    again = [v for v in ran.violations if v.guarantee is guarantee]
+    if again:
+        out.write(f"reproduced: {body['subject']} ({queue.version}) breaks {guarantee.value}: {again[0].why}\n")
+        return EXIT_BROKEN
+    out.write(f"not reproduced: {body['subject']} ({queue.version}) held {guarantee.value} on this program\n")
+    return EXIT_HOLDS
+
+
+def table(rows: Sequence[Row]) -> list[str]:
+    """The matrix, one column per subject."""
+    lines = ["| guarantee | " + " | ".join(f"{r.subject} ({r.version})" for r in rows) + " |"]
+    lines.append("| --- |" + " --- |" * len(rows))
+    lines += [f"| {g.value} | " + " | ".join(row.verdict(g).verdict for row in rows) + " |" for g in Guarantee]
+    return lines
+
+
+def details(rows: Sequence[Row]) -> list[str]:
+    lines = []
+    for row in rows:
+        capabilities = ", ".join(sorted(c.value for c in row.capabilities)) or "none"
+        lines.append(
+            f"{row.subject} ({row.version}): capabilities {capabilities}; "
+            f"{row.programs} programs, {row.races} races, {row.seconds:.1f}s"
+        )
+        for cell in row.cells:
+            if cell.verdict in ("violated", "inconclusive"):
+                where = f" [{cell.found_by}; trace {cell.trace}]" if cell.trace else ""
+                lines.append(f"  {cell.guarantee.value}: {cell.verdict}: {cell.detail}{where}")
+    return lines
+
+
+DESCRIPTION = (
+    "Judge lease queues (the bundled store and, with their extras installed, real libraries through their "
+    "public APIs) by the lease-queue profile: fixed scenarios, generated programs and races of two clients; "
+    "print which guarantees each one holds, breaks (with a replayable trace) or cannot be judged on."
+)
+EXITS = (
+    "exit status: 0 the matrix was made and the bundled store holds every guarantee it is judged on; "
+    "1 it does not (or --replay reproduced the violation); 2 usage, or a subject is not installed; "
+    "130 interrupted"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--subjects", default=",".join(SUBJECTS), help=f"comma-separated, from {', '.join(SUBJECTS)} (default: all)"
+    )
+    parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
+    parser.add_argument("--races", type=int, default=20, help="rounds of each race per subject (default: 20)")
+    parser.add_argument("--seed", type=int, help="the search's seed (default: a fresh one, printed)")
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        default=Path("guarantee-traces"),
+        help="where violations' traces go (default: ./guarantee-traces)",
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the matrix as JSON")
+    parser.add_argument("--replay", type=Path, metavar="TRACE", help="run a trace file's program again, and only that")
+    parser.add_argument("--dsn", help="a PostgreSQL server to use (default: the provisioned one)")
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    subjects = [s for s in args.subjects.split(",") if s]
+    unknown = sorted(set(subjects) - set(SUBJECTS))
+    if unknown or not subjects or args.examples < 0 or args.races < 0:
+        problem = f"unknown subjects {', '.join(unknown)}" if unknown else "name a subject; --examples and --races >= 0"
+        err.write(f"guarantees: {problem}\n")
+        return EXIT_USAGE
+    if args.replay is not None and not args.replay.is_file():
+        err.write(f"guarantees: no trace file {args.replay}\n")
+        return EXIT_USAGE
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
+
+    def say(line: str) -> None:
+        err.write(line + "\n")
+        err.flush()
+
+    with postgres_server(args.dsn, log=say) as server:
+
+        def queue_for(name: str) -> Any:
+            return make(name, lambda: scratch_database(server, prefix="lp_queue"))
+
+        try:
+            if args.replay is not None:
+                return replay(args.replay, queue_for, out)
+            rows = []
+            say(f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {args.races} races each")
+            for name in subjects:
+                with queue_for(name) as queue:
+                    rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=args.races,
+                                              traces=args.traces, say=say))  # fmt: skip
+        except SubjectUnavailable as exc:
+            err.write(f"guarantees: {exc}\n")
+            return EXIT_USAGE
+    out.write("\n".join([*table(rows), "", *details(rows)]) + "\n")
+    out.write(f"seed: {seed}\n")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"seed": seed, "rows": [r.to_json() for r in rows]}, indent=1) + "\n")
+    broken = [r.subject for r in rows if r.subject in MUST_HOLD and not r.holds]
+    if broken:
+        err.write(f"guarantees: {', '.join(broken)} does not hold every guarantee\n")
+        return EXIT_BROKEN
+    return EXIT_HOLDS
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(
+        argv,
+        prog="python -m leaseproof.conformance.queues.matrix",
+        description=DESCRIPTION,
+        add_arguments=add_arguments,
+        command=command,
+        epilog=EXITS,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,462 @@
+"""Programs of lease-queue acts, run against a queue and judged by the profile.
+
+A *program* is a list of steps, each a short JSON-able list:
+``["enqueue"]``, ``["fetch"]``, ``["heartbeat", i]``, ``["complete", i, outcome]``,
+``["rescue"]``, ``["advance", seconds]``. Holder ``i`` is the i-th fetch that
+handed something out (modulo how many there were; a holder step before any
+fetch does nothing), so a program can act as any holder it ever made, stale
+ones included. After its steps a program *drains* the queue: the clock moves
+past every lease, the queue rescues, and fetches are completed until nothing
+is handed out; then every job must be terminal.
+
+`run` stops at the first step that breaks a guarantee or that the profile
+cannot explain (a `Divergence`). Three sources of programs, all judged the same
+way: the fixed scenarios (one per guarantee: `SCENARIOS`), generated programs
+(`search`, Hypothesis, then shrunk step by step to the fewest that break the same
+guarantee), and races of two clients at once (`races`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import hypothesis
+from hypothesis import strategies as st
+
+from leaseproof.conformance.queues.protocol import Held, QueueAdapter
+from leaseproof.model.frozenmap import FrozenMap
+from leaseproof.model.queue import (
+    TERMINAL,
+    Act,
+    Advance,
+    Answer,
+    Capability,
+    Complete,
+    Divergence,
+    Enqueue,
+    Fetch,
+    Guarantee,
+    Heartbeat,
+    QueueState,
+    Rescue,
+    Seen,
+    Violation,
+    initial,
+    judge,
+    reference_answer,
+)
+
+LEASE = 30  # seconds, every lease of every run
+START = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+MAX_HOLDER = 7  # generated holder indices: 0..MAX_HOLDER (modulo the holders there are)
+RACE_TIMEOUT = 30.0  # seconds a race's two clients may take together
+
+Step = list[Any]
+Program = list[Step]
+
+
+@attrs.frozen
+class Ran:
+    """What one program did: the trace of its acts, and what ended it early, if anything."""
+
+    trace: tuple[dict[str, Any], ...]
+    violations: tuple[Violation, ...] = ()
+    divergence: Divergence | None = None
+
+    @property
+    def broken(self) -> frozenset[Guarantee]:
+        return frozenset(v.guarantee for v in self.violations)
+
+
+def _derive(before: Seen | None, after: Seen | None) -> Answer:
+    """A completion's answer, from its job's rows, when the queue's API said nothing."""
+    if after is not None and after.status in TERMINAL and (before is None or before.status != after.status):
+        return Answer.APPLIED
+    return Answer.REFUSED
+
+
+class _Run:
+    """One program against one queue: the profile's state, the holders made, the trace."""
+
+    def __init__(self, queue: QueueAdapter) -> None:
+        self.queue = queue
+        self.deadline = Capability.DEADLINE in queue.capabilities
+        queue.reset(START, LEASE)
+        self.state: QueueState = initial(START, LEASE)
+        self.holders: list[tuple[str, int, Any]] = []  # (job, attempt, handle), in fetch order
+        self.rows: dict[str, Seen] = {}
+        self.trace: list[dict[str, Any]] = []
+        self.violations: list[Violation] = []
+        self.divergence: Divergence | None = None
+
+    @property
+    def over(self) -> bool:
+        return bool(self.violations) or self.divergence is not None
+
+    def step(self, step: Step) -> None:
+        """Take one step and judge it; a queue that raises ends the run as a divergence (it
+        neither breaks nor keeps a guarantee: nothing is known of what it did)."""
+        try:
+            self._step(step)
+        except Exception as exc:  # noqa: BLE001 - any failure of the queue is reported, with its step
+            self.trace.append({"step": step, "act": f"{step[0]} raised {type(exc).__name__}: {exc}"})
+            self.divergence = Divergence(f"{step[0]} raised {type(exc).__name__}: {exc}")
+
+    def _step(self, step: Step) -> None:
+        kind = step[0]
+        answer: Answer | None = None
+        act: Act
+        if kind == "enqueue":
+            act = Enqueue(self.queue.enqueue())
+        elif kind == "fetch":
+            held: Held | None = self.queue.fetch()
+            act = Fetch(None if held is None else held.job)
+            if held is not None:
+                attempt = self.state.jobs[held.job].attempt + 1 if held.job in self.state.jobs else 1
+                self.holders.append((held.job, attempt, held.handle))
+        elif kind in ("heartbeat", "complete"):
+            if not self.holders:
+                return
+            job, attempt, handle = self.holders[int(step[1]) % len(self.holders)]
+            if kind == "heartbeat":
+                act, answer = Heartbeat(job, attempt), self.queue.heartbeat(handle)
+            else:
+                act, answer = Complete(job, attempt, str(step[2])), self.queue.complete(handle, str(step[2]))
+        elif kind == "rescue":
+            act = Rescue()
+            self.queue.rescue()
+        elif kind == "advance":
+            act = Advance(int(step[1]))
+            self.queue.advance(act.seconds)
+        else:
+            raise ValueError(f"unknown step {step!r}")
+        before, self.rows = self.rows, self.queue.rows()
+        if isinstance(act, Complete) and answer is None:
+            answer = _derive(before.get(act.job), self.rows.get(act.job))
+        self.state, violations, divergences = judge(
+            self.state, act, answer or Answer.REFUSED, FrozenMap(self.rows), self.deadline
+        )
+        entry: dict[str, Any] = {"step": step, "act": _describe(act)}
+        if answer is not None:
+            entry["answer"] = answer.value
+        entry["rows"] = {key: row.status for key, row in sorted(self.rows.items())}
+        self.trace.append(entry)
+        self.violations.extend(violations)
+        if divergences and not violations:
+            self.divergence = divergences[0]
+
+    def drain(self) -> None:
+        """Past every lease, a rescue, then fetch and complete until nothing comes; every job must end terminal."""
+        self.step(["advance", LEASE + 1])
+        if not self.over and Capability.RESCUE in self.queue.capabilities:
+            self.step(["rescue"])
+        for _ in range(len(self.state.jobs) + 1):
+            if self.over:
+                return
+            fetched = len(self.holders)
+            self.step(["fetch"])
+            if len(self.holders) == fetched or self.over:
+                break
+            self.step(["complete", len(self.holders) - 1, "finished"])
+        if self.over:
+            return
+        left = sorted(key for key, job in self.state.jobs.items() if job.status not in TERMINAL)
+        if left:
+            why = f"after the drain, never completed: {', '.join(f'{k} ({self.state.jobs[k].status})' for k in left)}"
+            self.violations.append(Violation(Guarantee.NOTHING_LOST, why))
+
+    def result(self) -> Ran:
+        return Ran(tuple(self.trace), tuple(self.violations), self.divergence)
+
+
+def _describe(act: Act) -> str:
+    if isinstance(act, Enqueue):
+        return f"enqueue -> {act.job}"
+    if isinstance(act, Fetch):
+        return f"fetch -> {act.job or 'nothing'}"
+    if isinstance(act, Heartbeat):
+        return f"heartbeat {act.job} as attempt {act.attempt}"
+    if isinstance(act, Complete):
+        return f"complete {act.job} as attempt {act.attempt}: {act.outcome}"
+    if isinstance(act, Advance):
+        return f"advance {act.seconds}s"
+    return "rescue"
+
+
+def run(queue: QueueAdapter, program: Iterable[Step], *, drain: bool = True) -> Ran:
+    """Run `program` on a fresh queue, judging each step; stop at the first broken guarantee."""
+    one = _Run(queue)
+    for step in program:
+        one.step(step)
+        if one.over:
+            return one.result()
+    if drain:
+        one.drain()
+    return one.result()
+
+
+# -- fixed scenarios: one for each guarantee ------------------------------------------------
+
+_EXPIRE = ["advance", LEASE + 1]
+SCENARIOS: dict[Guarantee, Program] = {
+    Guarantee.NO_DOUBLE_CLAIM: [["enqueue"], ["fetch"], ["fetch"], ["complete", 0, "finished"]],
+    Guarantee.NO_STALE_COMPLETION: [
+        ["enqueue"],
+        ["fetch"],
+        _EXPIRE,
+        ["rescue"],
+        ["fetch"],
+        ["complete", 0, "finished"],
+    ],
+    Guarantee.NO_STALE_HEARTBEAT: [["enqueue"], ["fetch"], _EXPIRE, ["rescue"], ["fetch"], ["heartbeat", 0]],
+    Guarantee.EXPIRED_CANNOT_RENEW: [["enqueue"], ["fetch"], _EXPIRE, ["heartbeat", 0]],
+    Guarantee.EXPIRED_CANNOT_COMPLETE: [["enqueue"], ["fetch"], _EXPIRE, ["complete", 0, "finished"]],
+    Guarantee.LIVE_HOLDER_SERVED: [
+        ["enqueue"],
+        ["fetch"],
+        ["advance", LEASE - 1],
+        ["heartbeat", 0],
+        ["advance", LEASE - 1],
+        ["complete", 0, "failed"],
+    ],
+    Guarantee.TERMINAL_ONCE: [
+        ["enqueue"],
+        ["fetch"],
+        ["complete", 0, "finished"],
+        ["complete", 0, "failed"],
+        _EXPIRE,
+        ["rescue"],
+        ["fetch"],
+    ],
+    Guarantee.RESCUE_ONLY_EXPIRED: [
+        ["enqueue"],
+        ["fetch"],
+        ["advance", LEASE - 1],
+        ["rescue"],
+        ["advance", 1],
+        ["rescue"],
+        ["complete", 0, "finished"],
+    ],
+    Guarantee.RESCUE_TAKES_EXPIRED: [
+        ["enqueue"],
+        ["enqueue"],
+        ["fetch"],
+        ["fetch"],
+        ["advance", LEASE - 1],
+        ["heartbeat", 0],
+        ["advance", 2],
+        ["rescue"],
+    ],
+    Guarantee.NOTHING_LOST: [["enqueue"], ["enqueue"], ["enqueue"], ["fetch"], ["complete", 0, "finished"], ["fetch"]],
+}
+
+
+def scenario_steps(guarantee: Guarantee, capabilities: frozenset[Capability]) -> Program | None:
+    """The fixed scenario of `guarantee` as this queue can run it (None: none, or it needs an act the queue lacks)."""
+    program = SCENARIOS.get(guarantee)
+    if program is None or any(not offers(step, capabilities) for step in program):
+        return None
+    return program
+
+
+def offers(step: Step, capabilities: frozenset[Capability]) -> bool:
+    if step[0] == "heartbeat":
+        return Capability.HEARTBEAT in capabilities
+    if step[0] == "rescue":
+        return Capability.RESCUE in capabilities
+    return True
+
+
+# -- generated programs ---------------------------------------------------------------------
+
+
+def steps(capabilities: frozenset[Capability]) -> st.SearchStrategy[Step]:
+    """Any one step a queue with `capabilities` can take. The clock moves by a second, by
+    around half a lease, or by a lease give or take a second: the instants where a lease
+    is just live, just expired, or long gone."""
+    holder = st.integers(0, MAX_HOLDER)
+    choices: list[st.SearchStrategy[Step]] = [
+        st.just(["enqueue"]),
+        st.just(["fetch"]),
+        st.tuples(st.just("complete"), holder, st.sampled_from(sorted(TERMINAL))).map(list),
+        st.tuples(st.just("advance"), st.sampled_from([1, LEASE // 2, LEASE - 1, LEASE, LEASE + 1])).map(list),
+    ]
+    if Capability.HEARTBEAT in capabilities:
+        choices.append(st.tuples(st.just("heartbeat"), holder).map(list))
+    if Capability.RESCUE in capabilities:
+        choices.append(st.just(["rescue"]))
+    return st.one_of(choices)
+
+
+def programs(capabilities: frozenset[Capability], max_steps: int) -> st.SearchStrategy[Program]:
+    """Programs of 1 to `max_steps` steps, every length as likely (left to itself, Hypothesis
+    draws mostly very short lists, too short to make a holder stale and then act as it)."""
+    return st.integers(1, max_steps).flatmap(lambda n: st.lists(steps(capabilities), min_size=n, max_size=n))
+
+
+def shrink(queue: QueueAdapter, program: Program, guarantee: Guarantee) -> tuple[Program, Ran]:
+    """The shortest program found by deleting steps (halves, then quarters, ... then single
+    steps) that still breaks `guarantee`, and its run."""
+    best = run(queue, program)
+    if guarantee not in best.broken:
+        raise ValueError(f"the program does not break {guarantee.value}")
+    chunk = max(1, len(program) // 2)
+    while True:
+        start = 0
+        while start < len(program):
+            candidate = program[:start] + program[start + chunk :]
+            ran = run(queue, candidate) if candidate else None
+            if ran is not None and guarantee in ran.broken:
+                program, best = candidate, ran
+            else:
+                start += chunk
+        if chunk == 1:
+            return program, best
+        chunk = max(1, chunk // 2)
+
+
+@attrs.frozen
+class Found:
+    """The first violation of one guarantee a search met, shrunk."""
+
+    program: Program
+    ran: Ran
+
+
+def search(
+    queue: QueueAdapter,
+    *,
+    seed: int,
+    examples: int,
+    max_steps: int = 24,
+    progress: Callable[[int], None] = lambda done: None,
+) -> tuple[dict[Guarantee, Found], list[tuple[Program, Divergence]], int]:
+    """Generated programs: the first violation met of each guarantee (shrunk), the programs
+    the profile could not follow, and how many programs ran."""
+    found: dict[Guarantee, Program] = {}
+    diverged: list[tuple[Program, Divergence]] = []
+    count = 0
+
+    @hypothesis.settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[hypothesis.Phase.generate],
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )
+    @hypothesis.seed(seed)
+    @hypothesis.given(programs(queue.capabilities, max_steps))
+    def explore(program: Program) -> None:
+        nonlocal count
+        count += 1
+        progress(count)
+        ran = run(queue, program)
+        for violation in ran.violations:
+            found.setdefault(violation.guarantee, program)
+        if ran.divergence is not None and len(diverged) < 5:
+            diverged.append((program, ran.divergence))
+
+    explore()
+    shrunk = {}
+    for guarantee, program in found.items():
+        small, ran = shrink(queue, program, guarantee)
+        shrunk[guarantee] = Found(small, ran)
+    return shrunk, diverged, count
+
+
+# -- races of two clients -------------------------------------------------------------------
+
+
+@attrs.frozen
+class Raced:
+    """One race: what each client was told, the rows after, and what was wrong, if anything."""
+
+    description: str
+    violation: Violation | None
+
+
+def _together(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run the calls on threads released at once; their results (an exception is re-raised)."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def body(index: int) -> None:
+        try:
+            barrier.wait(RACE_TIMEOUT)
+            results[index] = calls[index]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(RACE_TIMEOUT)
+    if any(thread.is_alive() for thread in threads):
+        raise TimeoutError(f"a race's clients did not return within {RACE_TIMEOUT}s")
+    if errors:
+        raise errors[0]
+    return results
+
+
+def race_completion_rescue(queue: QueueAdapter) -> Raced:
+    """A holder whose lease ran out completes while a rescue runs. Either order is allowed; the
+    completion's answer and the job's row must agree with one of them."""
+    queue.reset(START, LEASE)
+    job = queue.enqueue()
+    held = queue.fetch()
+    if held is None or held.job != job:
+        return Raced(
+            "the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched")
+        )
+    queue.advance(LEASE + 1)
+    deadline = Capability.DEADLINE in queue.capabilities
+    state = judge(initial(START, LEASE), Enqueue(job), Answer.REFUSED, FrozenMap({job: Seen("pending")}))[0]
+    state = judge(state, Fetch(job), Answer.REFUSED, FrozenMap({job: Seen("claimed")}))[0]
+    state = judge(state, Advance(LEASE + 1), Answer.REFUSED, FrozenMap({job: Seen("claimed")}), deadline)[0]
+    completing, rescuing = queue.session(), queue.session()
+    try:
+        before = queue.rows().get(job)
+        answer, _ = _together([lambda: completing.complete(held.handle, "finished"), rescuing.rescue])
+    finally:
+        completing.close()
+        rescuing.close()
+    after = queue.rows().get(job)
+    told = _derive(before, after) if answer is None else answer
+    first = reference_answer(state, Complete(job, 1, "finished"), deadline)  # the completion first
+    allowed = {(Answer.REFUSED, "pending"), (Answer.REFUSED, "failed")}  # the rescue first (or a refused completion)
+    if first is Answer.APPLIED:
+        allowed.add((Answer.APPLIED, "finished"))
+    status = None if after is None else after.status
+    description = f"complete {job} (lease run out) racing a rescue: the completion {told.value}, the row {status}"
+    if (told, status) in allowed:
+        return Raced(description, None)
+    return Raced(description, Violation(Guarantee.COMPLETION_RACING_RESCUE, description + ", which no order explains"))
+
+
+def race_fetches(queue: QueueAdapter) -> Raced:
+    """Two workers fetch one job at once: at most one gets it."""
+    queue.reset(START, LEASE)
+    job = queue.enqueue()
+    one, two = queue.session(), queue.session()
+    try:
+        got = _together([one.fetch, two.fetch])
+    finally:
+        one.close()
+        two.close()
+    jobs = [held.job for held in got if held is not None]
+    description = f"two fetches of one job ({job}) at once handed out {jobs or 'nothing'}"
+    if len(jobs) > 1:
+        return Raced(description, Violation(Guarantee.NO_DOUBLE_CLAIM, description))
+    return Raced(description, None)
+
+
+RACES: dict[Guarantee, Callable[[QueueAdapter], Raced]] = {
+    Guarantee.COMPLETION_RACING_RESCUE: race_completion_rescue,
+    Guarantee.NO_DOUBLE_CLAIM: race_fetches,
+}
