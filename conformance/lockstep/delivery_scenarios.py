@@ -40,6 +40,37 @@ def stale_holder_finishes_after_newer_holder(s: DeliveryConformance) -> None:
     s.finish(newer, "held", "finished")  # the real holder's retry: AlreadyTerminal(failed)
 
 
+def stale_holder_acts_while_newer_holds(s: DeliveryConformance) -> None:
+    """A reaped holder renews and finishes while a newer holder of the same target
+    holds a live lease: both LeaseLost, and the newer lease is untouched (a renew or
+    a finish fenced by the holder's identity, not its generation, takes it over:
+    procrastinate #1518's class)."""
+    stale = _lease(s.claim("A", "recipient", None, None, 5))
+    s.advance_clock("past-deadline")
+    s.reap()
+    newer = _lease(s.claim("A", "recipient", None, None, 30))
+    s.renew(stale, "held", 30)
+    s.finish(stale, "held", "finished")
+    s.finish(newer, "held", "failed")
+
+
+def expired_lease_behind_live_ones(s: DeliveryConformance) -> None:
+    """Four claims of one target: the three oldest live, the youngest expired; a sweep
+    reaps the youngest (one that picks its batch of claims before it filters out the
+    live ones leaves it behind them, for as long as they stay live)."""
+    s.commit("A", "R2", "s1", [("fresh", "T1", "M1", "D1", "event:E1")], False)
+    s.commit("A", "R3", "s1", [("fresh", "T1", "M1", "D1", "event:E1")], False)
+    s.commit("A", "R2", "s2", [("fresh", "T1", "M1", "D1", "event:E1")], False)
+    older = [_lease(s.claim("A", "T1", None, None, 30)) for _ in range(3)]
+    s.advance_clock("5s")
+    youngest = _lease(s.claim("A", "T1", None, None, 5))
+    s.advance_clock("past-deadline")  # the youngest's deadline comes first
+    s.reap()
+    s.finish(youngest, "held", "finished")
+    for lease in older:
+        s.finish(lease, "held", "finished")
+
+
 def expired_holder_before_the_reaper(s: DeliveryConformance) -> None:
     """Finding 2: at its deadline a holder may still renew; one microsecond
     later it can neither renew nor finish, although nothing reaped it."""
@@ -166,6 +197,8 @@ def claim_sent_again_with_its_request_key(s: DeliveryConformance) -> None:
 
 SCENARIOS: tuple[Scenario, ...] = (
     stale_holder_finishes_after_newer_holder,
+    stale_holder_acts_while_newer_holds,
+    expired_lease_behind_live_ones,
     expired_holder_before_the_reaper,
     foreign_expected_binding,
     rebuilt_lease_with_foreign_target,

@@ -1,8 +1,8 @@
 """The regression corpus: the minimal counterexample of every shipped mutant, as traces.
 
-    python -m leaseproof.conformance.traces.corpus DIR [--dsn DSN]
+    python -m leaseproof.conformance.traces.corpus DIR [--mutants NAME,...] [--dsn DSN]
 
-rewrites DIR/<mutant>.jsonl from a seeded, shrunk search against each
+rewrites DIR/<mutant>.jsonl (of every shipped mutant, or of those named) from a seeded, shrunk search against each
 mutant (fixed scenarios off, so each trace is what the search itself found).
 Each trace must replay cleanly against the real store and diverge against
 its mutant; the test suite checks both.
@@ -29,11 +29,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m leaseproof.conformance.traces.corpus", description=__doc__.splitlines()[0]
     )
     parser.add_argument("directory", type=Path)
+    parser.add_argument("--mutants", default="", help="comma-separated names (default: every shipped mutant)")
     parser.add_argument("--dsn")
     args = parser.parse_args(argv)
+    names = [name for name in args.mutants.split(",") if name]
+    unknown = sorted(set(names) - {mutant.name for mutant in MUTANTS})
+    if unknown:
+        parser.error(f"no shipped mutant named {', '.join(unknown)}")
     args.directory.mkdir(parents=True, exist_ok=True)
     with postgres_server(args.dsn) as server:
         for mutant in MUTANTS:
+            if names and mutant.name not in names:
+                continue
             with scratch_database(server) as dsn:
                 adapter = PostgresDeliveryAdapter(dsn, mutant.store)
                 try:
