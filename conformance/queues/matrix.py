@@ -38,7 +38,7 @@ from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
-from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, make
+from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, known, make
 from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
 
 EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
@@ -246,7 +246,9 @@ EXITS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--subjects", default=",".join(SUBJECTS), help=f"comma-separated, from {', '.join(SUBJECTS)} (default: all)"
+        "--subjects",
+        default=",".join(SUBJECTS),
+        help=f"comma-separated, from {', '.join(SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
     )
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
     parser.add_argument("--races", type=int, default=20, help="rounds of each race per subject (default: 20)")
@@ -264,7 +266,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     subjects = [s for s in args.subjects.split(",") if s]
-    unknown = sorted(set(subjects) - set(SUBJECTS))
+    unknown = sorted(s for s in set(subjects) if not known(s))
     if unknown or not subjects or args.examples < 0 or args.races < 0:
         problem = f"unknown subjects {', '.join(unknown)}" if unknown else "name a subject; --examples and --races >= 0"
         err.write(f"guarantees: {problem}\n")
@@ -272,6 +274,15 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.replay is not None and not args.replay.is_file():
         err.write(f"guarantees: no trace file {args.replay}\n")
         return EXIT_USAGE
+    if args.replay is not None:
+        try:
+            trace = json.loads(args.replay.read_text())
+            if not known(trace["subject"]) or not isinstance(trace.get("program", []), list | None):
+                raise ValueError(f"unknown subject {trace['subject']!r}")
+            Guarantee(trace["guarantee"])
+        except (ValueError, KeyError, TypeError) as exc:
+            err.write(f"guarantees: {args.replay} is not a guarantees trace ({exc})\n")
+            return EXIT_USAGE
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
 
     def say(line: str) -> None:

@@ -340,6 +340,8 @@ def search(
     found: dict[Guarantee, Program] = {}
     diverged: list[tuple[Program, Divergence]] = []
     count = 0
+    if examples < 1:
+        return {}, [], 0
 
     @hypothesis.settings(
         max_examples=examples,
@@ -456,7 +458,40 @@ def race_fetches(queue: QueueAdapter) -> Raced:
     return Raced(description, None)
 
 
+def race_rescues_and_fetch(queue: QueueAdapter) -> Raced:
+    """Two rescues and a fetch at once, of one expired job: whoever fetches it holds a live
+    lease, which no rescue may take (a rescuer that acts on what it read before the other
+    rescue would), and can renew it."""
+    queue.reset(START, LEASE)
+    job = queue.enqueue()
+    if queue.fetch() is None:
+        return Raced(
+            "the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched")
+        )
+    queue.advance(LEASE + 1)
+    clients = [queue.session() for _ in range(3)]
+    try:
+        _, _, held = _together([clients[0].rescue, clients[1].rescue, clients[2].fetch])
+    finally:
+        for client in clients:
+            client.close()
+    row = queue.rows().get(job)
+    status = None if row is None else row.status
+    if held is None:
+        return Raced(f"two rescues and a fetch of {job} at once: the fetch found nothing (row {status})", None)
+    description = f"two rescues and a fetch of {job} at once: the fetch took it, and its row is then {status}"
+    if status != "claimed":
+        return Raced(
+            description, Violation(Guarantee.RESCUE_ONLY_EXPIRED, description + ": a rescue took the fresh lease")
+        )
+    if Capability.HEARTBEAT in queue.capabilities and queue.heartbeat(held.handle) is not Answer.APPLIED:
+        why = description + "; its holder's heartbeat was refused"
+        return Raced(why, Violation(Guarantee.LIVE_HOLDER_SERVED, why))
+    return Raced(description, None)
+
+
 RACES: dict[Guarantee, Callable[[QueueAdapter], Raced]] = {
     Guarantee.COMPLETION_RACING_RESCUE: race_completion_rescue,
     Guarantee.NO_DOUBLE_CLAIM: race_fetches,
+    Guarantee.RESCUE_ONLY_EXPIRED: race_rescues_and_fetch,
 }

@@ -84,9 +84,11 @@ class BundledQueue(_Acts):
 
     capabilities = frozenset({Capability.HEARTBEAT, Capability.DEADLINE, Capability.RESCUE})
 
-    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore) -> None:
+    def __init__(
+        self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore, name: str = "leaseproof"
+    ) -> None:
         self.delivery: PostgresDeliveryAdapter = PostgresDeliveryAdapter(dsn, store_class)
-        self.name = "leaseproof" if store_class is PostgresDeliveryStore else f"leaseproof:{store_class.__name__}"
+        self.name = name
         self.version = _version()
         self.lease_seconds = 30
         self._enqueued = 0
