@@ -148,7 +148,7 @@ def judge_subject(
             try:
                 result = race(queue)
             except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
-                divergences.append(f"a race raised {type(exc).__name__}: {exc}")
+                divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
                 break
             if result.violation is not None:
                 trace = ({"race": result.description},)

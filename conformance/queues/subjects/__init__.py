@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
 from leaseproof.conformance.queues.protocol import QueueAdapter
 
-# name -> (module under this package, the class; the install hint when it is missing)
-SUBJECTS: dict[str, tuple[str, str, str]] = {
-    "leaseproof": ("bundled", "BundledQueue", ""),
+# name -> (the adapter's module under this package, its class, the library it needs (None: none),
+# how to install that library)
+SUBJECTS: dict[str, tuple[str, str, str | None, str]] = {
+    "leaseproof": ("bundled", "BundledQueue", None, ""),
+    "procrastinate": ("procrastinate_queue", "ProcrastinateQueue", "procrastinate", "pip install -e '.[queues]'"),
 }
 
 
@@ -56,11 +59,10 @@ def make(name: str, new_database: Callable[[], AbstractContextManager[str]]) -> 
             finally:
                 mutant.close()
         return
-    module_name, class_name, hint = SUBJECTS[name]
-    try:
-        module = importlib.import_module(f"{__name__}.{module_name}")
-    except ImportError as exc:
-        raise SubjectUnavailable(f"{name} is not installed ({exc.name}): {hint}") from exc
+    module_name, class_name, library, hint = SUBJECTS[name]
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    if library is not None and importlib.util.find_spec(library) is None:
+        raise SubjectUnavailable(f"{name} is not installed: {hint}")
     with new_database() as dsn:
         queue: QueueAdapter = getattr(module, class_name)(dsn)
         try:

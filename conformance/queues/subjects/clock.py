@@ -1,0 +1,68 @@
+"""A controlled database clock for libraries that read `now()`: the search-path clock.
+
+Real queues read the time from PostgreSQL (`now()` in their statements and
+functions). To move a library's clock without sleeping and without touching its
+SQL, its database gets a schema `lpclock` with a function `lpclock.now()` that
+reads a one-row table (the time a test pinned) and its connections put that
+schema before `pg_catalog` in their search path: `public, lpclock, pg_catalog`.
+An unqualified `now()`, in a library's client SQL or inside its plpgsql
+functions, then resolves to `lpclock.now()`; tables the library creates still
+go to `public`. Column defaults bind their function when the table is created,
+so the library's schema is installed through a connection with this path too.
+
+A library that names `pg_catalog.now()` itself, or uses CURRENT_TIMESTAMP or the
+client's clock, is not moved by this; its adapter says so (or uses the library's
+own test clock). This is test tooling for the libraries under test, never for the
+bundled store, whose clock is `lp_clock` (impl/hooks/clock.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+SEARCH_PATH = "public, lpclock, pg_catalog"
+_INSTALL = """
+    CREATE SCHEMA IF NOT EXISTS lpclock;
+    CREATE TABLE IF NOT EXISTS lpclock.pinned (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        at timestamptz NOT NULL
+    );
+    CREATE OR REPLACE FUNCTION lpclock.now() RETURNS timestamptz LANGUAGE sql STABLE
+        AS $$ SELECT coalesce((SELECT at FROM lpclock.pinned), pg_catalog.now()) $$;
+"""
+
+
+def conninfo(dsn: str) -> str:
+    """`dsn` with the search path that puts `lpclock.now()` before `pg_catalog.now()`."""
+    options = conninfo_to_dict(dsn).get("options") or ""
+    return make_conninfo(dsn, options=f"{options} -c search_path={SEARCH_PATH.replace(' ', '')}".strip())
+
+
+def install(dsn: str) -> None:
+    """Create the clock in the database of `dsn` (unpinned: it reads the real time)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_INSTALL)
+
+
+def pin(conn: psycopg.Connection[Any], at: dt.datetime) -> None:
+    conn.execute(
+        "INSERT INTO lpclock.pinned (at) VALUES (%s) ON CONFLICT (singleton) DO UPDATE SET at = excluded.at", (at,)
+    )
+
+
+def advance(conn: psycopg.Connection[Any], seconds: int) -> None:
+    if (
+        conn.execute("UPDATE lpclock.pinned SET at = at + make_interval(secs => %s) RETURNING 1", (seconds,)).fetchone()
+        is None
+    ):
+        raise RuntimeError("the clock is not pinned")
+
+
+def now(conn: psycopg.Connection[Any]) -> dt.datetime:
+    row = conn.execute("SELECT lpclock.now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]

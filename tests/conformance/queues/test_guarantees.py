@@ -1,0 +1,181 @@
+"""`leaseproof guarantees` against the bundled store and its mutants, on a real server: the store
+holds every guarantee; each bug class from the field breaks the guarantee it names, found by the
+fixed scenarios and by the search alone; a violation's trace replays; a queue whose rows the
+profile cannot follow is never said to hold."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaseproof.conformance.frontends import cli
+from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.queues import matrix
+from leaseproof.conformance.queues import run as runs
+from leaseproof.conformance.queues.subjects import make
+from leaseproof.conformance.queues.subjects.bundled import BundledQueue
+from leaseproof.model.queue import Capability, Guarantee, Seen
+
+SEED = 20261204
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["guarantees", *argv])
+    return cli.COMMANDS["guarantees"](args, out, err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def queue(delivery_dsn: str) -> Iterator[BundledQueue]:
+    q = BundledQueue(delivery_dsn)
+    yield q
+    q.close()
+
+
+def _subject(pg_server: Server, name: str) -> Iterator[object]:
+    with make(name, lambda: scratch_database(pg_server, prefix="lp_queue")) as q:
+        yield q
+
+
+def test_the_bundled_store_holds_every_guarantee(queue: BundledQueue, tmp_path: Path) -> None:
+    row = matrix.judge_subject(queue, seed=SEED, examples=150, races=5, traces=tmp_path)
+    assert {cell.guarantee: cell.verdict for cell in row.cells} == dict.fromkeys(Guarantee, "holds")
+    assert row.programs == 150 and row.races == 15 and not list(tmp_path.iterdir())
+
+
+def test_every_fixed_scenario_runs_clean_on_the_bundled_store_and_reaches_its_drain(queue: BundledQueue) -> None:
+    for guarantee, program in runs.SCENARIOS.items():
+        ran = runs.run(queue, program)
+        assert (ran.violations, ran.divergence) == ((), None), guarantee
+        assert len(ran.trace) > len(program), guarantee  # the drain ran after the program's steps
+
+
+# Each bug class from the field (impl/mutants/delivery.py), and the review findings the profile
+# can see, with the guarantee it breaks.
+BREAKS = {
+    "graphile-worker-169-finish-by-state": Guarantee.NO_STALE_COMPLETION,
+    "pgqueuer-430-heartbeat-by-id": Guarantee.NO_STALE_HEARTBEAT,
+    "procrastinate-1518-finish-by-worker": Guarantee.NO_STALE_COMPLETION,
+    "oban-rescue-beyond-scope": Guarantee.RESCUE_ONLY_EXPIRED,
+    "rescue-batch-starved": Guarantee.RESCUE_TAKES_EXPIRED,
+    "finish-ignores-expiry": Guarantee.EXPIRED_CANNOT_COMPLETE,
+    "renew-ignores-expiry": Guarantee.EXPIRED_CANNOT_RENEW,
+    "reap-at-deadline": Guarantee.RESCUE_ONLY_EXPIRED,
+    "lease-lost-at-deadline": Guarantee.LIVE_HOLDER_SERVED,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_each_bug_class_breaks_its_guarantee_in_the_matrix_with_a_trace_that_replays(
+    name: str, pg_server: Server, tmp_path: Path
+) -> None:
+    code, out, err = _cli(
+        ["--subjects", f"leaseproof:{name}", "--examples", "300", "--races", "2", "--seed", str(SEED),
+         "--traces", str(tmp_path), "--json", str(tmp_path / "m.json"), "--dsn", pg_server.dsn]
+    )  # fmt: skip
+    assert code == 0, err  # a mutant is not the bundled store: its violations are findings, not a failure
+    cells = json.loads((tmp_path / "m.json").read_text())["rows"][0]["guarantees"]
+    cell = cells[BREAKS[name].value]
+    assert cell["verdict"] == "violated", (out, cells)
+    assert f"| {BREAKS[name].value} | violated |" in out
+    trace = Path(cell["trace"])
+    assert json.loads(trace.read_text())["subject"] == f"leaseproof:{name}"
+    code, out, err = _cli(["--replay", str(trace), "--dsn", pg_server.dsn])
+    assert code == 1 and out.splitlines()[-1].startswith(f"reproduced: leaseproof:{name} "), (out, err)
+
+
+SEARCH_ALONE = ["graphile-worker-169-finish-by-state", "pgqueuer-430-heartbeat-by-id",
+                "procrastinate-1518-finish-by-worker", "oban-rescue-beyond-scope", "rescue-batch-starved"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SEARCH_ALONE)
+def test_the_search_alone_finds_each_bug_class_from_the_field_and_shrinks_it(name: str, pg_server: Server) -> None:
+    """Scenarios off: the generated programs find a violation, shrunk to a program from which no
+    step can be deleted without losing it."""
+    for queue in _subject(pg_server, f"leaseproof:{name}"):
+        found, _, _ = runs.search(queue, seed=SEED, examples=500)  # type: ignore[arg-type]
+        assert found, f"{name}: the search found nothing"
+        for guarantee, one in found.items():
+            assert guarantee in one.ran.broken
+            for i in range(len(one.program)):
+                shorter = one.program[:i] + one.program[i + 1 :]
+                assert not shorter or guarantee not in runs.run(queue, shorter).broken, (name, one.program, i)  # type: ignore[arg-type]
+
+
+def test_a_race_of_two_fetches_catches_a_check_then_act_claim(pg_server: Server) -> None:
+    for queue in _subject(pg_server, "leaseproof:claim-read-then-update"):
+        results = [runs.race_fetches(queue) for _ in range(30)]  # type: ignore[arg-type]
+        assert any(r.violation is not None and r.violation.guarantee is Guarantee.NO_DOUBLE_CLAIM for r in results)
+    for queue in _subject(pg_server, "leaseproof"):
+        assert all(runs.race_fetches(queue).violation is None for _ in range(10))  # type: ignore[arg-type]
+
+
+class _LyingRows(BundledQueue):
+    """The store, with a row reader that says a claimed job is pending (as a queue with
+    semantics the profile does not know would look)."""
+
+    def rows(self) -> dict[str, Seen]:
+        return {job: Seen("pending") if seen.status == "claimed" else seen for job, seen in super().rows().items()}
+
+
+def test_a_queue_the_profile_cannot_follow_is_inconclusive_never_holds(delivery_dsn: str, tmp_path: Path) -> None:
+    queue = _LyingRows(delivery_dsn)
+    try:
+        row = matrix.judge_subject(queue, seed=SEED, examples=30, races=1, traces=tmp_path)
+    finally:
+        queue.close()
+    verdicts = {cell.verdict for cell in row.cells}
+    assert "holds" not in verdicts and "inconclusive" in verdicts, row.cells
+    assert not row.holds
+
+
+def test_a_guarantee_the_queue_cannot_be_judged_on_is_not_applicable(delivery_dsn: str, tmp_path: Path) -> None:
+    class NoHeartbeat(BundledQueue):
+        capabilities = frozenset(BundledQueue.capabilities - {Capability.HEARTBEAT})
+
+    queue = NoHeartbeat(delivery_dsn)
+    try:
+        row = matrix.judge_subject(queue, seed=SEED, examples=30, races=1, traces=tmp_path)
+    finally:
+        queue.close()
+    cells = {cell.guarantee: cell for cell in row.cells}
+    assert cells[Guarantee.NO_STALE_HEARTBEAT].verdict == "n/a"
+    assert cells[Guarantee.NO_STALE_HEARTBEAT].detail == "needs heartbeat and rescue or heartbeat and takeover"
+    assert cells[Guarantee.EXPIRED_CANNOT_RENEW].verdict == "n/a"
+    assert cells[Guarantee.NO_STALE_COMPLETION].verdict == "holds"
+
+
+def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    code, out, err = _cli(["--subjects", "leaseproof", "--examples", "20", "--races", "1", "--traces", str(tmp_path),
+                           "--dsn", pg_server.dsn])  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("| guarantee | leaseproof (")
+    assert all(f"| {g.value} | holds |" in out for g in Guarantee)
+    assert "seed: " in out and "seed " in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--subjects", "redis"], "unknown subjects redis"),
+        (["--subjects", "leaseproof:no-such-mutant"], "unknown subjects leaseproof:no-such-mutant"),
+        (["--examples", "-1"], "--examples and --races >= 0"),
+        (["--replay", "/nonexistent/trace.json"], "no trace file /nonexistent/trace.json"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(argv: list[str], problem: str) -> None:
+    code, out, err = _cli(argv)
+    assert (code, out) == (2, "") and problem in err, err
+
+
+def test_a_file_that_is_not_a_guarantees_trace_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"subject": "leaseproof", "guarantee": "no-such-guarantee", "program": []}))
+    code, _, err = _cli(["--replay", str(path)])
+    assert code == 2 and "is not a guarantees trace" in err, err
