@@ -319,7 +319,7 @@ def _holder_act(
         ]
     guarantee = Guarantee.NO_STALE_HEARTBEAT if isinstance(act, Heartbeat) else Guarantee.NO_STALE_COMPLETION
     state = f"held by attempt {j.attempt}" if j.status == "claimed" else f"{j.status} at attempt {j.attempt}"
-    why = f"the {name} of {act.job} by attempt {act.attempt} {told} after a rescue (the job was {state})"
+    why = f"the {name} of {act.job} by attempt {act.attempt} {told} after the job was rescued or taken over ({state})"
     return s, [Violation(guarantee, why)]
 
 

@@ -97,6 +97,7 @@ class _Evidence:
     violation: Violation
     trace: tuple[dict[str, Any], ...]
     found_by: str
+    race: str | None = None  # the race (`runs.RACES`) that found it
 
 
 def judge_subject(
@@ -152,7 +153,7 @@ def judge_subject(
                 break
             if result.violation is not None:
                 trace = ({"race": result.description},)
-                evidence.setdefault(guarantee, _Evidence(None, result.violation, trace, "race"))
+                evidence.setdefault(guarantee, _Evidence(None, result.violation, trace, "race", race.__name__))
                 break
     cells = []
     for guarantee in Guarantee:
@@ -181,6 +182,7 @@ def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _E
         "found_by": ev.found_by,
         "seed": seed,
         "program": ev.program,
+        "race": ev.race,
         "trace": list(ev.trace),
         "replay": f"leaseproof guarantees --replay {path}",
     }
@@ -188,15 +190,29 @@ def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _E
     return path
 
 
+REPLAY_RACES = 200  # rounds a race's replay may take to meet its violation again
+
+
 def replay(path: Path, queue_for: Callable[[str], Any], out: TextIO) -> int:
-    """Run a trace file's program again: exit 1 if the same guarantee breaks again, 0 if not."""
+    """Run a trace file's program again (a race: up to REPLAY_RACES rounds of it): exit 1 if
+    the same guarantee breaks again, 0 if not."""
     body = json.loads(path.read_text())
-    if body.get("program") is None:
-        out.write(
-            f"{path}: a race is not replayed step by step; run `leaseproof guarantees --subjects {body['subject']}`\n"
-        )
-        return EXIT_USAGE
     guarantee = Guarantee(body["guarantee"])
+    if body.get("program") is None:
+        race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
+        with queue_for(body["subject"]) as queue:
+            for attempt in range(1, REPLAY_RACES + 1):
+                result = race(queue)
+                if result.violation is not None and result.violation.guarantee is guarantee:
+                    out.write(
+                        f"reproduced in round {attempt} of {body['race']}: {body['subject']} ({queue.version}) "
+                        f"breaks {guarantee.value}: {result.violation.why}\n"
+                    )
+                    return EXIT_BROKEN
+        out.write(
+            f"not reproduced in {REPLAY_RACES} rounds of {body['race']}: {body['subject']} held {guarantee.value}\n"
+        )
+        return EXIT_HOLDS
     with queue_for(body["subject"]) as queue:
         ran = runs.run(queue, body["program"])
     for entry in ran.trace:
@@ -251,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, from {', '.join(SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
     )
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
-    parser.add_argument("--races", type=int, default=20, help="rounds of each race per subject (default: 20)")
+    parser.add_argument("--races", type=int, default=50, help="rounds of each race per subject (default: 50)")
     parser.add_argument("--seed", type=int, help="the search's seed (default: a fresh one, printed)")
     parser.add_argument(
         "--traces",
@@ -279,6 +295,8 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             trace = json.loads(args.replay.read_text())
             if not known(trace["subject"]) or not isinstance(trace.get("program", []), list | None):
                 raise ValueError(f"unknown subject {trace['subject']!r}")
+            if trace.get("program") is None and trace.get("race") not in {r.__name__ for r in runs.RACES.values()}:
+                raise ValueError(f"neither a program nor a known race ({trace.get('race')!r})")
             Guarantee(trace["guarantee"])
         except (ValueError, KeyError, TypeError) as exc:
             err.write(f"guarantees: {args.replay} is not a guarantees trace ({exc})\n")

@@ -269,9 +269,15 @@ SCENARIOS: dict[Guarantee, Program] = {
 
 
 def scenario_steps(guarantee: Guarantee, capabilities: frozenset[Capability]) -> Program | None:
-    """The fixed scenario of `guarantee` as this queue can run it (None: none, or it needs an act the queue lacks)."""
+    """The fixed scenario of `guarantee` as this queue can run it (None: none, or it needs an
+    act the queue lacks). A queue that takes over expired jobs in its fetch and has no rescue
+    of its own runs a scenario's rescues as nothing: its next fetch is the rescue."""
     program = SCENARIOS.get(guarantee)
-    if program is None or any(not offers(step, capabilities) for step in program):
+    if program is None:
+        return None
+    if Capability.RESCUE not in capabilities and Capability.TAKEOVER in capabilities:
+        program = [step for step in program if step[0] != "rescue"]
+    if any(not offers(step, capabilities) for step in program):
         return None
     return program
 
@@ -479,9 +485,10 @@ def race_fetches(queue: QueueAdapter) -> Raced:
 
 
 def race_rescues_and_fetch(queue: QueueAdapter) -> Raced:
-    """Two rescues and a fetch at once, of one expired job: whoever fetches it holds a live
-    lease, which no rescue may take (a rescuer that acts on what it read before the other
-    rescue would), and can renew it."""
+    """Two rescues of one expired job and a worker fetching it at once (it fetches again until it
+    gets the job or both rescues are over): whoever fetches it holds a live lease, which no
+    rescue may take (a rescuer that acts on what it read before the other rescue would), and
+    can renew it."""
     queue.reset(START, LEASE)
     job = queue.enqueue()
     if queue.fetch() is None:
@@ -490,8 +497,26 @@ def race_rescues_and_fetch(queue: QueueAdapter) -> Raced:
         )
     queue.advance(LEASE + 1)
     clients = [queue.session() for _ in range(3)]
+    over = [threading.Event(), threading.Event()]
+
+    def rescuing(index: int) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                clients[index].rescue()
+            finally:
+                over[index].set()
+
+        return body
+
+    def fetching() -> Held | None:
+        while True:
+            finished = all(event.is_set() for event in over)
+            held = clients[2].fetch()
+            if held is not None or finished:
+                return held
+
     try:
-        _, _, held = _together([clients[0].rescue, clients[1].rescue, clients[2].fetch])
+        _, _, held = _together([rescuing(0), rescuing(1), fetching])
     finally:
         for client in clients:
             client.close()

@@ -24,6 +24,7 @@ from leaseproof.conformance.queues.protocol import QueueAdapter
 SUBJECTS: dict[str, tuple[str, str, str | None, str]] = {
     "leaseproof": ("bundled", "BundledQueue", None, ""),
     "procrastinate": ("procrastinate_queue", "ProcrastinateQueue", "procrastinate", "pip install -e '.[queues]'"),
+    "pgqueuer": ("pgqueuer_queue", "PgQueuerQueue", "pgqueuer", "pip install -e '.[queues]'"),
 }
 
 
