@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -60,7 +62,9 @@ SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
 SEARCH_ALONE = "lockstep: search alone"
 STRESS = "stress"
 FORCED = "forced interleaving"
-CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED)
+GUARANTEES = "guarantees profile"
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES)
+GUARANTEE_RACES = 20  # rounds of each of the profile's races
 
 STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/conformance/concurrent/test_stress.py runs the race mutants
 
@@ -102,12 +106,15 @@ class Subject:
         return self.variant.adapter(dsn)
 
     def checks(self, fast: bool) -> tuple[str, ...]:
-        """The checks that apply to it, in the order they run; `fast`: the fast subset's."""
+        """The checks that apply to it, in the order they run; `fast`: the fast subset's. The
+        full matrix also judges each delivery mutant by the lease-queue profile (`leaseproof
+        guarantees`), which sees only the lease lifecycle of one tenant and target."""
+        profile = (GUARANTEES,) if self.machine == "delivery" and not fast else ()
         if self.kind == SEQUENTIAL:
-            return (SCENARIOS_AND_SEARCH,) if fast else (SCENARIOS_AND_SEARCH, SEARCH_ALONE)
+            return (SCENARIOS_AND_SEARCH,) if fast else (SCENARIOS_AND_SEARCH, SEARCH_ALONE, *profile)
         if self.interleaving is None:
-            return (STRESS,)
-        return (FORCED,) if fast else (STRESS, FORCED)
+            return (STRESS, *profile)
+        return (FORCED,) if fast else (STRESS, FORCED, *profile)
 
 
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
@@ -345,6 +352,39 @@ def _forced(subject: Subject, dsn: str) -> Row:
     )
 
 
+def _guarantees(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
+    """The lease-queue profile against the mutant as a queue: its scenarios, `budgets.search`
+    programs and GUARANTEE_RACES rounds of each race; killed if it breaks any guarantee."""
+    from leaseproof.conformance.queues.matrix import judge_subject
+    from leaseproof.conformance.queues.subjects.bundled import BundledQueue
+
+    if isinstance(subject.variant, LifecycleMutant):
+        raise ValueError(f"{subject.name}: the profile judges the delivery store")
+    started = time.monotonic()
+    queue = BundledQueue(dsn, subject.variant.store, name=f"leaseproof:{subject.name}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="lp-kill-") as traces:
+            row = judge_subject(queue, seed=seed, examples=budgets.search, races=GUARANTEE_RACES, traces=Path(traces))
+    finally:
+        queue.close()
+    seconds = time.monotonic() - started
+    base = _row(subject, GUARANTEES, budget=budgets.search, unit="programs", check_seconds=seconds, seed=seed)
+    broken = [cell for cell in row.cells if cell.verdict == "violated"]
+    unclear = [cell for cell in row.cells if cell.verdict == "inconclusive"]
+    if not broken:
+        why = f"holds every guarantee in {row.programs} programs and {row.races} races"
+        return attrs.evolve(base, examples=row.programs, seconds=seconds, detail=unclear[0].detail if unclear else why)
+    return attrs.evolve(
+        base,
+        killed=True,
+        examples=row.programs,
+        seconds=seconds,
+        how="divergence",
+        detail="; ".join(f"{cell.guarantee.value} ({cell.found_by})" for cell in broken),
+        counterexample=broken[0].detail,
+    )
+
+
 def _row(subject: Subject, check: str, *, budget: int, unit: str, check_seconds: float, seed: int | None) -> Row:
     return Row(
         subject.name, subject.machine, subject.kind, subject.stands_for, check, seed,
@@ -401,6 +441,8 @@ def run_matrix(
                             row = _stress(subject, dsn, seed, budgets)
                         elif check == FORCED:
                             row = _forced(subject, dsn)
+                        elif check == GUARANTEES:
+                            row = _guarantees(subject, dsn, seed, budgets)
                         else:
                             row = _lockstep(subject, dsn, check, seed, budgets)
                     rows.append(row)

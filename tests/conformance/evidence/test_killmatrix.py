@@ -14,7 +14,7 @@ import pytest
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
 from leaseproof.conformance.evidence import killmatrix as km
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
@@ -43,12 +43,22 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     for subject in km.SUBJECTS:
         full, fast = subject.checks(fast=False), subject.checks(fast=True)
         assert set(fast) <= set(full) and fast, subject.name
+        profile = (km.GUARANTEES,) if subject.machine == "delivery" else ()
         if subject.kind == km.SEQUENTIAL:
-            assert full == (km.SCENARIOS_AND_SEARCH, km.SEARCH_ALONE) and fast == (km.SCENARIOS_AND_SEARCH,)
+            assert full == (km.SCENARIOS_AND_SEARCH, km.SEARCH_ALONE, *profile)
+            assert fast == (km.SCENARIOS_AND_SEARCH,)
         elif subject.name in forced:
-            assert full == (km.STRESS, km.FORCED) and fast == (km.FORCED,)
+            assert full == (km.STRESS, km.FORCED, *profile) and fast == (km.FORCED,)
         else:
-            assert full == fast == (km.STRESS,)
+            assert full == (km.STRESS, *profile) and fast == (km.STRESS,)
+
+
+def test_the_profile_kills_a_bug_class_from_the_field_and_names_the_guarantee(pg_server: Server) -> None:
+    (subject,) = km.select(["oban-rescue-beyond-scope"])
+    with scratch_database(pg_server) as dsn:
+        row = km._guarantees(subject, dsn, km.SEED, TINY)
+    assert row.killed and row.check == km.GUARANTEES and row.unit == "programs"
+    assert "rescue-only-expired (scenario)" in row.detail, row.detail
 
 
 def test_selection_by_name_and_machine() -> None:
@@ -120,17 +130,20 @@ def test_the_correct_implementation_survives_every_check(pg_server: Server) -> N
     assert set(rows) == {
         ("bundled-store", km.SCENARIOS_AND_SEARCH),
         ("bundled-store", km.SEARCH_ALONE),
+        ("bundled-store", km.GUARANTEES),
         ("bundled-store-raced", km.STRESS),
         ("bundled-store-raced", km.FORCED),
+        ("bundled-store-raced", km.GUARANTEES),
     }
     assert not any(row.killed for row in rows.values())
+    assert rows[("bundled-store", km.GUARANTEES)].detail == "holds every guarantee in 5 programs and 60 races"
     # Every program generated; those that repeat one already sent are not sent (nor counted) again.
     assert 0 < rows[("bundled-store", km.SEARCH_ALONE)].examples <= TINY.search
     assert rows[("bundled-store-raced", km.STRESS)].examples == TINY.stress
     assert "linearizable" in rows[("bundled-store-raced", km.FORCED)].detail
     assert matrix.survivors == ("bundled-store", "bundled-store-raced")
     assert "SURVIVED: bundled-store, bundled-store-raced" in matrix.summary()
-    assert all("| NO |" in line for line in km.table(matrix).splitlines()[2:6])
+    assert all("| NO |" in line for line in km.table(matrix).splitlines()[2:8])
 
 
 def test_the_json_document(pg_server: Server) -> None:
