@@ -77,6 +77,7 @@ class Capability(enum.Enum):
     DEADLINE = "deadline"  # a lease ends by time alone: the queue knows when a holder's lease ran out
     RESCUE = "rescue"  # a rescue of expired leases can be run on demand
     TAKEOVER = "takeover"  # a fetch takes over a job whose lease ran out (a rescue inside the fetch)
+    FAIL = "fail"  # a holder can fail a job for good (without it, a failure is retried: only "finished" is sent)
 
 
 _ALWAYS: tuple[frozenset[Capability], ...] = (frozenset(),)

@@ -154,10 +154,12 @@ class _Run:
             self.divergence = divergences[0]
 
     def drain(self) -> None:
-        """Past every lease, a rescue, then fetch and complete until nothing comes; every job must end terminal."""
+        """Past every lease, a rescue, a second, then fetch and complete until nothing comes; every
+        job must end terminal."""
         self.step(["advance", LEASE + 1])
         if not self.over and Capability.RESCUE in self.queue.capabilities:
             self.step(["rescue"])
+            self.step(["advance", 1])  # a rescued job may be due only from the next instant on
         for _ in range(len(self.state.jobs) + 1):
             if self.over:
                 return
@@ -215,6 +217,7 @@ def run(queue: QueueAdapter, program: Iterable[Step], *, drain: bool = True) -> 
 # -- fixed scenarios: one for each guarantee ------------------------------------------------
 
 _EXPIRE = ["advance", LEASE + 1]
+_SECOND = ["advance", 1]  # a second later (a queue may make a rescued job due only from the next instant on)
 SCENARIOS: dict[Guarantee, Program] = {
     Guarantee.NO_DOUBLE_CLAIM: [["enqueue"], ["fetch"], ["fetch"], ["complete", 0, "finished"]],
     Guarantee.NO_STALE_COMPLETION: [
@@ -222,10 +225,11 @@ SCENARIOS: dict[Guarantee, Program] = {
         ["fetch"],
         _EXPIRE,
         ["rescue"],
+        _SECOND,
         ["fetch"],
         ["complete", 0, "finished"],
     ],
-    Guarantee.NO_STALE_HEARTBEAT: [["enqueue"], ["fetch"], _EXPIRE, ["rescue"], ["fetch"], ["heartbeat", 0]],
+    Guarantee.NO_STALE_HEARTBEAT: [["enqueue"], ["fetch"], _EXPIRE, ["rescue"], _SECOND, ["fetch"], ["heartbeat", 0]],
     Guarantee.EXPIRED_CANNOT_RENEW: [["enqueue"], ["fetch"], _EXPIRE, ["heartbeat", 0]],
     Guarantee.EXPIRED_CANNOT_COMPLETE: [["enqueue"], ["fetch"], _EXPIRE, ["complete", 0, "finished"]],
     Guarantee.LIVE_HOLDER_SERVED: [
@@ -243,6 +247,7 @@ SCENARIOS: dict[Guarantee, Program] = {
         ["complete", 0, "failed"],
         _EXPIRE,
         ["rescue"],
+        _SECOND,
         ["fetch"],
     ],
     Guarantee.RESCUE_ONLY_EXPIRED: [
@@ -271,12 +276,15 @@ SCENARIOS: dict[Guarantee, Program] = {
 def scenario_steps(guarantee: Guarantee, capabilities: frozenset[Capability]) -> Program | None:
     """The fixed scenario of `guarantee` as this queue can run it (None: none, or it needs an
     act the queue lacks). A queue that takes over expired jobs in its fetch and has no rescue
-    of its own runs a scenario's rescues as nothing: its next fetch is the rescue."""
+    of its own runs a scenario's rescues as nothing: its next fetch is the rescue; one whose
+    failures are retried (no `Capability.FAIL`) completes as finished instead."""
     program = SCENARIOS.get(guarantee)
     if program is None:
         return None
     if Capability.RESCUE not in capabilities and Capability.TAKEOVER in capabilities:
         program = [step for step in program if step[0] != "rescue"]
+    if Capability.FAIL not in capabilities:
+        program = [[*step[:2], "finished"] if step[0] == "complete" else step for step in program]
     if any(not offers(step, capabilities) for step in program):
         return None
     return program
@@ -301,7 +309,7 @@ def steps(capabilities: frozenset[Capability], kinds: frozenset[str] | None = No
     choices: dict[str, st.SearchStrategy[Step]] = {
         "enqueue": st.just(["enqueue"]),
         "fetch": st.just(["fetch"]),
-        "complete": st.tuples(st.just("complete"), holder, st.sampled_from(sorted(TERMINAL))).map(list),
+        "complete": st.tuples(st.just("complete"), holder, st.sampled_from(outcomes(capabilities))).map(list),
         "advance": st.tuples(st.just("advance"), st.sampled_from([1, LEASE // 2, LEASE - 1, LEASE, LEASE + 1])).map(
             list
         ),
@@ -310,6 +318,11 @@ def steps(capabilities: frozenset[Capability], kinds: frozenset[str] | None = No
     }
     offered = [kind for kind in choices if offers([kind], capabilities) and (kinds is None or kind in kinds)]
     return st.one_of([choices[kind] for kind in offered])
+
+
+def outcomes(capabilities: frozenset[Capability]) -> list[str]:
+    """The completions a queue's holders send: "failed" too only where a failure is for good."""
+    return sorted(TERMINAL) if Capability.FAIL in capabilities else ["finished"]
 
 
 def programs(capabilities: frozenset[Capability], max_steps: int) -> st.SearchStrategy[Program]:

@@ -25,6 +25,7 @@ SUBJECTS: dict[str, tuple[str, str, str | None, str]] = {
     "leaseproof": ("bundled", "BundledQueue", None, ""),
     "procrastinate": ("procrastinate_queue", "ProcrastinateQueue", "procrastinate", "pip install -e '.[queues]'"),
     "pgqueuer": ("pgqueuer_queue", "PgQueuerQueue", "pgqueuer", "pip install -e '.[queues]'"),
+    "pg-boss": ("pgboss_queue", "PgBossQueue", None, ""),  # Node.js: installed with npm on first use
 }
 
 
@@ -65,7 +66,10 @@ def make(name: str, new_database: Callable[[], AbstractContextManager[str]]) -> 
     if library is not None and importlib.util.find_spec(library) is None:
         raise SubjectUnavailable(f"{name} is not installed: {hint}")
     with new_database() as dsn:
-        queue: QueueAdapter = getattr(module, class_name)(dsn)
+        try:
+            queue: QueueAdapter = getattr(module, class_name)(dsn)
+        except getattr(module, "Unavailable", ()) as exc:
+            raise SubjectUnavailable(f"{name}: {exc}") from exc
         try:
             yield queue
         finally:

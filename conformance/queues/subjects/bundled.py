@@ -82,7 +82,7 @@ class BundledSession(_Acts):
 class BundledQueue(_Acts):
     """The store (or a variant of it: `store_class`) on the database at `dsn`."""
 
-    capabilities = frozenset({Capability.HEARTBEAT, Capability.DEADLINE, Capability.RESCUE})
+    capabilities = frozenset({Capability.HEARTBEAT, Capability.DEADLINE, Capability.RESCUE, Capability.FAIL})
 
     def __init__(
         self, dsn: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore, name: str = "leaseproof"

@@ -90,7 +90,7 @@ class _Client:
 
 class PgQueuerQueue(_Client):
     name = "pgqueuer"
-    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER})
+    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER, Capability.FAIL})
 
     def __init__(self, dsn: str) -> None:
         self.version = importlib.metadata.version("pgqueuer")

@@ -108,7 +108,7 @@ async def _noop() -> None:
 
 class ProcrastinateQueue(_Client):
     name = "procrastinate"
-    capabilities = frozenset({Capability.HEARTBEAT, Capability.RESCUE})
+    capabilities = frozenset({Capability.HEARTBEAT, Capability.RESCUE, Capability.FAIL})
 
     def __init__(self, dsn: str) -> None:
         self.version = importlib.metadata.version("procrastinate")
