@@ -256,7 +256,7 @@ def details(rows: Sequence[Row]) -> list[str]:
 
 DESCRIPTION = (
     "Judge lease queues (the bundled store and, with their extras installed, real libraries through their "
-    "public APIs) by the lease-queue profile: fixed scenarios, generated programs and races of two clients; "
+    "public APIs) by the lease-queue profile: fixed scenarios, generated programs and races of two or three clients; "
     "print which guarantees each one holds, breaks (with a replayable trace) or cannot be judged on."
 )
 EXITS = (
@@ -292,6 +292,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if unknown or not subjects or args.examples < 0 or args.races < 0:
         problem = f"unknown subjects {', '.join(unknown)}" if unknown else "name a subject; --examples and --races >= 0"
         err.write(f"guarantees: {problem}\n")
+        return EXIT_USAGE
+    if args.json is not None and not args.json.parent.is_dir():
+        err.write(f"guarantees: no folder {args.json.parent} for --json\n")
         return EXIT_USAGE
     if args.replay is not None and not args.replay.is_file():
         err.write(f"guarantees: no trace file {args.replay}\n")

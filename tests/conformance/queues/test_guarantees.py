@@ -174,6 +174,7 @@ def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds
         (["--subjects", "leaseproof:no-such-mutant"], "unknown subjects leaseproof:no-such-mutant"),
         (["--examples", "-1"], "--examples and --races >= 0"),
         (["--replay", "/nonexistent/trace.json"], "no trace file /nonexistent/trace.json"),
+        (["--json", "/nonexistent/m.json"], "no folder /nonexistent for --json"),
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str], problem: str) -> None:
