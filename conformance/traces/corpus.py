@@ -47,9 +47,16 @@ def main(argv: list[str] | None = None) -> int:
                     verdict = run_conformance(adapter, max_examples=BUDGET, seed_value=SEED, scenarios=False)
                 finally:
                     adapter.close()
-            if verdict.conforms or verdict.trace is None:
+            if verdict.conforms:
                 print(f"{mutant.name}: not killed within {BUDGET} programs", file=sys.stderr)
                 return 1
+            if verdict.trace is None:  # it raised (the database refused what it did): nothing to write
+                fault = (verdict.fault or "").splitlines()[0]
+                print(
+                    f"{mutant.name}: killed by a fault, which leaves no trace ({fault}); its trace is kept",
+                    file=sys.stderr,
+                )
+                continue
             path = args.directory / f"{mutant.name}.jsonl"
             write(verdict.trace, path)
             print(f"{mutant.name}: {len(verdict.trace.steps)} steps, {verdict.seconds:.1f}s -> {path}")
