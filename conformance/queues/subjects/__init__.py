@@ -26,6 +26,7 @@ SUBJECTS: dict[str, tuple[str, str, str | None, str]] = {
     "procrastinate": ("procrastinate_queue", "ProcrastinateQueue", "procrastinate", "pip install -e '.[queues]'"),
     "pgqueuer": ("pgqueuer_queue", "PgQueuerQueue", "pgqueuer", "pip install -e '.[queues]'"),
     "pg-boss": ("pgboss_queue", "PgBossQueue", None, ""),  # Node.js: installed with npm on first use
+    "graphile-worker": ("graphile_queue", "GraphileQueue", None, ""),  # likewise
 }
 
 

@@ -199,6 +199,9 @@ LIBRARIES = {
                   Guarantee.RESCUE_TAKES_EXPIRED, Guarantee.COMPLETION_RACING_RESCUE}),
     "pg-boss": ({Guarantee.NO_STALE_COMPLETION},
                 {Guarantee.NO_STALE_HEARTBEAT, Guarantee.EXPIRED_CANNOT_RENEW, Guarantee.EXPIRED_CANNOT_COMPLETE}),
+    "graphile-worker": ({Guarantee.NO_STALE_COMPLETION},
+                        {Guarantee.NO_STALE_HEARTBEAT, Guarantee.EXPIRED_CANNOT_RENEW,
+                         Guarantee.EXPIRED_CANNOT_COMPLETE}),
 }  # fmt: skip
 
 
