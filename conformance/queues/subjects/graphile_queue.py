@@ -32,21 +32,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import psycopg
-
 from leaseproof.conformance.queues.protocol import Held
 from leaseproof.conformance.queues.subjects import clock
-from leaseproof.conformance.queues.subjects.nodejs import Child, Unavailable, connection
+from leaseproof.conformance.queues.subjects.nodejs import NodeQueue, NodeSession, Unavailable
 from leaseproof.model.queue import Answer, Capability, Seen
 
 GRAPHILE_LEASE = 4 * 3600  # seconds: graphile-worker's stale-lock age
 __all__ = ["GraphileQueue", "Unavailable"]
 
 
-class _Session:
-    def __init__(self, child: Child) -> None:
-        self.child = child
-
+class _Session(NodeSession):
     def fetch(self) -> Held | None:
         got = self.child.call("fetch")
         return None if got is None else Held(str(got["job"]), str(got["holder"]))
@@ -58,23 +53,15 @@ class _Session:
     def rescue(self) -> None:
         self.child.call("rescue")
 
-    def close(self) -> None:
-        pass  # the child is the adapter's
 
-
-class GraphileQueue(_Session):
+class GraphileQueue(NodeQueue, _Session):
     name = "graphile-worker"
+    script = "graphile.mjs"
+    session_class = _Session
     capabilities = frozenset({Capability.RESCUE})
 
     def __init__(self, dsn: str) -> None:
-        clock.install(dsn)
-        self.sql = psycopg.connect(clock.conninfo(dsn), autocommit=True)
-        try:
-            super().__init__(Child("graphile.mjs", connection(dsn)))
-        except BaseException:
-            self.sql.close()
-            raise
-        self.version = str(self.child.call("version"))
+        super().__init__(dsn)
         self.scale = GRAPHILE_LEASE // 30
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
@@ -87,20 +74,8 @@ class GraphileQueue(_Session):
     def enqueue(self) -> str:
         return str(self.child.call("enqueue"))
 
-    def heartbeat(self, handle: Any) -> Answer:
-        raise NotImplementedError("graphile-worker has no heartbeat")
-
     def advance(self, seconds: int) -> None:
         clock.advance(self.sql, seconds * self.scale)
 
     def rows(self) -> dict[str, Seen]:
         return {job: Seen(status) for job, status in self.child.call("rows").items()}
-
-    def session(self) -> _Session:
-        return _Session(self.child)
-
-    def close(self) -> None:
-        try:
-            self.child.close()
-        finally:
-            self.sql.close()

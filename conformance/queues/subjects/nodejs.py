@@ -19,14 +19,15 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.queues.subjects import clock
 
 SOURCE = Path(__file__).parent / "node"
-FILES = ("package.json", "package-lock.json", "pgboss.mjs", "graphile.mjs")
+FILES = ("package.json", "package-lock.json", "lines.mjs", "pgboss.mjs", "graphile.mjs")
 START_TIMEOUT = 120.0  # seconds for the child to start pg-boss (its migrations) and answer ready
 CALL_TIMEOUT = 60.0  # seconds any one request may take
 INSTALL_TIMEOUT = 600.0  # seconds `npm ci` may take
@@ -135,3 +136,45 @@ def connection(dsn: str) -> dict[str, Any]:
         "password": given.get("password"), "database": given.get("dbname"), "options": given.get("options"),
     }  # fmt: skip
     return {key: value for key, value in config.items() if value is not None}
+
+
+class NodeSession:
+    """A client of a Node.js queue: its requests run at once with the others' in the same child."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+
+    def close(self) -> None:
+        pass  # the child is the adapter's
+
+
+class NodeQueue:
+    """What the adapter of a Node.js queue shares: the search-path clock, a connection that reads
+    the rows and moves the clock, and the child running `script`. A subclass says its sessions'
+    class and what each act is."""
+
+    name: ClassVar[str]
+    script: ClassVar[str]
+    session_class: ClassVar[type[NodeSession]]
+
+    def __init__(self, dsn: str) -> None:
+        clock.install(dsn)
+        self.sql = psycopg.connect(clock.conninfo(dsn), autocommit=True)
+        try:
+            self.child = Child(self.script, connection(dsn))
+        except BaseException:
+            self.sql.close()
+            raise
+        self.version = str(self.child.call("version"))
+
+    def heartbeat(self, handle: Any) -> Any:
+        raise NotImplementedError(f"{self.name} has no heartbeat")
+
+    def session(self) -> NodeSession:
+        return self.session_class(self.child)
+
+    def close(self) -> None:
+        try:
+            self.child.close()
+        finally:
+            self.sql.close()

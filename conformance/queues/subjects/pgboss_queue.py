@@ -28,11 +28,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import psycopg
-
 from leaseproof.conformance.queues.protocol import Held
 from leaseproof.conformance.queues.subjects import clock
-from leaseproof.conformance.queues.subjects.nodejs import Child, Unavailable, connection
+from leaseproof.conformance.queues.subjects.nodejs import NodeQueue, NodeSession, Unavailable
 from leaseproof.model.queue import Answer, Capability, Seen
 
 QUEUE = "leaseproof"
@@ -43,12 +41,7 @@ _STATUS = {
 __all__ = ["PgBossQueue", "Unavailable"]
 
 
-class _Session:
-    """Another client: its requests run concurrently with the others' in the same child."""
-
-    def __init__(self, child: Child) -> None:
-        self.child = child
-
+class _Session(NodeSession):
     def fetch(self) -> Held | None:
         job = self.child.call("fetch")
         return None if job is None else Held(str(job), str(job))
@@ -59,23 +52,15 @@ class _Session:
     def rescue(self) -> None:
         self.child.call("expire")
 
-    def close(self) -> None:
-        pass  # the child is the adapter's
 
-
-class PgBossQueue(_Session):
+class PgBossQueue(NodeQueue, _Session):
     name = "pg-boss"
+    script = "pgboss.mjs"
+    session_class = _Session
     capabilities = frozenset({Capability.RESCUE})
 
     def __init__(self, dsn: str) -> None:
-        clock.install(dsn)
-        self.sql = psycopg.connect(clock.conninfo(dsn), autocommit=True)
-        try:
-            super().__init__(Child("pgboss.mjs", connection(dsn)))
-        except BaseException:
-            self.sql.close()
-            raise
-        self.version = str(self.child.call("version"))
+        super().__init__(dsn)
         self.lease_seconds = 30
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
@@ -88,21 +73,9 @@ class PgBossQueue(_Session):
         due = clock.now(self.sql) - dt.timedelta(seconds=1)
         return str(self.child.call("enqueue", lease=self.lease_seconds, start_after=due.isoformat()))
 
-    def heartbeat(self, handle: Any) -> Answer:
-        raise NotImplementedError("pg-boss 10 has no heartbeat")
-
     def advance(self, seconds: int) -> None:
         clock.advance(self.sql, seconds)
 
     def rows(self) -> dict[str, Seen]:
         found = self.sql.execute("SELECT id::text, state::text FROM pgboss.job WHERE name = %s", (QUEUE,)).fetchall()
         return {job: Seen(_STATUS[state]) for job, state in found}
-
-    def session(self) -> _Session:
-        return _Session(self.child)
-
-    def close(self) -> None:
-        try:
-            self.child.close()
-        finally:
-            self.sql.close()

@@ -14,8 +14,8 @@
 // A rescue is graphile's own stale-lock reset (locked_at older than 4 hours), run by a pool
 // whose reset timer fires at once and whose one task is never enqueued.
 import { EventEmitter } from "node:events";
-import readline from "node:readline";
 import { createRequire } from "node:module";
+import { serve } from "./lines.mjs";
 import pg from "pg";
 import gw from "graphile-worker";
 
@@ -134,25 +134,8 @@ const operations = {
 
 await gw.runMigrations({ pgPool, logger: quiet });
 utils = await gw.makeWorkerUtils({ pgPool, logger: quiet });
-process.stdout.write(JSON.stringify({ id: 0, ok: "ready" }) + "\n");
-
-const lines = readline.createInterface({ input: process.stdin });
-lines.on("line", async (line) => {
-  let request = { id: null };
-  let reply;
-  try {
-    request = JSON.parse(line);
-    const operation = operations[request.op];
-    if (!operation) throw new Error(`unknown operation ${JSON.stringify(request.op)}`);
-    reply = { id: request.id, ok: await operation(request) };
-  } catch (error) {
-    reply = { id: request.id, error: String(error?.stack || error) };
-  }
-  process.stdout.write(JSON.stringify(reply) + "\n");
-});
-lines.on("close", async () => {
+serve(operations, async () => {
   await forget();
   await utils.release();
   await pgPool.end();
-  process.exit(0);
 });

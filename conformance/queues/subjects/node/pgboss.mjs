@@ -8,8 +8,8 @@
 // Only pg-boss's public API: start() (its migrations), createQueue, send, fetch, complete, expire.
 // The queue's jobs are sent with no retry delay and many retries, so that an expired job goes back
 // to the queue (state `retry`) rather than failing.
-import readline from "node:readline";
 import { createRequire } from "node:module";
+import { serve } from "./lines.mjs";
 import PgBoss from "pg-boss";
 
 const require = createRequire(import.meta.url);
@@ -38,23 +38,6 @@ const operations = {
 
 await boss.start();
 await boss.createQueue(QUEUE);
-process.stdout.write(JSON.stringify({ id: 0, ok: "ready" }) + "\n");
-
-const lines = readline.createInterface({ input: process.stdin });
-lines.on("line", async (line) => {
-  let request = { id: null };
-  let reply;
-  try {
-    request = JSON.parse(line);
-    const operation = operations[request.op];
-    if (!operation) throw new Error(`unknown operation ${JSON.stringify(request.op)}`);
-    reply = { id: request.id, ok: await operation(request) };
-  } catch (error) {
-    reply = { id: request.id, error: String(error?.stack || error) };
-  }
-  process.stdout.write(JSON.stringify(reply) + "\n");
-});
-lines.on("close", async () => {
+serve(operations, async () => {
   await boss.stop({ graceful: false, wait: true });
-  process.exit(0);
 });
