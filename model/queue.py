@@ -123,11 +123,9 @@ STATUSES = frozenset({"pending", "claimed", *TERMINAL})
 
 @attrs.frozen
 class Seen:
-    """A job's row as the queue persisted it: its status (None: no row, lost) and, where
-    the queue records it, how many times it was fetched."""
+    """A job's row as the queue persisted it: its status (None: no row, lost)."""
 
     status: str | None
-    attempts: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
@@ -245,8 +243,8 @@ def judge(s: QueueState, act: Act, answer: Answer, seen: FrozenMap[str, Seen], d
     showed that no rule explains.
 
     `answer`: for a heartbeat or a completion, what it did (`Answer`); not read for the
-    other acts. `seen`: every job's row after
-    the act. `deadline`: whether the queue has `Capability.DEADLINE` (see `holder`)."""
+    other acts. `seen`: every job's row after the act. `deadline`: whether the queue has
+    `Capability.DEADLINE` (see `holder`)."""
     found: list[Violation] = []
     before = s
     if isinstance(act, Advance):

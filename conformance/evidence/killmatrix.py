@@ -48,6 +48,8 @@ from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.queues.matrix import judge_subject
+from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
@@ -355,9 +357,6 @@ def _forced(subject: Subject, dsn: str) -> Row:
 def _guarantees(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
     """The lease-queue profile against the mutant as a queue: its scenarios, `budgets.search`
     programs and GUARANTEE_RACES rounds of each race; killed if it breaks any guarantee."""
-    from leaseproof.conformance.queues.matrix import judge_subject
-    from leaseproof.conformance.queues.subjects.bundled import BundledQueue
-
     if isinstance(subject.variant, LifecycleMutant):
         raise ValueError(f"{subject.name}: the profile judges the delivery store")
     started = time.monotonic()

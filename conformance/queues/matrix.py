@@ -43,7 +43,9 @@ from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, ap
 
 EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
 MUST_HOLD = ("leaseproof",)
-# Guarantees no scenario or program can break, only a race: with no race rounds they are not checked.
+# Guarantees no scenario or program can break, only a race. A cell holds only where a scenario,
+# a program or a race round judged it: with no programs and no race rounds, these and the
+# guarantees without a scenario the queue can run are not checked.
 RACE_ONLY = frozenset(
     {Guarantee.COMPLETION_RACING_RESCUE}
 )  # the subjects whose every applicable guarantee must hold (exit 1 otherwise)
@@ -118,6 +120,7 @@ def judge_subject(
     caps = queue.capabilities
     evidence: dict[Guarantee, _Evidence] = {}
     divergences: list[str] = []
+    checked: set[Guarantee] = set()  # what a scenario, a program or a race round judged
 
     def record(ran: runs.Ran, program: runs.Program | None, found_by: str) -> None:
         for violation in ran.violations:
@@ -130,6 +133,7 @@ def judge_subject(
         program = runs.scenario_steps(guarantee, caps)
         if program is not None and applicable(guarantee, caps):
             record(runs.run(queue, program), program, "scenario")
+            checked.add(guarantee)
     say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
     found, diverged, programs = runs.search(
         queue,
@@ -138,18 +142,18 @@ def judge_subject(
         progress=lambda done: say(f"  {queue.name}: {done}/{examples} programs") if done % 100 == 0 else None,
     )
     for guarantee, one in found.items():
-        if guarantee not in evidence:
-            evidence[guarantee] = _Evidence(one.program, one.ran.violations[0], one.ran.trace, "search")
-            for violation in one.ran.violations:
-                if violation.guarantee is guarantee:
-                    evidence[guarantee] = _Evidence(one.program, violation, one.ran.trace, "search")
+        violation = next(v for v in one.ran.violations if v.guarantee is guarantee)  # shrunk to keep it
+        evidence.setdefault(guarantee, _Evidence(one.program, violation, one.ran.trace, "search"))
     divergences += [divergence.why for _, divergence in diverged]
+    if programs:
+        checked |= set(Guarantee) - RACE_ONLY
     raced = 0
     for guarantee, race in runs.RACES.items():
         if not applicable(guarantee, caps):
             continue
         for _ in range(races):
             raced += 1
+            checked.add(guarantee)
             try:
                 result = race(queue)
             except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
@@ -167,8 +171,13 @@ def judge_subject(
             ev = evidence[guarantee]
             path = _write_trace(traces, queue, guarantee, ev, seed)
             cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
-        elif guarantee in RACE_ONLY and races == 0:
-            cells.append(Cell(guarantee, "inconclusive", "not checked: only a race can break it, and --races was 0"))
+        elif guarantee not in checked:
+            why = (
+                "only a race can break it, and --races was 0"
+                if guarantee in RACE_ONLY
+                else "no fixed scenario this queue can run, and --examples was 0"
+            )
+            cells.append(Cell(guarantee, "inconclusive", f"not checked: {why}"))
         elif divergences:
             cells.append(Cell(guarantee, "inconclusive", f"{len(divergences)} run(s) diverged: {divergences[0]}"))
         else:

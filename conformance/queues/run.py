@@ -13,7 +13,7 @@ is handed out; then every job must be terminal.
 cannot explain (a `Divergence`). Three sources of programs, all judged the same
 way: the fixed scenarios (one per guarantee: `SCENARIOS`), generated programs
 (`search`, Hypothesis, then shrunk step by step to the fewest that break the same
-guarantee), and races of two clients at once (`races`).
+guarantee), and races of two or three clients at once (`RACES`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from leaseproof.model.queue import (
     Fetch,
     Guarantee,
     Heartbeat,
+    Job,
     QueueState,
     Rescue,
     Seen,
@@ -93,7 +94,6 @@ class _Run:
         self.trace: list[dict[str, Any]] = []
         self.violations: list[Violation] = []
         self.divergence: Divergence | None = None
-        self.who = ""  # what the last acting holder was (`model.queue.holder`)
 
     @property
     def over(self) -> bool:
@@ -111,6 +111,7 @@ class _Run:
     def _step(self, step: Step) -> None:
         kind = step[0]
         answer: Answer | None = None
+        who = ""  # what the acting holder was (`model.queue.holder`), for the trace
         act: Act
         if kind == "enqueue":
             act = Enqueue(self.queue.enqueue())
@@ -124,7 +125,7 @@ class _Run:
             if not self.holders:
                 return
             job, attempt, handle = self.holders[int(step[1]) % len(self.holders)]
-            self.who = holder(self.state, job, attempt, self.deadline)
+            who = holder(self.state, job, attempt, self.deadline)
             if kind == "heartbeat":
                 act, answer = Heartbeat(job, attempt), self.queue.heartbeat(handle)
             else:
@@ -146,7 +147,7 @@ class _Run:
         entry: dict[str, Any] = {"step": step, "act": _describe(act)}
         if answer is not None:
             entry["answer"] = answer.value
-            entry["holder"] = self.who
+            entry["holder"] = who
         entry["rows"] = {key: row.status for key, row in sorted(self.rows.items())}
         self.trace.append(entry)
         self.violations.extend(violations)
@@ -255,7 +256,7 @@ SCENARIOS: dict[Guarantee, Program] = {
         ["fetch"],
         ["advance", LEASE - 1],
         ["rescue"],
-        ["advance", 1],
+        _SECOND,
         ["rescue"],
         ["complete", 0, "finished"],
     ],
@@ -301,8 +302,8 @@ def offers(step: Step, capabilities: frozenset[Capability]) -> bool:
 # -- generated programs ---------------------------------------------------------------------
 
 
-def steps(capabilities: frozenset[Capability], kinds: frozenset[str] | None = None) -> st.SearchStrategy[Step]:
-    """Any one step a queue with `capabilities` can take (of `kinds` only, if given). The clock
+def steps(capabilities: frozenset[Capability]) -> st.SearchStrategy[Step]:
+    """Any one step a queue with `capabilities` can take. The clock
     moves by a second, by around half a lease, or by a lease give or take a second: the
     instants where a lease is just live, just expired, or long gone."""
     holder = st.integers(0, MAX_HOLDER)
@@ -316,8 +317,7 @@ def steps(capabilities: frozenset[Capability], kinds: frozenset[str] | None = No
         "heartbeat": st.tuples(st.just("heartbeat"), holder).map(list),
         "rescue": st.just(["rescue"]),
     }
-    offered = [kind for kind in choices if offers([kind], capabilities) and (kinds is None or kind in kinds)]
-    return st.one_of([choices[kind] for kind in offered])
+    return st.one_of([choice for kind, choice in choices.items() if offers([kind], capabilities)])
 
 
 def outcomes(capabilities: frozenset[Capability]) -> list[str]:
@@ -457,9 +457,9 @@ def race_completion_rescue(queue: QueueAdapter) -> Raced:
         )
     queue.advance(LEASE + 1)
     deadline = Capability.DEADLINE in queue.capabilities
-    state = judge(initial(START, LEASE), Enqueue(job), Answer.REFUSED, FrozenMap({job: Seen("pending")}))[0]
-    state = judge(state, Fetch(job), Answer.REFUSED, FrozenMap({job: Seen("claimed")}))[0]
-    state = judge(state, Advance(LEASE + 1), Answer.REFUSED, FrozenMap({job: Seen("claimed")}), deadline)[0]
+    lease = dt.timedelta(seconds=LEASE)
+    claimed = initial(START, LEASE).with_job(job, Job("claimed", 1, START + lease))
+    state = attrs.evolve(claimed, now=START + lease + dt.timedelta(seconds=1))  # the holder's lease ran out
     completing, rescuing = queue.session(), queue.session()
     try:
         before = queue.rows().get(job)

@@ -117,7 +117,7 @@ class BundledQueue(_Acts):
 
     def rows(self) -> dict[str, Seen]:
         deliveries = self.delivery.snapshot().deliveries.values()
-        return {job_name(d.id): Seen(d.status.value, None) for d in deliveries}
+        return {job_name(d.id): Seen(d.status.value) for d in deliveries}
 
     def session(self) -> BundledSession:
         return BundledSession(self)

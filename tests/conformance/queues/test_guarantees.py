@@ -156,6 +156,32 @@ def test_a_guarantee_the_queue_cannot_be_judged_on_is_not_applicable(delivery_ds
     assert cells[Guarantee.NO_STALE_COMPLETION].verdict == "holds"
 
 
+def test_a_guarantee_nothing_judged_is_not_checked_never_holds(delivery_dsn: str, tmp_path: Path) -> None:
+    """No programs and no race rounds: a guarantee whose fixed scenario this queue cannot run (it
+    needs a heartbeat) and the one only a race can break are not checked; the ones whose
+    scenario ran hold."""
+
+    class NoHeartbeat(BundledQueue):
+        capabilities = frozenset(BundledQueue.capabilities - {Capability.HEARTBEAT})
+
+    queue = NoHeartbeat(delivery_dsn)
+    try:
+        row = matrix.judge_subject(queue, seed=SEED, examples=0, races=0, traces=tmp_path)
+    finally:
+        queue.close()
+    cells = {cell.guarantee: cell for cell in row.cells}
+    for guarantee in (Guarantee.LIVE_HOLDER_SERVED, Guarantee.RESCUE_TAKES_EXPIRED):
+        assert (cells[guarantee].verdict, cells[guarantee].detail) == (
+            "inconclusive",
+            "not checked: no fixed scenario this queue can run, and --examples was 0",
+        )
+    assert (
+        cells[Guarantee.COMPLETION_RACING_RESCUE].detail == "not checked: only a race can break it, and --races was 0"
+    )
+    assert cells[Guarantee.NO_STALE_COMPLETION].verdict == cells[Guarantee.NO_DOUBLE_CLAIM].verdict == "holds"
+    assert not row.holds
+
+
 def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds(
     pg_server: Server, tmp_path: Path
 ) -> None:
