@@ -16,7 +16,8 @@ A cell of the matrix is
   profile could follow the queue throughout;
 - `inconclusive`: nothing broke it, but some program did something the profile
   cannot explain (a `Divergence`, or the queue raised), so the search was cut
-  short there: no claim either way;
+  short there, or nothing judged it at all (no scenario the queue can run, and
+  `--examples 0`; a race-only guarantee and `--races 0`): no claim either way;
 - `n/a`: the queue's API lacks what the guarantee needs (a heartbeat, a
   deadline, a rescue); said so, never counted as a pass.
 """
