@@ -35,12 +35,14 @@ from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
-# Every mutant of either machine, sequential or racy (which only concurrent
-# sessions show); the other machine is served as bundled.
-SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS)
+# Every mutant of either machine, sequential, racy (which only concurrent
+# sessions show) or faulty (which only a cut connection shows); the other
+# machine is served as bundled.
+SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
 # on the same host can tell whose owner is gone.

@@ -23,15 +23,23 @@ Only busy backends are ended: between rounds, when the harness reads the
 adapter's state, the adapter's own connection is idle, so the barrier is
 never cut. The terminator waits (bounded) until the ended backend has
 exited, so no rolled-back or committed transaction of it is still in flight
-when the round's barrier reads the state. Which rounds are faulted and
-which busy backend is chosen is the seed's; when in the round the cut lands
-is the real clock's, so two runs of one seed differ in detail.
+when the round's barrier reads the state.
+
+A cut is aimed at a point of its round drawn uniformly: the terminator waits
+that share of a typical round (the running mean of the lengths its caller
+`observe`s) before it looks for a busy backend. Looking at once instead would
+almost always cut a round's first statement, and never the second
+transaction of an operation spread over two, where atomicity bugs live.
+Which rounds are faulted, where in them a cut is aimed and which busy backend
+is chosen are the seed's; when the cut lands is also the real clock's, so two
+runs of one seed differ in detail.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Any
 
 import attrs
@@ -46,12 +54,25 @@ _BUSY = """
       AND state IN ('active', 'idle in transaction', 'idle in transaction (aborted)')
     ORDER BY pid
 """
-EXIT_WAIT_MS = 5000  # how long an ended backend may take to exit (pg_terminate_backend's timeout)
+_ALIVE = """
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)
+        OR EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s) AS alive
+"""
+EXIT_WAIT_MS = 5000  # how long an ended backend may take to exit
 POLL_SECONDS = 0.0005  # between looks for a busy backend while a round runs
 
 
 class FaultError(Exception):
     """The terminator could not do its work (its own connection failed, a backend did not exit)."""
+
+
+@attrs.frozen
+class Cut:
+    """One round's cut: the share of a typical round to wait before looking for a busy backend
+    (`at`), and which of the busy backends to end (`pick`, a share of their list)."""
+
+    at: float
+    pick: float
 
 
 @attrs.define
@@ -73,6 +94,7 @@ class Terminator:
         self.dsn, self.rate = dsn, rate
         self.rng = random.Random(seed ^ 0x7E2A)
         self.counts = FaultCounts()
+        self.typical = 0.0  # seconds: the running mean of the rounds observed
         self.conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[dict[str, Any]]:
@@ -83,29 +105,44 @@ class Terminator:
         conn.execute("SET statement_timeout = '10s'")
         return conn
 
-    def due(self) -> tuple[bool, float]:
-        """Whether this round is faulted, and the share of the busy backends' list to pick from:
-        drawn before the round starts, so the seed alone decides them."""
-        return self.rng.random() < self.rate, self.rng.random()
+    def due(self) -> Cut | None:
+        """This round's cut, if it is faulted: drawn before the round starts, so the seed alone
+        decides them."""
+        faulted, at, pick = self.rng.random() < self.rate, self.rng.random(), self.rng.random()
+        return Cut(at, pick) if faulted else None
 
-    def during_round(self, done: threading.Event, pick: float) -> None:
-        """Wait for a busy backend, end it, and wait until it has exited; give up when `done`."""
+    def observe(self, seconds: float) -> None:
+        """A round took `seconds` (any round, cut or not): where the next cuts are aimed."""
+        self.typical = seconds if not self.typical else 0.8 * self.typical + 0.2 * seconds
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        """Wait until the point `cut` aims at, then for a busy backend; end it, and wait until
+        it has exited; give up when `done`. Whether a backend was ended."""
         self.counts.rounds_faulted += 1
+        done.wait(cut.at * self.typical)
         while not done.is_set():
             busy = [row["pid"] for row in self.conn.execute(_BUSY).fetchall()]
             if busy:
-                pid = busy[min(int(pick * len(busy)), len(busy) - 1)]
-                row = self.conn.execute("SELECT pg_terminate_backend(%s, %s) AS gone", (pid, EXIT_WAIT_MS)).fetchone()
-                if row is None or not row["gone"]:
-                    # It may have ended on its own just now; if it is still there, it did not exit in time.
-                    still = self.conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-                    if still is not None:
-                        raise FaultError(f"backend {pid} did not exit within {EXIT_WAIT_MS} ms of being ended")
-                    continue
+                pid = busy[min(int(cut.pick * len(busy)), len(busy) - 1)]
+                sent = self.conn.execute("SELECT pg_terminate_backend(%s) AS sent", (pid,)).fetchone()
+                if sent is None or not sent["sent"]:
+                    continue  # it ended on its own just now
+                self._wait_exit(pid)
                 self.counts.ended += 1
-                return
+                return True
             done.wait(POLL_SECONDS)
         self.counts.missed += 1
+        return False
+
+    def _wait_exit(self, pid: int) -> None:
+        """Until the backend `pid` has rolled back and left: no row of it in pg_stat_activity
+        (removed after its transaction was aborted) or pg_locks. Polled, not
+        `pg_terminate_backend(pid, timeout)`, which looks again only every 100 ms."""
+        deadline = time.monotonic() + EXIT_WAIT_MS / 1000
+        while (row := self.conn.execute(_ALIVE, (pid, pid)).fetchone()) is not None and row["alive"]:
+            if time.monotonic() > deadline:
+                raise FaultError(f"backend {pid} did not exit within {EXIT_WAIT_MS} ms of being ended")
+            time.sleep(POLL_SECONDS)
 
     def close(self) -> None:
         self.conn.close()

@@ -212,12 +212,15 @@ class Runner:
                         client.session = self.adapter.session()
                         self.sessions[clients.index(client)] = client.session
 
+            began = time.monotonic()
             futures = [self.pool.submit(branch, c, s) for c, s in zip(clients, round_.branches, strict=False)]
             cut = self._cut_during(futures)
             for future in futures:
                 future.result()
             if cut is not None:
                 cut.result()
+            elif self.terminator is not None:
+                self.terminator.observe(time.monotonic() - began)  # an uncut round: how long one takes
             mark = recorder.barrier(self.adapter.snapshot())
             if round_.advance is not None:
                 coordinator = _Client("coordinator", self.adapter)
@@ -233,8 +236,8 @@ class Runner:
         terminator's own future, which ends once the backend has exited or the round has."""
         if self.terminator is None:
             return None
-        faulted, pick = self.terminator.due()
-        if not faulted:
+        cut = self.terminator.due()
+        if cut is None:
             return None
         done = threading.Event()
         remaining = [len(futures)]
@@ -248,7 +251,7 @@ class Runner:
 
         for future in futures:
             future.add_done_callback(finished)
-        return self.pool.submit(self.terminator.during_round, done, pick)
+        return self.pool.submit(self.terminator.during_round, done, cut)
 
 
 def _expired_refreshes(state: Any, advance: dt.timedelta) -> list[Any]:

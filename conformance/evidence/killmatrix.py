@@ -2,7 +2,7 @@
 
 A check is only as good as the bugs it catches, so the matrix runs each
 known-buggy variant of the bundled implementation (impl/mutants/delivery.py,
-impl/mutants/lifecycle.py, impl/mutants/race.py) against its checks and
+impl/mutants/lifecycle.py, impl/mutants/race.py, impl/mutants/faults.py) against its checks and
 records, per (mutant, check), whether the check killed it, after how many
 examples (programs, schedules) and seconds, and how short the evidence was:
 
@@ -16,7 +16,12 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   full state after every step, already kills each one in about a second;
 - race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
   for the two that random scheduling does not meet reliably, the forced
-  interleaving that catches them (conformance/concurrent/schedules.py).
+  interleaving that catches them (conformance/concurrent/schedules.py);
+- fault mutants, which pass both: stress with connections cut (`stress
+  --terminate`) and the lease-queue profile, whose race rounds cut them too.
+
+The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
+its race rounds (TERMINATE) for every delivery mutant it judges.
 
 Every check is seeded, so its programs are the same on every run. The stress
 runs are truly concurrent, so where in them a race shows can vary between
@@ -25,8 +30,8 @@ runs: its figures are what this run observed.
 The fast subset (`fast=True`) keeps the checks that take seconds: the
 lockstep with scenarios (each sequential mutant dies in a fixed scenario),
 the forced interleavings (instead of stress, for the two mutants that need
-them), and stress for the other race mutants, which it usually kills
-within a few dozen programs.
+them), stress for the other race mutants, which it usually kills
+within a few dozen programs, and both checks of the fault mutants.
 """
 
 from __future__ import annotations
@@ -53,12 +58,13 @@ from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 SEED = 20261129  # the kill tests' seed
-SEQUENTIAL, RACE = "sequential", "race"
-KINDS = (SEQUENTIAL, RACE)
+SEQUENTIAL, RACE, FAULT = "sequential", "race", "fault"
+KINDS = (SEQUENTIAL, RACE, FAULT)
 
 SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
 SEARCH_ALONE = "lockstep: search alone"
@@ -67,6 +73,8 @@ FORCED = "forced interleaving"
 GUARANTEES = "guarantees profile"
 CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES)
 GUARANTEE_RACES = 20  # rounds of each of the profile's races
+FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
+TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
 
 STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/conformance/concurrent/test_stress.py runs the race mutants
 
@@ -112,6 +120,8 @@ class Subject:
         full matrix also judges each delivery mutant by the lease-queue profile (`leaseproof
         guarantees`), which sees only the lease lifecycle of one tenant and target."""
         profile = (GUARANTEES,) if self.machine == "delivery" and not fast else ()
+        if self.kind == FAULT:
+            return (STRESS, GUARANTEES)
         if self.kind == SEQUENTIAL:
             return (SCENARIOS_AND_SEARCH,) if fast else (SCENARIOS_AND_SEARCH, SEARCH_ALONE, *profile)
         if self.interleaving is None:
@@ -123,12 +133,13 @@ _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCL
 SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
     *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
+    *(Subject(mu.name, mu.machine, FAULT, mu.stands_for, mu) for mu in FAULT_MUTANTS),
 )
 
 
 def select(names: Sequence[str] = (), machine: str | None = None, kind: str | None = None) -> tuple[Subject, ...]:
     """The shipped mutants named (all if none), of `machine` (both if None) and
-    `kind` (sequential or race; both if None), in registry order."""
+    `kind` (sequential, race or fault; all if None), in registry order."""
     unknown = [name for name in names if name not in {s.name for s in SUBJECTS}]
     if unknown:
         raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
@@ -301,6 +312,8 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
             seed=seed,
             repeats=STRESS_REPEATS,
             max_programs=budgets.stress,
+            terminate=TERMINATE if subject.kind == FAULT else 0.0,
+            database=dsn,
         )
     except StressFault as fault:
         seconds = time.monotonic() - started
@@ -356,14 +369,17 @@ def _forced(subject: Subject, dsn: str) -> Row:
 
 def _guarantees(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
     """The lease-queue profile against the mutant as a queue: its scenarios, `budgets.search`
-    programs and GUARANTEE_RACES rounds of each race; killed if it breaks any guarantee."""
+    programs and GUARANTEE_RACES rounds of each race (FAULT_RACES for a fault mutant), a TERMINATE
+    share of them with a connection cut; killed if it breaks any guarantee."""
     if isinstance(subject.variant, LifecycleMutant):
         raise ValueError(f"{subject.name}: the profile judges the delivery store")
     started = time.monotonic()
     queue = BundledQueue(dsn, subject.variant.store, name=f"leaseproof:{subject.name}")
     try:
         with tempfile.TemporaryDirectory(prefix="lp-kill-") as traces:
-            row = judge_subject(queue, seed=seed, examples=budgets.search, races=GUARANTEE_RACES, traces=Path(traces))
+            races = FAULT_RACES if subject.kind == FAULT else GUARANTEE_RACES
+            row = judge_subject(queue, seed=seed, examples=budgets.search, races=races, traces=Path(traces),
+                                terminate=TERMINATE, database=dsn)  # fmt: skip
     finally:
         queue.close()
     seconds = time.monotonic() - started

@@ -51,6 +51,7 @@ from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
@@ -74,9 +75,10 @@ def _worse(a: int, b: int) -> int:
     return max(a, b, key=_SEVERITY.__getitem__)
 
 
-# Sequential mutants (verify and stress) and race mutants (stress: invisible one step at a time).
+# Sequential mutants (verify and stress), race mutants (stress: invisible one step at a time) and
+# fault mutants (stress --terminate: invisible until a connection is cut).
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
-ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*_SEQUENTIAL_MUTANTS, *RACE_MUTANTS)
+ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*_SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
 
 
 def _number(

@@ -1,14 +1,18 @@
 """`leaseproof guarantees`: which lease guarantees each queue gives, as a matrix.
 
     leaseproof guarantees [--subjects leaseproof,procrastinate,...] [--examples N] [--races N]
-                          [--seed S] [--traces DIR] [--json FILE] [--dsn DSN]
+                          [--terminate RATE] [--seed S] [--traces DIR] [--json FILE] [--dsn DSN]
     leaseproof guarantees --replay TRACE [--dsn DSN]
 
 Each subject (a queue, `subjects/`) is judged on a scratch database of its own
 by the lease-queue profile (`leaseproof.model.queue`), in three ways: the fixed
 scenario of each guarantee; `--examples` generated programs (seeded, shrunk
-when they break something); and `--races` rounds of each race of two clients.
-A cell of the matrix is
+when they break something); and `--races` rounds of each race of two or three
+clients, each followed by a drain that every job must survive. In a `--terminate`
+share of the race rounds (seeded) a connection is cut: one busy backend of the
+queue's database is ended while the clients run, as a killed pooler or a
+failover would (the faults `stress --terminate` injects); the row says how many
+were cut. A cell of the matrix is
 
 - `violated`: some program broke the guarantee; the shortest one found is
   written to a trace file that `--replay` runs again;
@@ -25,18 +29,21 @@ A cell of the matrix is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import secrets
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 
+from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.harness.interrupts import command_main
-from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
 from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, known, make
@@ -70,6 +77,8 @@ class Row:
     programs: int
     races: int
     seconds: float
+    terminate: float = 0.0  # the share of race rounds due a cut connection
+    cuts: FaultCounts = attrs.Factory(FaultCounts)
 
     def verdict(self, guarantee: Guarantee) -> Cell:
         return next(cell for cell in self.cells if cell.guarantee is guarantee)
@@ -85,6 +94,8 @@ class Row:
             "capabilities": sorted(c.value for c in self.capabilities),
             "programs": self.programs,
             "races": self.races,
+            "terminate": self.terminate,
+            "cuts": attrs.asdict(self.cuts),
             "seconds": round(self.seconds, 1),
             "guarantees": {
                 cell.guarantee.value: {
@@ -105,6 +116,7 @@ class _Evidence:
     trace: tuple[dict[str, Any], ...]
     found_by: str
     race: str | None = None  # the race (`runs.RACES`) that found it
+    cut: bool = False  # in a round whose connection was cut
 
 
 def judge_subject(
@@ -114,9 +126,15 @@ def judge_subject(
     examples: int,
     races: int,
     traces: Path,
+    terminate: float = 0.0,
+    database: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> Row:
-    """Every guarantee of one queue: scenarios, then generated programs, then races."""
+    """Every guarantee of one queue: scenarios, then generated programs, then races; in a
+    `terminate` share of the race rounds a busy backend of `database` (the queue's, a DSN) is
+    ended (`conformance/concurrent/faults.py`)."""
+    if terminate and database is None:
+        raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
     caps = queue.capabilities
     evidence: dict[Guarantee, _Evidence] = {}
@@ -149,21 +167,29 @@ def judge_subject(
     if programs:
         checked |= set(Guarantee) - RACE_ONLY
     raced = 0
-    for guarantee, race in runs.RACES.items():
-        if not applicable(guarantee, caps):
-            continue
-        for _ in range(races):
-            raced += 1
-            checked.add(guarantee)
-            try:
-                result = race(queue)
-            except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
-                divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
-                break
-            if result.violation is not None:
-                trace = ({"race": result.description},)
-                evidence.setdefault(guarantee, _Evidence(None, result.violation, trace, "race", race.__name__))
-                break
+    terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
+    try:
+        for guarantee, race in runs.RACES.items():
+            if not applicable(guarantee, caps):
+                continue
+            for _ in range(races):
+                raced += 1
+                checked.add(guarantee)
+                checked.update(g for g in runs.SETTLED if applicable(g, caps))
+                try:
+                    result = race(queue, terminator)
+                except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
+                    divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
+                    break
+                if result.violation is not None:
+                    trace = ({"race": result.description, "cut": result.cut, "lost": list(result.lost)},)
+                    found_by = "race, connection cut" if result.cut else "race"
+                    ev = _Evidence(None, result.violation, trace, found_by, race.__name__, result.cut)
+                    evidence.setdefault(result.violation.guarantee, ev)
+                    break
+    finally:
+        if terminator is not None:
+            terminator.close()
     cells = []
     for guarantee in Guarantee:
         if not applicable(guarantee, caps):
@@ -183,7 +209,9 @@ def judge_subject(
             cells.append(Cell(guarantee, "inconclusive", f"{len(divergences)} run(s) diverged: {divergences[0]}"))
         else:
             cells.append(Cell(guarantee, "holds"))
-    return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started)
+    cuts = terminator.counts if terminator is not None else FaultCounts()
+    return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
+               terminate, cuts)  # fmt: skip
 
 
 def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int) -> Path:
@@ -199,6 +227,7 @@ def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _E
         "seed": seed,
         "program": ev.program,
         "race": ev.race,
+        "cut": ev.cut,
         "trace": list(ev.trace),
         "replay": f"leaseproof guarantees --replay {path}",
     }
@@ -206,30 +235,52 @@ def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _E
     return path
 
 
+@contextlib.contextmanager
+def subject(server: Server, name: str) -> Iterator[tuple[QueueAdapter, str]]:
+    """The subject `name` on a scratch database of its own, and that database's DSN."""
+    databases: list[str] = []
+
+    @contextlib.contextmanager
+    def new_database() -> Iterator[str]:
+        with scratch_database(server, prefix="lp_queue") as dsn:
+            databases.append(dsn)
+            yield dsn
+
+    with make(name, new_database) as queue:
+        yield queue, databases[0]
+
+
 REPLAY_RACES = 200  # rounds a race's replay may take to meet its violation again
 
 
-def replay(path: Path, queue_for: Callable[[str], Any], out: TextIO) -> int:
-    """Run a trace file's program again (a race: up to REPLAY_RACES rounds of it): exit 1 if
-    the same guarantee breaks again, 0 if not."""
+def replay(
+    path: Path, queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]], out: TextIO
+) -> int:
+    """Run a trace file's program again (a race: up to REPLAY_RACES rounds of it, each with a
+    connection cut if the violation was found in a cut round): exit 1 if the same guarantee
+    breaks again, 0 if not."""
     body = json.loads(path.read_text())
     guarantee = Guarantee(body["guarantee"])
     if body.get("program") is None:
         race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
-        with queue_for(body["subject"]) as queue:
-            for attempt in range(1, REPLAY_RACES + 1):
-                result = race(queue)
-                if result.violation is not None and result.violation.guarantee is guarantee:
-                    out.write(
-                        f"reproduced in round {attempt} of {body['race']}: {body['subject']} ({queue.version}) "
-                        f"breaks {guarantee.value}: {result.violation.why}\n"
-                    )
-                    return EXIT_BROKEN
-        out.write(
-            f"not reproduced in {REPLAY_RACES} rounds of {body['race']}: {body['subject']} held {guarantee.value}\n"
-        )
+        how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
+        with queue_for(body["subject"]) as (queue, dsn):
+            terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
+            try:
+                for attempt in range(1, REPLAY_RACES + 1):
+                    result = race(queue, terminator)
+                    if result.violation is not None and result.violation.guarantee is guarantee:
+                        out.write(
+                            f"reproduced in round {attempt} of {how}: {body['subject']} ({queue.version}) "
+                            f"breaks {guarantee.value}: {result.violation.why}\n"
+                        )
+                        return EXIT_BROKEN
+            finally:
+                if terminator is not None:
+                    terminator.close()
+        out.write(f"not reproduced in {REPLAY_RACES} rounds of {how}: {body['subject']} held {guarantee.value}\n")
         return EXIT_HOLDS
-    with queue_for(body["subject"]) as queue:
+    with queue_for(body["subject"]) as (queue, _):
         ran = runs.run(queue, body["program"])
     for entry in ran.trace:
         out.write(f"  {entry['act']}" + (f" -> {entry['answer']}" if "answer" in entry else "") + "\n")
@@ -249,13 +300,20 @@ def table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def _cuts(row: Row) -> str:
+    c = row.cuts
+    if not row.terminate:
+        return " (no connection cut)"
+    return f" ({c.rounds_faulted} due a cut: {c.ended} connections cut, {c.missed} rounds over before one was busy)"
+
+
 def details(rows: Sequence[Row]) -> list[str]:
     lines = []
     for row in rows:
         capabilities = ", ".join(sorted(c.value for c in row.capabilities)) or "none"
         lines.append(
             f"{row.subject} ({row.version}): capabilities {capabilities}; "
-            f"{row.programs} programs, {row.races} races, {row.seconds:.1f}s"
+            f"{row.programs} programs, {row.races} races{_cuts(row)}, {row.seconds:.1f}s"
         )
         for cell in row.cells:
             if cell.verdict in ("violated", "inconclusive"):
@@ -283,7 +341,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, from {', '.join(SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
     )
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
-    parser.add_argument("--races", type=int, default=50, help="rounds of each race per subject (default: 50)")
+    parser.add_argument("--races", type=int, default=100, help="rounds of each race per subject (default: 100)")
+    parser.add_argument(
+        "--terminate",
+        type=float,
+        default=0.5,
+        metavar="RATE",
+        help="the share of race rounds in which a busy connection of the queue's database is cut "
+        "(pg_terminate_backend) while the clients run; 0: none (default: 0.5)",
+    )
     parser.add_argument("--seed", type=int, help="the search's seed (default: a fresh one, printed)")
     parser.add_argument(
         "--traces",
@@ -299,8 +365,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     subjects = [s for s in args.subjects.split(",") if s]
     unknown = sorted(s for s in set(subjects) if not known(s))
-    if unknown or not subjects or args.examples < 0 or args.races < 0:
-        problem = f"unknown subjects {', '.join(unknown)}" if unknown else "name a subject; --examples and --races >= 0"
+    if unknown or not subjects or args.examples < 0 or args.races < 0 or not 0 <= args.terminate <= 1:
+        problem = (
+            f"unknown subjects {', '.join(unknown)}"
+            if unknown
+            else "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
+        )
         err.write(f"guarantees: {problem}\n")
         return EXIT_USAGE
     if args.json is not None and not args.json.parent.is_dir():
@@ -328,18 +398,22 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     with postgres_server(args.dsn, log=say) as server:
 
-        def queue_for(name: str) -> Any:
-            return make(name, lambda: scratch_database(server, prefix="lp_queue"))
+        def queue_for(name: str) -> AbstractContextManager[tuple[QueueAdapter, str]]:
+            return subject(server, name)
 
         try:
             if args.replay is not None:
                 return replay(args.replay, queue_for, out)
             rows = []
-            say(f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {args.races} races each")
+            say(
+                f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {args.races} rounds "
+                f"of each race, {args.terminate:g} of them with a connection cut"
+            )
             for name in subjects:
-                with queue_for(name) as queue:
+                with queue_for(name) as (queue, dsn):
                     rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=args.races,
-                                              traces=args.traces, say=say))  # fmt: skip
+                                              traces=args.traces, terminate=args.terminate, database=dsn,
+                                              say=say))  # fmt: skip
         except SubjectUnavailable as exc:
             err.write(f"guarantees: {exc}\n")
             return EXIT_USAGE

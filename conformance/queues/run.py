@@ -13,13 +13,19 @@ is handed out; then every job must be terminal.
 cannot explain (a `Divergence`). Three sources of programs, all judged the same
 way: the fixed scenarios (one per guarantee: `SCENARIOS`), generated programs
 (`search`, Hypothesis, then shrunk step by step to the fewest that break the same
-guarantee), and races of two or three clients at once (`RACES`).
+guarantee), and races of two or three clients at once (`RACES`), each followed
+by the drain (`settle`). In a seeded share of the race rounds a connection is
+cut: one busy backend of the queue's database is ended while the clients run
+(`conformance/concurrent/faults.py`, the faults `stress --terminate` injects);
+a call that raises then is lost, judged as having taken effect or not, and the
+drain shows whether the queue recovers from what the cut left behind.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +33,7 @@ import attrs
 import hypothesis
 from hypothesis import strategies as st
 
+from leaseproof.conformance.concurrent.faults import Terminator
 from leaseproof.conformance.queues.protocol import Held, QueueAdapter
 from leaseproof.model.frozenmap import FrozenMap
 from leaseproof.model.queue import (
@@ -55,7 +62,7 @@ from leaseproof.model.queue import (
 LEASE = 30  # seconds, every lease of every run
 START = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 MAX_HOLDER = 7  # generated holder indices: 0..MAX_HOLDER (modulo the holders there are)
-RACE_TIMEOUT = 30.0  # seconds a race's two clients may take together
+RACE_TIMEOUT = 30.0  # seconds a race's clients may take together
 
 Step = list[Any]
 Program = list[Step]
@@ -409,52 +416,152 @@ def search(
     return shrunk, diverged, count
 
 
-# -- races of two clients -------------------------------------------------------------------
+# -- races of two or three clients ---------------------------------------------------------
+
+
+@attrs.frozen
+class Lost:
+    """A client's call that raised in a round whose connection was cut: what it did is unknown
+    (it took effect or it did not), and the race is judged allowing either."""
+
+    why: str
 
 
 @attrs.frozen
 class Raced:
-    """One race: what each client was told, the rows after, and what was wrong, if anything."""
+    """One race: what each client was told, the rows after, and what was wrong, if anything.
+    `cut`: a busy backend of the queue's database was ended while the clients ran; `lost`: the
+    calls that raised then."""
 
     description: str
     violation: Violation | None
+    cut: bool = False
+    lost: tuple[str, ...] = ()
 
 
-def _together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run the calls on threads released at once; their results (an exception is re-raised)."""
+def _together(calls: list[Callable[[], Any]], terminator: Terminator | None = None) -> tuple[list[Any], bool]:
+    """Run the calls on threads released at once: their results, and whether a connection was cut.
+    If the terminator's seed says so, it ends one busy backend of the queue's database while they
+    run; a call that raised in a round it cut is `Lost`. Any other exception is re-raised."""
     barrier = threading.Barrier(len(calls))
     results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
+    errors: dict[int, BaseException] = {}
+    lock, left, done = threading.Lock(), [len(calls)], threading.Event()
 
     def body(index: int) -> None:
         try:
             barrier.wait(RACE_TIMEOUT)
             results[index] = calls[index]()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller below
-            errors.append(exc)
+        except BaseException as exc:  # noqa: BLE001 - re-raised (or judged as lost) below
+            errors[index] = exc
+        finally:
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+    plan = terminator.due() if terminator is not None else None
+    ended: list[bool] = []
+    failed: list[BaseException] = []
+
+    def cutting() -> None:
+        assert terminator is not None
+        try:
+            assert plan is not None
+            ended.append(terminator.during_round(done, plan))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            failed.append(exc)
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(calls))]
+    if plan is not None:
+        threads.append(threading.Thread(target=cutting, daemon=True))
+    began = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(RACE_TIMEOUT)
     if any(thread.is_alive() for thread in threads):
         raise TimeoutError(f"a race's clients did not return within {RACE_TIMEOUT}s")
-    if errors:
-        raise errors[0]
-    return results
+    if terminator is not None and plan is None:
+        terminator.observe(time.monotonic() - began)  # an uncut round: how long one takes
+    if failed:
+        raise failed[0]
+    cut = bool(ended and ended[0])
+    if errors and not cut:
+        raise next(iter(errors.values()))
+    for index, exc in errors.items():
+        results[index] = Lost(raised(exc))
+    return results, cut
 
 
-def race_completion_rescue(queue: QueueAdapter) -> Raced:
+def _lost(results: list[Any], names: list[str]) -> tuple[str, ...]:
+    return tuple(f"{name} raised {result.why}" for name, result in zip(names, results, strict=True)
+                 if isinstance(result, Lost))  # fmt: skip
+
+
+def _cut(description: str, cut: bool, lost: tuple[str, ...]) -> str:
+    if not cut:
+        return description
+    return description + (f" (a connection was cut: {'; '.join(lost)})" if lost else " (a connection was cut)")
+
+
+def settle(queue: QueueAdapter, jobs: list[str], description: str) -> Violation | None:
+    """After a race: the clock past every lease, a rescue and a second, then fetch and complete
+    until nothing comes. Every job must end terminal (whatever a cut connection left behind),
+    and none that was terminal may be handed out again."""
+    queue.advance(LEASE + 1)
+    if Capability.RESCUE in queue.capabilities:
+        queue.rescue()
+        queue.advance(1)
+    after = "then, with every lease run out and a rescue,"
+    for _ in range(len(jobs) + 1):
+        rows = queue.rows()
+        held = queue.fetch()
+        if held is None:
+            break
+        was = rows.get(held.job)
+        if was is not None and was.status in TERMINAL:
+            why = f"{description}; {after} {held.job}, {was.status}, was handed out again"
+            return Violation(Guarantee.TERMINAL_ONCE, why)
+        queue.complete(held.handle, "finished")
+    rows = queue.rows()
+    left = [f"{job} ({rows[job].status if job in rows else 'gone'})" for job in jobs
+            if job not in rows or rows[job].status not in TERMINAL]  # fmt: skip
+    if left:
+        why = f"{description}; {after} fetching until nothing came never completed {', '.join(left)}"
+        return Violation(Guarantee.NOTHING_LOST, why)
+    return None
+
+
+def _ended(queue: QueueAdapter, job: str, description: str, violation: Violation | None, cut: bool,
+           lost: tuple[str, ...]) -> Raced:  # fmt: skip
+    """A race's judgement, after the queue settled (`settle`) if the race itself broke nothing."""
+    description = _cut(description, cut, lost)
+    if violation is None:
+        violation = settle(queue, [job], description)
+    elif cut:
+        violation = Violation(violation.guarantee, _cut(violation.why, cut, lost))
+    return Raced(description, violation, cut, lost)
+
+
+def _only_job_fetched(queue: QueueAdapter, job: str) -> Held | None:
+    held = queue.fetch()
+    return held if held is not None and held.job == job else None
+
+
+def _unfetched(job: str) -> Raced:
+    return Raced("the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched"))
+
+
+def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
     """A holder whose lease ran out completes while a rescue runs. Either order is allowed; the
-    completion's answer and the job's row must agree with one of them."""
+    completion's answer and the job's row must agree with one of them (with a call lost to a
+    cut connection, either it took effect or it did not)."""
     queue.reset(START, LEASE)
     job = queue.enqueue()
-    held = queue.fetch()
-    if held is None or held.job != job:
-        return Raced(
-            "the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched")
-        )
+    held = _only_job_fetched(queue, job)
+    if held is None:
+        return _unfetched(job)
     queue.advance(LEASE + 1)
     deadline = Capability.DEADLINE in queue.capabilities
     lease = dt.timedelta(seconds=LEASE)
@@ -463,51 +570,53 @@ def race_completion_rescue(queue: QueueAdapter) -> Raced:
     completing, rescuing = queue.session(), queue.session()
     try:
         before = queue.rows().get(job)
-        answer, _ = _together([lambda: completing.complete(held.handle, "finished"), rescuing.rescue])
+        results, cut = _together([lambda: completing.complete(held.handle, "finished"), rescuing.rescue], terminator)
     finally:
         completing.close()
         rescuing.close()
+    answer = results[0]
     after = queue.rows().get(job)
-    told = _derive(before, after) if answer is None else answer
+    told = _derive(before, after) if answer is None or isinstance(answer, Lost) else answer
     first = reference_answer(state, Complete(job, 1, "finished"), deadline)  # the completion first
     allowed = {(Answer.REFUSED, "pending"), (Answer.REFUSED, "failed")}  # the rescue first (or a refused completion)
     if first is Answer.APPLIED:
         allowed.add((Answer.APPLIED, "finished"))
+    lost = _lost(results, ["the completion", "the rescue"])
+    if lost:
+        allowed.add((Answer.REFUSED, "claimed"))  # neither took effect
     status = None if after is None else after.status
     description = f"complete {job} (lease run out) racing a rescue: the completion {told.value}, the row {status}"
-    if (told, status) in allowed:
-        return Raced(description, None)
-    return Raced(description, Violation(Guarantee.COMPLETION_RACING_RESCUE, description + ", which no order explains"))
+    violation = None
+    if (told, status) not in allowed:
+        violation = Violation(Guarantee.COMPLETION_RACING_RESCUE, description + ", which no order explains")
+    return _ended(queue, job, description, violation, cut, lost)
 
 
-def race_fetches(queue: QueueAdapter) -> Raced:
+def race_fetches(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
     """Two workers fetch one job at once: at most one gets it."""
     queue.reset(START, LEASE)
     job = queue.enqueue()
     one, two = queue.session(), queue.session()
     try:
-        got = _together([one.fetch, two.fetch])
+        got, cut = _together([one.fetch, two.fetch], terminator)
     finally:
         one.close()
         two.close()
-    jobs = [held.job for held in got if held is not None]
+    jobs = [held.job for held in got if isinstance(held, Held)]
     description = f"two fetches of one job ({job}) at once handed out {jobs or 'nothing'}"
-    if len(jobs) > 1:
-        return Raced(description, Violation(Guarantee.NO_DOUBLE_CLAIM, description))
-    return Raced(description, None)
+    violation = Violation(Guarantee.NO_DOUBLE_CLAIM, description) if len(jobs) > 1 else None
+    return _ended(queue, job, description, violation, cut, _lost(got, ["a fetch", "the other fetch"]))
 
 
-def race_rescues_and_fetch(queue: QueueAdapter) -> Raced:
+def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
     """Two rescues of one expired job and a worker fetching it at once (it fetches again until it
     gets the job or both rescues are over): whoever fetches it holds a live lease, which no
     rescue may take (a rescuer that acts on what it read before the other rescue would), and
     can renew it."""
     queue.reset(START, LEASE)
     job = queue.enqueue()
-    if queue.fetch() is None:
-        return Raced(
-            "the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched")
-        )
+    if _only_job_fetched(queue, job) is None:
+        return _unfetched(job)
     queue.advance(LEASE + 1)
     clients = [queue.session() for _ in range(3)]
     over = [threading.Event(), threading.Event()]
@@ -529,27 +638,31 @@ def race_rescues_and_fetch(queue: QueueAdapter) -> Raced:
                 return held
 
     try:
-        _, _, held = _together([rescuing(0), rescuing(1), fetching])
+        results, cut = _together([rescuing(0), rescuing(1), fetching], terminator)
     finally:
         for client in clients:
             client.close()
+    lost = _lost(results, ["a rescue", "the other rescue", "the fetch"])
+    held = results[2] if isinstance(results[2], Held) else None
     row = queue.rows().get(job)
     status = None if row is None else row.status
     if held is None:
-        return Raced(f"two rescues and a fetch of {job} at once: the fetch found nothing (row {status})", None)
+        description = f"two rescues and a fetch of {job} at once: the fetch found nothing (row {status})"
+        return _ended(queue, job, description, None, cut, lost)
     description = f"two rescues and a fetch of {job} at once: the fetch took it, and its row is then {status}"
+    violation = None
     if status != "claimed":
-        return Raced(
-            description, Violation(Guarantee.RESCUE_ONLY_EXPIRED, description + ": a rescue took the fresh lease")
-        )
-    if Capability.HEARTBEAT in queue.capabilities and queue.heartbeat(held.handle) is not Answer.APPLIED:
-        why = description + "; its holder's heartbeat was refused"
-        return Raced(why, Violation(Guarantee.LIVE_HOLDER_SERVED, why))
-    return Raced(description, None)
+        violation = Violation(Guarantee.RESCUE_ONLY_EXPIRED, description + ": a rescue took the fresh lease")
+    elif Capability.HEARTBEAT in queue.capabilities and queue.heartbeat(held.handle) is not Answer.APPLIED:
+        description += "; its holder's heartbeat was refused"
+        violation = Violation(Guarantee.LIVE_HOLDER_SERVED, description)
+    return _ended(queue, job, description, violation, cut, lost)
 
 
-RACES: dict[Guarantee, Callable[[QueueAdapter], Raced]] = {
+RACES: dict[Guarantee, Callable[[QueueAdapter, Terminator | None], Raced]] = {
     Guarantee.COMPLETION_RACING_RESCUE: race_completion_rescue,
     Guarantee.NO_DOUBLE_CLAIM: race_fetches,
     Guarantee.RESCUE_ONLY_EXPIRED: race_rescues_and_fetch,
 }
+# What every race round judges besides its own guarantee: the queue settles afterwards (`settle`).
+SETTLED = (Guarantee.NOTHING_LOST, Guarantee.TERMINAL_ONCE)

@@ -44,9 +44,10 @@ def known(name: str) -> bool:
 
 def mutant_stores() -> dict[str, type[Any]]:
     from leaseproof.impl.mutants.delivery import MUTANTS
+    from leaseproof.impl.mutants.faults import FAULT_MUTANTS
     from leaseproof.impl.mutants.race import DELIVERY_RACE
 
-    return {mutant.name: mutant.store for mutant in (*MUTANTS, *DELIVERY_RACE)}
+    return {mutant.name: mutant.store for mutant in (*MUTANTS, *DELIVERY_RACE, *FAULT_MUTANTS)}
 
 
 @contextlib.contextmanager

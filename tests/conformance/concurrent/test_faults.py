@@ -13,10 +13,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseproof.conformance.concurrent.faults import Terminator
+from leaseproof.conformance.concurrent.faults import Cut, Terminator
 from leaseproof.conformance.concurrent.stress import stress
 from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.mutants import by_name
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 
 SEED = 20261204
 
@@ -34,7 +37,7 @@ def test_the_terminator_ends_a_backend_inside_a_transaction_and_leaves_idle_ones
         working.execute("INSERT INTO communities (id) VALUES (gen_random_uuid())")  # a transaction left open
         terminator = Terminator(delivery_dsn, 1.0, SEED)
         try:
-            terminator.during_round(threading.Event(), pick=0.0)
+            terminator.during_round(threading.Event(), Cut(at=0.0, pick=0.0))
         finally:
             terminator.close()
         assert (terminator.counts.rounds_faulted, terminator.counts.ended, terminator.counts.missed) == (1, 1, 0)
@@ -52,14 +55,14 @@ def test_a_round_that_ends_with_no_backend_busy_is_counted_as_missed(delivery_ds
     done = threading.Event()
     done.set()
     try:
-        terminator.during_round(done, pick=0.5)
+        terminator.during_round(done, Cut(at=0.5, pick=0.5))
     finally:
         terminator.close()
     assert (terminator.counts.ended, terminator.counts.missed) == (0, 1)
 
 
 def test_the_seed_decides_which_rounds_are_cut(delivery_dsn: str) -> None:
-    def plan(seed: int, rate: float) -> list[tuple[bool, float]]:
+    def plan(seed: int, rate: float) -> list[Cut | None]:
         terminator = Terminator(delivery_dsn, rate, seed)
         try:
             return [terminator.due() for _ in range(40)]
@@ -67,8 +70,8 @@ def test_the_seed_decides_which_rounds_are_cut(delivery_dsn: str) -> None:
             terminator.close()
 
     assert plan(1, 0.5) == plan(1, 0.5) != plan(2, 0.5)
-    assert 5 < sum(due for due, _ in plan(1, 0.5)) < 35
-    assert all(due for due, _ in plan(3, 1.0))
+    assert 5 < sum(cut is not None for cut in plan(1, 0.5)) < 35
+    assert all(cut is not None for cut in plan(3, 1.0))
     for rate in (0.0, 1.5):
         with pytest.raises(ValueError, match="fraction of rounds"):
             Terminator(delivery_dsn, rate, 1)
@@ -137,3 +140,31 @@ def test_stress_terminate_says_so_when_no_backend_it_may_end_was_ever_busy(
     captured = capsys.readouterr()
     assert "faults: backends ended 0 " in captured.out
     assert "--terminate ended no backend" in captured.err and "--terminate-dsn" in captured.err
+
+
+# -- a fault mutant: invisible until a connection is cut -------------------------------------
+
+
+@pytest.mark.parametrize("mutant", FAULT_MUTANTS, ids=lambda mu: mu.name)
+def test_a_fault_mutant_passes_the_sequential_lockstep_and_stress_without_cuts(delivery_dsn: str, mutant: Any) -> None:
+    adapter = mutant.adapter(delivery_dsn)
+    try:
+        verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=1, scenarios=True)
+        assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
+        report = stress(adapter, machine="delivery", workers=8, duration=600, seed=SEED, repeats=2, max_programs=10)
+        assert report.verdict == "LINEARIZABLE", report.finding and report.finding.result.summary()
+    finally:
+        adapter.close()
+
+
+def test_stress_with_cuts_kills_a_claim_split_over_two_transactions(delivery_dsn: str) -> None:
+    adapter = by_name(FAULT_MUTANTS, "claim-then-deadline").adapter(delivery_dsn)
+    try:
+        report = stress(
+            adapter, machine="delivery", workers=8, duration=600, seed=SEED, repeats=3, max_programs=300,
+            terminate=0.5, database=delivery_dsn,
+        )  # fmt: skip
+    finally:
+        adapter.close()
+    assert report.finding is not None, f"not caught in {report.progress.programs} programs"
+    assert report.progress.faults.ended > 0

@@ -17,6 +17,7 @@ from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
@@ -35,16 +36,21 @@ def _rows(matrix: km.KillMatrix) -> dict[tuple[str, str], km.Row]:
 
 def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     names = [s.name for s in km.SUBJECTS]
-    assert len(names) == len(set(names)) == len(MUTANTS) + len(LIFECYCLE_MUTANTS) + len(RACE_MUTANTS)
+    assert (
+        len(names) == len(set(names)) == len(MUTANTS) + len(LIFECYCLE_MUTANTS) + len(RACE_MUTANTS) + len(FAULT_MUTANTS)
+    )
     kinds = {s.name: s.kind for s in km.SUBJECTS}
     assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
+    assert {n for n, k in kinds.items() if k == km.FAULT} == {mu.name for mu in FAULT_MUTANTS}
     forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
     assert forced == set(INTERLEAVINGS) == {"reconcile-outside-transaction", "sweeps-overlap"}
     for subject in km.SUBJECTS:
         full, fast = subject.checks(fast=False), subject.checks(fast=True)
         assert set(fast) <= set(full) and fast, subject.name
         profile = (km.GUARANTEES,) if subject.machine == "delivery" else ()
-        if subject.kind == km.SEQUENTIAL:
+        if subject.kind == km.FAULT:
+            assert full == fast == (km.STRESS, km.GUARANTEES)
+        elif subject.kind == km.SEQUENTIAL:
             assert full == (km.SCENARIOS_AND_SEARCH, km.SEARCH_ALONE, *profile)
             assert fast == (km.SCENARIOS_AND_SEARCH,)
         elif subject.name in forced:
@@ -59,6 +65,17 @@ def test_the_profile_kills_a_bug_class_from_the_field_and_names_the_guarantee(pg
         row = km._guarantees(subject, dsn, km.SEED, TINY)
     assert row.killed and row.check == km.GUARANTEES and row.unit == "programs"
     assert "rescue-only-expired (scenario)" in row.detail, row.detail
+
+
+def test_a_fault_mutant_is_killed_by_both_checks_that_cut_connections(pg_server: Server) -> None:
+    """claim-then-deadline passes the sequential lockstep and every race (its tests show it);
+    stress with cuts and the profile's rounds with cuts both kill it."""
+    matrix = km.run_matrix(pg_server, km.select(["claim-then-deadline"]), fast=True)
+    rows = _rows(matrix)
+    stressed, profile = rows[("claim-then-deadline", km.STRESS)], rows[("claim-then-deadline", km.GUARANTEES)]
+    assert stressed.killed and stressed.how == "divergence", stressed.detail
+    assert profile.killed and "nothing-lost (race, connection cut)" in profile.detail, profile.detail
+    assert matrix.counts()[km.FAULT] == (1, 1)
 
 
 def test_selection_by_name_and_machine() -> None:
@@ -100,7 +117,7 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     assert "no serial order of the model gives this history" in reconcile.detail
     assert sweeps.killed and sweeps.shrunk_length == 5 and "not linearizable" in sweeps.detail
     assert matrix.survivors == ()
-    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2)}
+    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2), km.FAULT: (0, 0)}
     assert matrix.summary().startswith("2 of 2 sequential mutants killed, 2 of 2 race mutants killed (fast subset")
 
 
@@ -151,7 +168,11 @@ def test_the_json_document(pg_server: Server) -> None:
     document = json.loads(json.dumps(matrix.to_json()))
     assert set(document) == {"fast", "seeds", "seconds", "counts", "survivors", "rows"}
     assert document["fast"] is True and document["seeds"] == [km.SEED]
-    assert document["counts"] == {"sequential": {"killed": 0, "total": 0}, "race": {"killed": 1, "total": 2}}
+    assert document["counts"] == {
+        "sequential": {"killed": 0, "total": 0},
+        "race": {"killed": 1, "total": 2},
+        "fault": {"killed": 0, "total": 0},
+    }
     assert document["survivors"] == ["bundled-store-raced"]
     killed, survived = document["rows"]
     assert set(killed) == {f.name for f in attrs.fields(km.Row)}

@@ -10,8 +10,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from leaseproof.conformance.concurrent.faults import Terminator
 from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.queues import matrix
@@ -45,6 +47,59 @@ def test_the_bundled_store_holds_every_guarantee(queue: BundledQueue, tmp_path: 
     row = matrix.judge_subject(queue, seed=SEED, examples=150, races=5, traces=tmp_path)
     assert {cell.guarantee: cell.verdict for cell in row.cells} == dict.fromkeys(Guarantee, "holds")
     assert row.programs == 150 and row.races == 15 and not list(tmp_path.iterdir())
+
+
+def test_the_bundled_store_holds_every_guarantee_with_a_connection_cut_in_every_race_round(
+    queue: BundledQueue, delivery_dsn: str, tmp_path: Path
+) -> None:
+    row = matrix.judge_subject(
+        queue, seed=SEED, examples=0, races=30, traces=tmp_path, terminate=1.0, database=delivery_dsn
+    )
+    assert {cell.guarantee: cell.verdict for cell in row.cells} == dict.fromkeys(Guarantee, "holds"), row.cells
+    assert row.cuts.rounds_faulted == row.races == 90
+    assert row.cuts.ended > 30 and row.cuts.ended + row.cuts.missed == 90
+    assert row.to_json()["cuts"] == {"rounds_faulted": 90, "ended": row.cuts.ended, "missed": row.cuts.missed}
+
+
+def test_a_claim_split_over_two_transactions_is_caught_only_when_a_connection_is_cut(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """claim-then-deadline: the claim commits, then its deadline; nothing tells it from the
+    store until a cut lands between the two, and the drain finds the job nobody rescues."""
+    for queue in _subject(pg_server, "leaseproof:claim-then-deadline"):
+        clean = matrix.judge_subject(queue, seed=SEED, examples=60, races=30, traces=tmp_path)  # type: ignore[arg-type]
+        assert clean.holds and clean.cuts.rounds_faulted == 0, clean.cells
+    code, out, err = _cli(
+        ["--subjects", "leaseproof:claim-then-deadline", "--examples", "0", "--races", "100", "--terminate", "1",
+         "--seed", str(SEED), "--traces", str(tmp_path), "--json", str(tmp_path / "m.json"), "--dsn", pg_server.dsn]
+    )  # fmt: skip
+    assert code == 0, err
+    document = json.loads((tmp_path / "m.json").read_text())["rows"][0]
+    cell = document["guarantees"]["nothing-lost"]
+    assert (cell["verdict"], cell["found_by"]) == ("violated", "race, connection cut"), document
+    assert "never completed" in cell["detail"] and "a connection was cut" in cell["detail"]
+    assert document["terminate"] == 1.0 and document["cuts"]["ended"] > 0
+    assert "connections cut" in out
+    trace = json.loads(Path(cell["trace"]).read_text())
+    assert trace["cut"] is True and trace["program"] is None
+    code, out, err = _cli(["--replay", cell["trace"], "--dsn", pg_server.dsn])
+    assert code == 1 and "each with a connection cut" in out and "breaks nothing-lost" in out, (out, err)
+
+
+def test_a_call_that_raises_is_lost_only_in_a_round_whose_connection_was_cut(delivery_dsn: str) -> None:
+    """In a round the terminator cut, a call that raised may have taken effect or not (`Lost`);
+    in any other round an exception is the queue's, and is raised."""
+    terminator = Terminator(delivery_dsn, 1.0, SEED)
+    conn = psycopg.connect(delivery_dsn, autocommit=True)
+    try:
+        results, cut = runs._together([lambda: conn.execute("SELECT pg_sleep(5)"), lambda: 7], terminator)
+        assert cut and isinstance(results[0], runs.Lost) and results[1] == 7
+        assert "AdminShutdown" in results[0].why
+        with pytest.raises(ZeroDivisionError):
+            runs._together([lambda: 1 // 0, lambda: 7])
+    finally:
+        conn.close()
+        terminator.close()
 
 
 def test_every_fixed_scenario_runs_clean_on_the_bundled_store_and_reaches_its_drain(queue: BundledQueue) -> None:
@@ -199,6 +254,7 @@ def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds
         (["--subjects", "redis"], "unknown subjects redis"),
         (["--subjects", "leaseproof:no-such-mutant"], "unknown subjects leaseproof:no-such-mutant"),
         (["--examples", "-1"], "--examples and --races >= 0"),
+        (["--terminate", "1.5"], "--terminate between 0 and 1"),
         (["--replay", "/nonexistent/trace.json"], "no trace file /nonexistent/trace.json"),
         (["--json", "/nonexistent/m.json"], "no folder /nonexistent for --json"),
     ],
