@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -318,6 +319,13 @@ def test_the_spec_page_states_every_guarantee_as_the_model_does() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     stated = {line.split("|")[1].strip(" `"): (line.split("|")[2].strip(), line.split("|")[3].strip()) for line in rows}
     assert stated == {g.value: (MEANING[g], needs(g)) for g in Guarantee}
+
+
+def test_every_trace_the_spec_page_names_is_in_the_repository() -> None:
+    named = set(re.findall(r"specs/guarantee-traces/[\w.-]+\.json", PAGE.read_text()))
+    assert named, "the page names no trace"
+    missing = sorted(name for name in named if not (PAGE.parents[1] / name).is_file())
+    assert not missing, f"named on the page, not in the repository: {missing}"
 
 
 @pytest.mark.parametrize("trace", sorted((PAGE.parent / "guarantee-traces").glob("*.json")), ids=lambda p: p.stem)
