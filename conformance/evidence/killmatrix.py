@@ -17,8 +17,9 @@ examples (programs, schedules) and seconds, and how short the evidence was:
 - race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
   for the two that random scheduling does not meet reliably, the forced
   interleaving that catches them (conformance/concurrent/schedules.py);
-- fault mutants, which pass both: stress with connections cut (`stress
-  --terminate`) and the lease-queue profile, whose race rounds cut them too.
+- fault mutants, an operation spread over two transactions, which pass the
+  sequential lockstep: stress with connections cut (`stress --terminate`) and
+  the lease-queue profile, whose race rounds cut them too.
 
 The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
 its race rounds (TERMINATE) for every delivery mutant it judges.

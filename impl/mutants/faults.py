@@ -1,12 +1,13 @@
-"""Fault mutants: bugs that are correct one operation at a time and under every interleaving, and
-wrong only when a connection is lost part-way through an operation.
+"""Fault mutants: an operation of the bundled store spread over two transactions.
 
-Each variant spreads one of the bundled store's single-statement operations over two
-transactions. Nothing else runs between them, so neither the sequential lockstep nor a
-race tells it from the bundled store (their tests prove it); only a cut connection
-between the two commits (`conformance/concurrent/faults.py`: `stress --terminate`, and
-the race rounds of `leaseproof guarantees` that cut a connection) leaves the half that a
-real outage leaves behind.
+One operation at a time, nothing comes between the two commits, so the sequential lockstep
+cannot tell a fault mutant from the bundled store (its test proves it). What shows one is
+a cut connection between the two (`conformance/concurrent/faults.py`: `stress
+--terminate`, and the race rounds of `leaseproof guarantees` that cut a connection),
+which leaves the first half committed as a real outage does. Under concurrency without
+cuts, `leaseproof stress` meets it too when a tenant is fenced between the two commits
+(the second is then refused after the first committed); the lease-queue profile, whose
+one tenant is never fenced, sees it only in the rounds with a cut.
 """
 
 from __future__ import annotations

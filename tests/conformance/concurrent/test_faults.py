@@ -146,15 +146,15 @@ def test_stress_terminate_says_so_when_no_backend_it_may_end_was_ever_busy(
 
 
 @pytest.mark.parametrize("mutant", FAULT_MUTANTS, ids=lambda mu: mu.name)
-def test_a_fault_mutant_passes_the_sequential_lockstep_and_stress_without_cuts(delivery_dsn: str, mutant: Any) -> None:
+def test_a_fault_mutant_passes_the_sequential_lockstep(delivery_dsn: str, mutant: Any) -> None:
+    """One operation at a time nothing comes between its two transactions. (Stress without
+    cuts may still meet it: a tenant fenced between them refuses the second.)"""
     adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=1, scenarios=True)
-        assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
-        report = stress(adapter, machine="delivery", workers=8, duration=600, seed=SEED, repeats=2, max_programs=10)
-        assert report.verdict == "LINEARIZABLE", report.finding and report.finding.result.summary()
     finally:
         adapter.close()
+    assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
 
 
 def test_stress_with_cuts_kills_a_claim_split_over_two_transactions(delivery_dsn: str) -> None:
