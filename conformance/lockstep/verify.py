@@ -106,25 +106,36 @@ def run_conformance(
     generate: bool = True,
     shrink_bound: ShrinkBound | None = None,
     on_example: Callable[[Coverage], None] | None = None,
+    hypothesis_settings: settings | None = None,
+    reporter: Callable[[object], None] | None = None,
 ) -> Verdict:
     """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
     `scenarios` is false), then (unless `generate` is false) `max_examples`
-    generated programs."""
+    generated programs.
+
+    `hypothesis_settings`: the settings to start from (a profile), whose
+    deadline, phases, health checks, verbosity and example database then
+    apply; without it the run has no deadline, no database and no health
+    checks. Either way `max_examples` and `steps` are the arguments', the
+    shrink phase goes when `shrink` is false, and the first failure is the one
+    shrunk. `reporter`: where Hypothesis's own reports go (default: nowhere)."""
     if not (scenarios or generate):
         raise ValueError("nothing to run: neither the scenarios nor generated programs")
     coverage = Coverage()
     spec = MACHINES[machine]
     bound = seed(seed_value)(spec.bind(adapter, coverage, on_example))
     bound.shrink_bound = shrink_bound = shrink_bound if shrink_bound is not None else ShrinkBound()
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    if hypothesis_settings is None:
+        phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+        base = settings(deadline=None, database=None, phases=phases, suppress_health_check=list(HealthCheck))
+    else:
+        phases = [phase for phase in hypothesis_settings.phases if shrink or phase is not Phase.shrink]
+        base = settings(hypothesis_settings, phases=phases)
     config = settings(
+        base,
         max_examples=max_examples,
         stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        phases=phases,
         print_blob=False,
-        suppress_health_check=list(HealthCheck),
         # Shrink the first failure found. With the default (True) Hypothesis
         # keeps generating after it, looking for other bugs, until a call
         # budget runs out or 10 wall-clock seconds have passed since the first
@@ -140,7 +151,7 @@ def run_conformance(
         if generate:
             # The program arrives on the exception, not through the reporter.
             with (
-                with_reporter(lambda _: None),
+                with_reporter(reporter or (lambda _: None)),
                 shrink_bound.clock(coverage),
                 independent_programs(),
                 without_local_constants(),
