@@ -360,20 +360,19 @@ def _told(
     )
 
 
-def _sentence(order: Order, spec: Spec, ops: Sequence[Operation]) -> str:
-    """The most telling refused try of the operations that could not follow the longest order."""
+def _tries(order: Order, spec: Spec, ops: Sequence[Operation], only: set[int] | None) -> list[tuple[int, int, str]]:
+    """Every refused try of the operations that could not follow `order` (of those in `only`,
+    if given), with how telling each is."""
     tries: list[tuple[int, int, str]] = []
     for b in order.blocked:
-        if b.op.indeterminate:
+        if b.op.indeterminate or (only is not None and b.op.id not in only):
             continue
         rank, text = _told(b.op, b.state, b.answer, order.placed, spec, ops)
         tries.append((rank, b.op.invoked, text))
         for seen_state, answer, path in order.attempts.get(b.op.id, ()):
             rank, text = _told(b.op, seen_state, answer, path, spec, ops)
             tries.append((rank, b.op.invoked, text))
-    if not tries:
-        return "no order of these operations explains their outcomes"
-    return min(tries)[2]
+    return tries
 
 
 def end_difference(order: Order) -> list[str]:
@@ -399,11 +398,13 @@ def end_difference(order: Order) -> list[str]:
     return lines
 
 
-def explain(order: Order, spec: Spec, ops: Sequence[Operation], reason: str = "") -> str:
+def explain(order: Order, spec: Spec, ops: Sequence[Operation], reason: str = "", also: Sequence[Order] = ()) -> str:
     """One sentence, in the model's words, on why `order` could go no further: which
     operation's recorded outcome no order gives, and what made the model answer otherwise
     (e.g. "finish of R1/s1/T2 at generation 3 accepted (w2) after reap moved the row to
-    generation 4")."""
+    generation 4"). `also`: searches of the same operations among more of their history
+    (the whole partition of the epoch, where the shrunk piece forgot what a reap did):
+    the most telling try of any of them is the sentence."""
     if order.complete:
         return "an order of the model's steps explains every outcome"
     if reason == UNTOUCHED:
@@ -414,4 +415,10 @@ def explain(order: Order, spec: Spec, ops: Sequence[Operation], reason: str = ""
         differs = end_difference(order)
         where = differs[0] if differs else "the state"
         return f"every outcome fits an order, but none ends in the state read at the barrier: {where}"
-    return _sentence(order, spec, ops)
+    blocked = {b.op.id for b in order.blocked if not b.op.indeterminate}
+    tries = _tries(order, spec, ops, None)
+    for other in also:  # the same operations, tried in the states of a wider search
+        tries += _tries(other, spec, ops, blocked)
+    if not tries:
+        return "no order of these operations explains their outcomes"
+    return min(tries)[2]

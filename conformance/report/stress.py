@@ -25,7 +25,7 @@ from leaseproof.conformance.concurrent.linearizability import (
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.stress import StressReport
 from leaseproof.conformance.report import page
-from leaseproof.conformance.report.linearization import EpochOrder, Order, explain, history_orders, search
+from leaseproof.conformance.report.linearization import EpochOrder, Order, epochs, explain, history_orders, search
 from leaseproof.conformance.report.timeline import Marks, timeline_svg
 
 LEGEND = (
@@ -49,9 +49,28 @@ def _violation_order(violation: Violation, spec: Spec) -> Order:
     return search(spec, piece.operations, piece.initial, want)
 
 
-def violation_sentence(violation: Violation, spec: Spec) -> str:
-    """The one sentence a page leads with: why the piece has no order, in the model's words."""
-    return explain(_violation_order(violation, spec), spec, violation.operations, violation.reason)
+def _partition_order(violation: Violation, spec: Spec, history: History | None) -> list[Order]:
+    """The search over the violating epoch's partition in the whole history, every outcome as recorded."""
+    if history is None:
+        return []
+    for number, ops, start, end in epochs(history):
+        if number != violation.epoch or start is None:
+            continue
+        keys = violation.keys
+        if keys is not None:
+            ops = tuple(op for op in ops if (spec.footprint(start, op.command) or frozenset()) & keys)
+            start = spec.restrict(start, keys)
+            end = None if end is None else spec.restrict(end, keys)
+        return [search(spec, ops, start, end)] if ops else []
+    return []
+
+
+def violation_sentence(violation: Violation, spec: Spec, history: History | None = None) -> str:
+    """The one sentence a page leads with: why the piece has no order, in the model's words.
+    With the whole `history`, the operations the piece needs are also tried among everything
+    their partition did (a reap the shrunk piece left out, say)."""
+    also = _partition_order(violation, spec, history)
+    return explain(_violation_order(violation, spec), spec, violation.operations, violation.reason, also)
 
 
 def _where(violation: Violation, spec: Spec) -> str:
@@ -60,9 +79,10 @@ def _where(violation: Violation, spec: Spec) -> str:
     return ", ".join(sorted(spec.describe_key(k) for k in violation.keys)) or "no keys"
 
 
-def _violation_sections(violation: Violation, spec: Spec) -> tuple[str, list[page.Section]]:
+def _violation_sections(violation: Violation, spec: Spec, history: History | None) -> tuple[str, list[page.Section]]:
     order = _violation_order(violation, spec)
-    sentence = explain(order, spec, violation.operations, violation.reason)
+    also = _partition_order(violation, spec, history)
+    sentence = explain(order, spec, violation.operations, violation.reason, also)
     blocked_ids = frozenset(b.op.id for b in order.blocked if not b.op.indeterminate)
     recorded = {op.id: op for op in violation.operations}
     # The piece as recorded (forgotten outcomes shown as they were answered), its needed ones outlined.
@@ -158,7 +178,7 @@ def _history_sections(history: History, result: CheckResult, spec: Spec, title: 
     failed_epoch = None
     needed: frozenset[int] = frozenset()
     if result.violation is not None:
-        sentence, sections = _violation_sections(result.violation, spec)
+        sentence, sections = _violation_sections(result.violation, spec, history)
         failed_epoch = result.violation.epoch
         needed = frozenset(
             op.id

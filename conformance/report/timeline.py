@@ -110,6 +110,7 @@ class _Lease:
     how: str  # "finished", "failed", "reaped", "" (held to the end of the history)
     renewals: tuple[tuple[int, Any], ...]
     settled_late: bool  # a finish accepted after its lease had run out or been reaped
+    stale_finish: tuple[int, str] | None = None  # (tick, status) of a finish accepted after it was no longer held
 
 
 def _clock_moves(history: History) -> list[tuple[int, Any, Any]]:
@@ -161,7 +162,9 @@ def _leases(history: History) -> list[_Lease]:
         end: int | None = None
         how, late = "", False
         renewals = []
-        for tick, what, value in sorted(events, key=lambda e: e[0]):
+        stale: tuple[int, str] | None = None  # an accepted finish after the lease was reaped
+        ordered = sorted(events, key=lambda e: e[0])
+        for index, (tick, what, value) in enumerate(ordered):
             if what == "clock" and expired is None and value > until:
                 expired = tick
             elif what == "renew" and expired is None:
@@ -172,13 +175,30 @@ def _leases(history: History) -> list[_Lease]:
                 break
             elif what == "reap" and expired is not None:
                 end, how = tick, "reaped"
+                settle = next(((t, v) for t, kind, v in ordered[index + 1 :] if kind == "settle"), None)
+                stale = None if settle is None else (settle[0], settle[1].value)
                 break
         if end is None:
             gone = _no_longer_held(history, lease, claim.returned)
             if gone is not None:
                 end = gone
                 how = how or "superseded"
-        leases.append(_Lease(lease, claim.client, claim.returned, expired, end, how, tuple(renewals), late))
+        if stale is None and how == "superseded" and end is not None:
+            later = [(t, v) for t, kind, v in events if kind == "settle" and t > end]
+            stale = None if not later else (min(later)[0], min(later)[1].value)
+        leases.append(
+            _Lease(
+                lease,
+                claim.client,
+                claim.returned,
+                expired,
+                end,
+                how,
+                tuple(renewals),
+                late or stale is not None,
+                stale,
+            )
+        )
     return leases
 
 
@@ -451,6 +471,14 @@ def _lease_markup(lease: _Lease, axis: _Axis, y: float) -> str:
         out.append(
             f'<g class="settle"><text x="{xs - 4:.1f}" y="{y + 15:.1f}" fill="{colour}">{mark}</text>'
             f"<title>{escape(lease.how)} at tick {lease.end}{late}</title></g>"
+        )
+    if lease.stale_finish is not None:
+        tick, status = lease.stale_finish
+        xs = axis.x(tick)
+        out.append(
+            f'<g class="settle stale"><text x="{xs - 4:.1f}" y="{y + 15:.1f}" fill="var(--bad)">!</text>'
+            f"<title>a finish ({escape(status)}) of this lease accepted at tick {tick}, after it was "
+            f"{escape(lease.how)}</title></g>"
         )
     out.append("</g>")
     return "".join(out)
