@@ -256,30 +256,35 @@ def _seed(config: pytest.Config) -> tuple[int, str]:
     return random.randrange(2**63), "fresh"
 
 
-def _count(config: pytest.Config) -> int | None:
-    text = str(config.getini("leaseproof_max_examples")).strip()
+def _ini_number(
+    config: pytest.Config, key: str, convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str
+) -> Any:
+    """The ini value `key` as `convert` reads it, None if unset; a usage error naming the key otherwise."""
+    text = str(config.getini(key)).strip()
     if not text:
         return None
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise pytest.UsageError(f"leaseproof_max_examples = {text!r}: not an integer") from None
-    if value < 1:
-        raise pytest.UsageError(f"leaseproof_max_examples = {text}: must be at least 1")
+        raise pytest.UsageError(f"{key} = {text!r}: not {noun}") from None
+    if not accepts(value):
+        raise pytest.UsageError(f"{key} = {text}: must be {rule}")
     return value
+
+
+def _count(config: pytest.Config) -> int | None:
+    count: int | None = _ini_number(
+        config, "leaseproof_max_examples", int, "an integer", lambda v: v >= 1, "at least 1"
+    )
+    return count
 
 
 def _reply_timeout(config: pytest.Config) -> float:
-    text = str(config.getini("leaseproof_reply_timeout")).strip()
-    if not text:
-        return DEFAULT_REPLY_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        raise pytest.UsageError(f"leaseproof_reply_timeout = {text!r}: not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise pytest.UsageError(f"leaseproof_reply_timeout = {text}: must be a positive number of seconds")
-    return value
+    timeout: float | None = _ini_number(
+        config, "leaseproof_reply_timeout", float, "a number of seconds",
+        lambda v: v > 0 and v != float("inf"), "a positive number of seconds",
+    )  # fmt: skip
+    return DEFAULT_REPLY_TIMEOUT if timeout is None else timeout
 
 
 @pytest.hookimpl(wrapper=True)
