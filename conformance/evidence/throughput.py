@@ -222,6 +222,7 @@ DESCRIPTION = (
     "(three bare statements a job) and, with the bench extra, procrastinate and PgQueuer: worker processes, "
     "fresh databases, interleaved rounds, medians."
 )
+EXITS = "exit status: 0 measured, 1 a subject's jobs were not all done, 2 usage, 130 interrupted"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -114,7 +114,7 @@ def test_the_json_document_lists_the_score_by_check(pg_server: Server, monkeypat
     args = cli.build_parser().parse_args(
         ["mutants", "--generated", "--json", "--mutant", KILLED, "--seed", "3", "--jobs", "1", "--max-examples", "5"]
     )
-    assert cli.mutants_command(args, out, err) == 0
+    assert cli.load("mutants").command(args, out, err) == 0
     document = json.loads(out.getvalue())
     assert document["seeds"] == [3] and document["survivors"] == [] and document["mutants"] == 1
     assert {row["check"] for row in document["by_check"]} == {ms.SEARCH_ALONE, ms.SCENARIOS}

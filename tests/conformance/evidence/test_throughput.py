@@ -16,7 +16,7 @@ from leaseproof.conformance.harness.provision import Server
 def _run(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args = cli.build_parser().parse_args(["throughput", *argv])
-    return cli.COMMANDS["throughput"](args, out, err), out.getvalue(), err.getvalue()
+    return cli.load("throughput").command(args, out, err), out.getvalue(), err.getvalue()
 
 
 def test_the_floor_and_the_store_are_measured_side_by_side_in_rotating_rounds(pg_server: Server) -> None:

@@ -104,11 +104,12 @@ def test_an_adapter_that_leaves_operations_out_conforms_only_on_a_subset(pg_serv
 
 
 def test_of_two_machines_a_non_conformance_outranks_a_subset() -> None:
-    from leaseproof.conformance.frontends import cli
+    from leaseproof.conformance.frontends.commands.common import worse
+    from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_SUBSET, EXIT_USAGE
 
-    assert cli._worse(cli.EXIT_SUBSET, cli.EXIT_NONCONFORMING) == cli.EXIT_NONCONFORMING
-    assert cli._worse(cli.EXIT_CONFORMS, cli.EXIT_SUBSET) == cli.EXIT_SUBSET
-    assert cli._worse(cli.EXIT_NONCONFORMING, cli.EXIT_USAGE) == cli.EXIT_USAGE
+    assert worse(EXIT_SUBSET, EXIT_NONCONFORMING) == EXIT_NONCONFORMING
+    assert worse(EXIT_CONFORMS, EXIT_SUBSET) == EXIT_SUBSET
+    assert worse(EXIT_NONCONFORMING, EXIT_USAGE) == EXIT_USAGE
 
 
 def test_verify_help_states_its_exit_statuses() -> None:
@@ -127,7 +128,7 @@ def test_the_summary_counts_the_behaviours_the_subset_verdict_counts() -> None:
     import io
 
     from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
-    from leaseproof.conformance.frontends.cli import _summary
+    from leaseproof.conformance.frontends.commands.verify import _summary
     from leaseproof.conformance.lockstep.core import Coverage
     from leaseproof.conformance.lockstep.delivery import DELIVERY
     from leaseproof.conformance.lockstep.verify import Verdict

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseproof.conformance.frontends.cli import EXIT_INTERRUPTED
+from leaseproof.conformance.frontends.exits import EXIT_INTERRUPTED
 
 _DEADLINE = 120.0  # seconds a run may take to reach a line, or to exit
 

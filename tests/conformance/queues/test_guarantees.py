@@ -29,7 +29,7 @@ SEED = 20261204
 def _cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args = cli.build_parser().parse_args(["guarantees", *argv])
-    return cli.COMMANDS["guarantees"](args, out, err), out.getvalue(), err.getvalue()
+    return cli.load("guarantees").command(args, out, err), out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

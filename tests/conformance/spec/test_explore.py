@@ -20,6 +20,7 @@ import attrs
 import pytest
 
 from leaseproof.conformance.frontends import cli
+from leaseproof.conformance.frontends.exits import EXIT_NONCONFORMING
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.spec import explore as ex
 from leaseproof.conformance.traces import trace
@@ -369,7 +370,7 @@ def test_explore_exits_1_with_the_shortest_path_and_a_trace(
     monkeypatch.setitem(ex.SPECS, "delivery", _broken(ex.DELIVERY_EXPLORATION, _workflow_publishes_an_event))
     out_file = tmp_path / "bug.jsonl"
     args = ["explore", "--machine", "delivery", "--communities", "1", "--targets", "1", "--trace-out", str(out_file)]
-    assert cli.main(args) == cli.EXIT_NONCONFORMING
+    assert cli.main(args) == EXIT_NONCONFORMING
     out = capsys.readouterr().out
     assert "invariants: VIOLATED" in out
     assert "1. CreateWorkflow/new: changed events, which its rule does not declare\n" in out

@@ -1,0 +1,258 @@
+"""`leaseproof stress`: many clients at once, their histories checked for linearizability."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, TextIO
+
+from leaseproof.conformance.concurrent.faults import FaultError
+from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, timeline, write_history
+from leaseproof.conformance.concurrent.models import SPECS
+from leaseproof.conformance.concurrent.stress import Progress as StressProgress
+from leaseproof.conformance.concurrent.stress import StressReport
+from leaseproof.conformance.concurrent.stress import stress as run_stress
+from leaseproof.conformance.frontends.commands.common import (
+    ALL_MUTANTS,
+    Provisioned,
+    UsageError,
+    adapter_named,
+    each_machine,
+    fraction,
+    mutant_named,
+    positive,
+    positive_float,
+    seed_number,
+    share,
+)
+from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
+from leaseproof.conformance.frontends.progress import ProgressLine
+from leaseproof.conformance.lockstep.verify import MACHINES
+from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
+
+DESCRIPTION = (
+    "Run small concurrent programs (a prefix, then short branches on WORKERS connections at once, the "
+    "clock moving between rounds) against each machine's implementation, each program several times; "
+    "check every recorded history for linearizability against the model."
+)
+EXITS = (
+        "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
+        "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
+        "backend; " + INTERRUPTED_EXITS
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"
+    )
+    parser.add_argument("--workers", type=positive, default=8, help="concurrent clients (default: 8)")
+    parser.add_argument("--duration", type=positive_float, default=30.0, help="seconds per machine (default: 30)")
+    parser.add_argument("--repeats", type=positive, default=3, help="runs of each program (default: 3)")
+    parser.add_argument(
+        "--seed", type=seed_number, help="random seed, to reproduce a run (default: a fresh one, printed)"
+    )
+    parser.add_argument(
+        "--lose-responses",
+        type=fraction,
+        default=0.0,
+        metavar="P",
+        help="drop this fraction of responses after the operation ran, so they are indeterminate (default: 0)",
+    )
+    parser.add_argument(
+        "--terminate",
+        type=share,
+        default=0.0,
+        metavar="P",
+        help="in this fraction of rounds, end one busy backend of the implementation's database while the round "
+        "runs (pg_terminate_backend: a connection cut mid-operation; the delivery machine; default: 0)",
+    )
+    parser.add_argument(
+        "--terminate-dsn",
+        metavar="DSN",
+        help="the database whose backends --terminate ends (default: the one leaseproof gave the implementation; "
+        "needed for --adapter-cmd, which picks its own)",
+    )
+    parser.add_argument(
+        "--budget", type=positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
+    )
+    parser.add_argument(
+        "--trace-out",
+        type=Path,
+        metavar="FILE",
+        help="where to write a violating history (default: leaseproof-history-SEED.jsonl)",
+    )
+    parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    parser.add_argument(
+        "--mutant",
+        choices=[mu.name for mu in ALL_MUTANTS],
+        metavar="NAME",
+        help="stress a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in ALL_MUTANTS),
+    )
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
+    chosen.add_argument(
+        "--adapter-cmd",
+        metavar="COMMAND",
+        help="an adapter in a child process whose hello announces sessions (specs/adapter-protocol.md)",
+    )
+    parser.add_argument(
+        "--reply-timeout",
+        type=positive,
+        default=30,
+        help="seconds an --adapter-cmd child may take per reply (default: 30)",
+    )
+
+
+class _StressProgress(ProgressLine):
+    """A stress run's progress on stderr: in place on a terminal, every 5 s otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream, every=5.0)
+
+    def __call__(self, p: StressProgress) -> None:
+        line = f"  {p.seconds:5.1f}s  programs {p.programs:,}  histories {p.histories:,}"
+        self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
+
+
+# Why `--terminate` leaves the lifecycle alone: a fire's admission is a run id the
+# implementation picks; a fire cut mid-way leaves unknown which id it took, and the
+# checker leaves such a history unjudged ("unknown") rather than guess.
+TERMINATE_MACHINES = ("delivery",)
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
+    if args.terminate_dsn is not None and not args.terminate:
+        err.write("leaseproof: --terminate-dsn names where --terminate ends backends; give --terminate P too\n")
+        return EXIT_USAGE
+    if args.terminate:
+        mutant = mutant_named(args.mutant)
+        machine = args.machine or (mutant.machine if mutant is not None else None)
+        if machine is not None and machine not in TERMINATE_MACHINES:
+            err.write(
+                f"leaseproof: --terminate applies to the delivery machine, not the {machine}: a fire cut mid-way "
+                "leaves unknown which run id it took, and the checker would leave its histories unjudged\n"
+            )
+            return EXIT_USAGE
+        if args.machine is None:
+            args.machine = "delivery"
+            err.write(
+                "leaseproof: --terminate: stressing the delivery machine only (the lifecycle's fires pick run ids)\n"
+            )
+
+    def judge(adapter: Any, machine: str, seed_value: int) -> int:
+        faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
+        out.write(
+            f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
+            f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}{faults}\n"
+        )
+        out.flush()
+        progress = _StressProgress(err)
+        try:
+            report = run_stress(
+                adapter,
+                machine=machine,
+                workers=args.workers,
+                duration=args.duration,
+                seed=seed_value,
+                repeats=args.repeats,
+                lose=args.lose_responses,
+                budget=args.budget,
+                on_progress=progress,
+                terminate=args.terminate,
+                database=databases.get(machine),
+            )
+        finally:
+            progress.close()
+        return _stress_report(report, args, out, err)
+
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+        adapter = _stress_adapter(args, machine, provisioned, out)
+        databases[machine] = args.terminate_dsn or provisioned.last_database
+        if args.terminate and databases[machine] is None:
+            provisioned.release(adapter)
+            raise UsageError(
+                "--terminate: leaseproof did not give this implementation its database, so it cannot tell whose "
+                "backends to end; name the database it uses with --terminate-dsn DSN"
+            )
+        return adapter
+
+    try:
+        return each_machine(args, out, err, adapter_for, judge)
+    except FaultError as exc:
+        err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
+        return EXIT_USAGE
+
+
+def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+    provisioned.last_database = None  # set again only if this adapter is given a database
+    adapter = adapter_named(args, machine, provisioned, out)
+    if args.adapter_cmd is not None and not adapter.sessions:
+        raise UsageError(
+            f"--adapter-cmd {args.adapter_cmd!r}: {adapter.name} cannot be run concurrently:"
+            f" {adapter.why_no_sessions()}"
+        )
+    if args.adapter is not None and not hasattr(adapter, "session"):
+        adapter.close()
+        raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
+    return adapter
+
+
+def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    p = report.progress
+    out.write(
+        f"programs: {p.programs:,}   histories: {p.histories:,}   operations: {p.operations:,} ({p.rate:,.0f}/s)"
+        f"   largest history: {p.largest:,}   indeterminate: {p.indeterminate:,}   time: {p.seconds:.1f}s\n"
+    )
+    if args.terminate:
+        f = p.faults
+        out.write(
+            f"faults: backends ended {f.ended:,} (in {f.rounds_faulted:,} rounds due a cut; {f.missed:,} of them"
+            " ended before a backend was busy)\n"
+        )
+        if f.rounds_faulted and not f.ended and report.finding is None:
+            # Asked for cuts, and none landed: what was asked was not checked.
+            err.write(
+                "leaseproof: --terminate ended no backend: none of the database's backends was busy while the rounds "
+                "ran, so the implementation's sessions use another database; name theirs with --terminate-dsn\n"
+            )
+            return EXIT_USAGE
+    each = p.check_seconds / p.histories * 1000 if p.histories else 0.0
+    out.write(f"checker: {p.check_seconds:.2f}s for {p.histories:,} histories ({each:.1f} ms each)\n")
+    sent = {operation for operation, _, _ in p.behaviours}
+    declared = [b for b in LOCKSTEP_SPECS[report.machine].behaviours() if b[0] in sent]
+    never = [f"{op}/{guard}→{v}" for op, guard, v in declared if (op, guard, v) not in p.behaviours]
+    out.write(
+        f"behaviours exercised concurrently: {len(declared) - len(never)} of the {len(declared)} the rules declare"
+        f" for the {len(sent)} operations sent; never: {', '.join(never) or 'none'}\n"
+    )
+    finding = report.finding
+    if finding is None:
+        if p.unknown:
+            out.write(
+                f"verdict: UNKNOWN — the checker ran out of budget on {p.unknown:,} histories; "
+                "raise --budget or shorten the programs\n"
+            )
+            return EXIT_NONCONFORMING
+        out.write("verdict: LINEARIZABLE — every history is explained by some order of the model's steps\n")
+        return EXIT_CONFORMS
+    out.write(
+        f"verdict: NOT LINEARIZABLE — a {finding.kind}: {finding.failed} of {finding.repeats} repetitions failed\n"
+    )
+    spec = SPECS[report.machine]
+    assert finding.result.violation is not None
+    out.write(timeline(finding.result.violation, spec) + "\n")
+    path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    piece = path.with_name(path.stem + "-piece" + path.suffix)
+    try:
+        write_history(path, finding.history)
+        write_history(piece, finding.result.violation.piece)
+    except (OSError, TypeError, ValueError) as exc:
+        err.write(f"leaseproof: could not write the history to {path}: {exc}\n")
+    else:
+        out.write(f"history: {path} ({len(finding.history):,} operations, the whole failing run)\n")
+        out.write(f"piece: {piece} (the piece above, from its partition's state; leaseproof check-history {piece})\n")
+    return EXIT_NONCONFORMING
+
+
