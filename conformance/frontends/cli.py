@@ -63,6 +63,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         f"{_COMMANDS_PACKAGE}.explore",
         "explore every state of each model within small bounds and check its invariants and rules (no database)",
     ),
+    "path": (f"{_COMMANDS_PACKAGE}.path", "print the installed folder of the spec pages, the corpus, the Node example"),
 }
 
 EXITS = (

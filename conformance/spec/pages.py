@@ -178,7 +178,7 @@ def render_pages(spec_dir: Path) -> dict[Path, tuple[str, str]]:
     for page in PAGES:
         path = spec_dir / page.filename
         if not path.is_file():
-            raise SpecPageError(f"{path}: no such spec page (run from the repository root, or pass --specs DIR)")
+            raise SpecPageError(f"{path}: no such spec page (--specs DIR names the folder that holds them)")
         text = path.read_text(encoding="utf-8")
         rendered[path] = (text, splice(text, {name: render() for name, render in page.blocks.items()}, str(path)))
     for filename, render in FILES.items():

@@ -5,7 +5,9 @@
 rewrites DIR/<mutant>.jsonl (of every shipped mutant, or of those named) from a seeded, shrunk search against each
 mutant (fixed scenarios off, so each trace is what the search itself found).
 Each trace must replay cleanly against the real store and diverge against
-its mutant; the test suite checks both.
+its mutant; the test suite checks both. The corpus is installed with the
+package (`leaseproof.conformance.traces`, package data): `leaseproof path
+corpus` prints its folder, e.g. for `leaseproof replay`.
 """
 
 from __future__ import annotations
