@@ -23,6 +23,7 @@ disagrees with what was recorded.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -112,18 +113,19 @@ def write(trace: Trace, path: Path) -> None:
 
 
 def read(path: Path) -> Trace:
-    try:
-        raw = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read it: {exc.strerror}") from None
+    """The trace in file `path`; anything that keeps it from being one (the file
+    cannot be read, is not UTF-8 JSON lines, or a line is not what a trace holds)
+    raises `TraceError`, one line naming the file (and the line) and the problem."""
     entries = []
-    for number, text in enumerate(raw, 1):
+    for number, text in enumerate(text_lines(path, "a trace is JSON lines", TraceError), 1):
         if not text.strip():
             continue
         try:
             entries.append((number, json.loads(text)))
         except json.JSONDecodeError as exc:
             raise TraceError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise TraceError(f"{path}:{number}: not JSON this reader takes (nested too deeply)") from None
     if not entries:
         raise TraceError(f"{path}: empty; a trace starts with a header line")
     number, header = entries[0]
@@ -134,7 +136,7 @@ def read(path: Path) -> Trace:
         )
     # Every trace ever written names its machine, so a missing name is refused rather than guessed.
     machine = header.get("machine")
-    if machine not in SPECS:
+    if not isinstance(machine, str) or machine not in SPECS:
         raise TraceError(f'{path}:{number}: the header\'s "machine" must be {machines}, not {machine!r}')
     spec = SPECS[machine]
     try:
@@ -150,9 +152,52 @@ def read(path: Path) -> Trace:
             outcome = codec.decode(entry["outcome"], object, "outcome")
             state = codec.decode_state(entry["state"], "state", state_class) if "state" in entry else None
             steps.append(Step(command, outcome, state))
+    except TraceError:
+        raise
     except codec.DecodeError as exc:
         raise TraceError(f"{path}:{number}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        # The codec names what is wrong as a DecodeError; a value it does not foresee (an
+        # object where it looks a name up, say) still makes the line malformed, not the run.
+        raise TraceError(f"{path}:{number}: not a value the model knows ({exc})") from None
     return Trace(str(header.get("name") or path.stem), start, tuple(steps), machine)
+
+
+def text_lines(path: Path, what: str, error: type[Exception]) -> list[str]:
+    """The lines of the UTF-8 text file `path`; `error` (one line naming the file and
+    the problem, in words) if it cannot be read or is not UTF-8 text. `what` ends the
+    message about bytes that are not UTF-8 ("a trace is JSON lines")."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: {unreadable(exc)}") from None
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); {what}"
+        ) from None
+
+
+# Why a file cannot be read, in words, by errno; others say what the system says.
+_UNREADABLE = {
+    errno.ENOENT: "no such file",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EISDIR: "a directory, not a file",
+    errno.ENOTDIR: "no such file (a part of its path is not a directory)",
+    errno.ELOOP: "too many levels of symbolic links",
+    errno.ENAMETOOLONG: "the file name is too long",
+}
+
+
+def unreadable(exc: OSError) -> str:
+    """Why reading a file failed, in words: "no such file", "permission denied", ..."""
+    if exc.errno in _UNREADABLE:
+        return _UNREADABLE[exc.errno]
+    reason = exc.strerror or type(exc).__name__
+    return f"cannot read it: {reason[:1].lower()}{reason[1:]}"
 
 
 def _context(trace: Trace, index: int, width: int = 5) -> tuple[str, ...]:

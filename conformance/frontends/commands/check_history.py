@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, read_history, timeline
+from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, HistoryFileError, read_history, timeline
 from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.frontends.commands.common import positive
@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         history = read_history(args.history)
-    except (OSError, ValueError) as exc:
-        err.write(f"leaseproof: {args.history}: {exc}\n")
+    except HistoryFileError as exc:  # it names the file (and the line)
+        err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     spec = SPECS[history.machine]
     result = check_linearizable(history, spec, budget=args.budget)
