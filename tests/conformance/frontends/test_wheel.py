@@ -79,6 +79,18 @@ def test_each_installed_folder_holds_what_the_checkout_does() -> None:
     assert bad.returncode == 2 and "invalid choice: 'tests'" in bad.stderr
 
 
+def test_path_starts_at_once_importing_no_model_and_no_driver() -> None:
+    probe = (
+        "import sys\nfrom leaseproof.conformance.frontends import cli\n"
+        "statuses = [cli.main(['path', name]) for name in sys.argv[1:]]\n"
+        "heavy = ('psycopg', 'hypothesis', 'attrs', 'attr', 'leaseproof.model', 'leaseproof.impl')\n"
+        "print(statuses, sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe, *FOLDERS], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "[0, 0, 0] []"
+
+
 def test_spec_without_specs_reads_the_checkout_pages_in_a_checkout_and_never_writes_the_installed_ones(
     tmp_path: Path,
 ) -> None:
