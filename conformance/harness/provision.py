@@ -306,9 +306,9 @@ def _check_named_dsn(dsn: str, origin: str, name: str, say: Log) -> Server:
     if not marks:
         say(
             f"the role {user} may create databases but not mark them test databases (ALTER DATABASE ... SET "
-            f"{TEST_HOOKS_SETTING}), which the bundled implementation does for its pinned clock: it fails on this "
-            f"server (an adapter of your own need not). To fix this, as a superuser: {grant} (PostgreSQL 15 or "
-            "later; before 15, name a superuser)"
+            f"{TEST_HOOKS_SETTING}), which the bundled implementation does to pin its clock (verify, stress, "
+            "replay, mutants, guarantees): those fail on this server. To fix this, as a superuser: "
+            f"{grant} (PostgreSQL 15 or later; before 15, name a superuser)"
         )
     server_version = version[0] if version else "?"
     return Server(
