@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import attrs
+from hypothesis.errors import StopTest, UnsatisfiedAssumption
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import RuleBasedStateMachine
 
@@ -106,13 +107,26 @@ class Coverage:
     # against the model alone: a deterministic implementation gave every step of
     # it the same answers before, and `examples` does not count it.
     examples: int = 0
-    generated: int = 0  # programs generated, repeats included: Hypothesis's own count
+    # Programs Hypothesis started, whatever became of them: the programs it generated,
+    # those it abandoned part-way (`discarded`), and after a failure every shrink attempt.
+    # The shrink bound's clock counts attempts by it (`ShrinkBound`).
+    generated: int = 0
+    # Programs Hypothesis abandoned part-way before the first failure: it ran out of
+    # choices, or rejected a draw (an unsatisfied assumption, an empty bundle). They do
+    # not count toward max_examples (Hypothesis generates others in their place), so
+    # `counted` leaves them out. `discarded_sent`: those of them sent before that.
+    discarded: int = 0
+    discarded_sent: int = 0
     scenarios: int = 0
+    scenario: str = ""  # the fixed scenario running, while one is
     steps: int = 0
-    # The example in which the first failure appeared (before shrinking);
-    # 0 when a fixed scenario failed. And the `generated` count then.
+    # The programs sent up to and including the one in which the first failure
+    # appeared (before shrinking); 0 when a fixed scenario failed. `failed_at`: the
+    # `generated` count then. `failed_in`: the failing program's number as `counted`
+    # numbers it (its place among the programs counted toward max_examples).
     first_failure: int | None = None
     failed_at: int = 0
+    failed_in: int = 0
     # The commands of the most recent program; after a failure, Hypothesis
     # last replays the minimal one, so this is the counterexample.
     last_commands: list[Any] = attrs.field(factory=list)
@@ -122,6 +136,26 @@ class Coverage:
     # (operation, guard) behaviours this adapter cannot take part in (e.g. a claim's retry
     # by its request key, for an adapter of protocol 2 or older): not counted as missing.
     inapplicable: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def counted(self) -> int:
+        """Programs generated that count toward max_examples: those Hypothesis started,
+        less those it abandoned part-way. Before a failure, never more than max_examples."""
+        if self.first_failure is not None:
+            return self.failed_in
+        return self.generated - self.discarded
+
+    @property
+    def repeats(self) -> int:
+        """Of the programs counted before any failure, those not sent: each repeated a
+        program already sent, so the model alone checked it."""
+        sent = (self.examples if self.first_failure is None else self.first_failure) - self.discarded_sent
+        return max(0, self.counted - sent)
+
+    @property
+    def shrink_attempts(self) -> int:
+        """Programs Hypothesis tried while shrinking the first failure (valid or not)."""
+        return self.generated - self.failed_at if self.first_failure else 0
 
     def record(self, before: Any, after: Any, command: Any, outcome: Any, rule: Rule) -> None:
         assert self.spec is not None
@@ -488,6 +522,7 @@ class LockstepMachine(RuleBasedStateMachine):
         if self.coverage.first_failure is None:
             self.coverage.first_failure = self.coverage.examples
             self.coverage.failed_at = self.coverage.generated
+            self.coverage.failed_in = self.coverage.generated - self.coverage.discarded
             if self.shrink_bound is not None:
                 self.shrink_bound.started = time.monotonic()
 
@@ -510,10 +545,18 @@ class LockstepMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Hypothesis ends every program here. If the program itself raised (a model
         invariant, an interrupt, Hypothesis's own control flow), that stands: the
-        implementation is settled only when nothing is already on its way out."""
-        if sys.exc_info()[1] is None:
+        implementation is settled only when nothing is already on its way out.
+        A program Hypothesis abandons (`StopTest`: out of choices, or a draw marked
+        invalid; `UnsatisfiedAssumption`: a rejected draw) is counted as discarded,
+        not as one of the programs max_examples counts."""
+        raised = sys.exc_info()[1]
+        if raised is None:
             self.settle()
-        elif isinstance(sys.exc_info()[1], Exception):
+            return
+        if isinstance(raised, (StopTest, UnsatisfiedAssumption)) and self.coverage.first_failure is None:
+            self.coverage.discarded += 1
+            self.coverage.discarded_sent += self._live
+        if isinstance(raised, Exception):
             with contextlib.suppress(NonConformance, RunAborted):
                 self.settle()
 

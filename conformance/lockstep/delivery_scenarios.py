@@ -215,6 +215,7 @@ def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ..
     coverage = machine.coverage
     examples, generated = coverage.examples, coverage.generated
     for scenario in scenarios:
+        coverage.scenario = scenario.__name__
         state = machine()
         try:
             state.setup()
@@ -228,3 +229,4 @@ def run_scenarios(machine: type[Any], scenarios: tuple[Callable[[Any], None], ..
             state.teardown()
             coverage.scenarios += 1
             coverage.examples, coverage.generated = examples, generated
+            coverage.scenario = ""

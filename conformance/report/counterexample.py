@@ -192,11 +192,15 @@ def steps_markup(run: TraceRun) -> str:
     return legend + f'<div id="steps" data-steps="{len(run.steps)}">' + "".join(items) + "</div>"
 
 
-def _divergence_sentence(run: TraceRun) -> str:
+def _divergence_sentence(run: TraceRun, why_not_run: str = "") -> str:
     step = run.first_divergence
     if step is None:
         if not run.implementation:
-            return "the implementation was not run again for this page: the steps show the model's side"
+            why = f" ({why_not_run})" if why_not_run else ""
+            return (
+                f"the implementation was not run again for this page{why}: the steps show the model's side, "
+                "without the implementation's rows"
+            )
         return f"{run.implementation} agreed with the model at every step of this trace when it ran again"
     what = _describe(step.command)
     if step.raised:
@@ -214,8 +218,11 @@ def _divergence_sentence(run: TraceRun) -> str:
 # -- the pages ------------------------------------------------------------------------------
 
 
-def counterexample_page(verdict: Verdict, run: TraceRun | None, *, machine: str, subject: str) -> str:
-    """The markup of a lockstep counterexample's page."""
+def counterexample_page(
+    verdict: Verdict, run: TraceRun | None, *, machine: str, subject: str, why_not_run: str = ""
+) -> str:
+    """The markup of a lockstep counterexample's page. `why_not_run`: why the implementation
+    was not run again for it, when it was not."""
     sections = []
     if verdict.conforms:
         badge = page.verdict_badge("CONFORMS: no counterexample", "good")
@@ -224,10 +231,21 @@ def counterexample_page(verdict: Verdict, run: TraceRun | None, *, machine: str,
     else:
         badge = page.verdict_badge("DOES NOT CONFORM", "bad")
     figures = [("machine", machine), ("seed", verdict.seed), ("seconds", f"{verdict.seconds:.1f}")]
-    figures += [("programs sent", verdict.coverage.examples), ("steps", verdict.coverage.steps)]
+    coverage = verdict.coverage
+    figures.append(("fixed scenarios run", coverage.scenarios))
+    if coverage.first_failure == 0:
+        figures.append(("programs generated", "none: a fixed scenario failed first"))
+    elif coverage.first_failure is not None:
+        figures += [("first failure in program", coverage.failed_in), ("shrink attempts", coverage.shrink_attempts)]
+    else:
+        figures.append(("programs generated", coverage.counted))
+    if coverage.first_failure != 0:
+        figures.append(("programs sent, shrinking included", coverage.examples))
+    figures.append(("steps", coverage.steps))
     summary = page.facts(figures)
     if run is not None and not verdict.conforms:
-        summary += f'<p class="explanation" id="explanation">{page.escape(_divergence_sentence(run))}</p>'
+        sentence = _divergence_sentence(run, why_not_run)
+        summary += f'<p class="explanation" id="explanation">{page.escape(sentence)}</p>'
     if verdict.shrink_stopped:
         summary += (
             f"<p>shrinking stopped early, {page.escape(verdict.shrink_stopped)}: the program may not be minimal</p>"
@@ -267,20 +285,23 @@ def write_counterexample_report(
     implementation: Any | None = None,
     subject: str = "",
     filename: str | None = None,
+    why_not_run: str = "",
 ) -> Path:
     """Write the page of one `verify` verdict (from `run_conformance`) into `directory`, and
     return its path (`counterexample-MACHINE-SEED.html` unless `filename` is given).
 
     `implementation`: an adapter of the same implementation, directly callable (not the
-    `ForkedAdapter` the lockstep drove; the CLI's `_adapter(args, machine, provisioned,
-    out)` without `lockstep`), on a database it may reset. The counterexample trace is
+    `ForkedAdapter` the lockstep drove; `verify --report` builds a second adapter of the
+    same implementation with `adapter_named(args, machine, provisioned, out)`, without
+    `lockstep`, on a fresh database), on a database it may reset. The counterexample trace is
     run again on it to show its side of every step; without it the page shows the
-    model's side and verify's failure text. The caller closes it."""
+    model's side and verify's failure text, and says so (with `why_not_run`, why). The
+    caller closes it."""
     run = None
     if verdict.trace is not None:
         run = run_trace(verdict.trace, implementation)
     name = subject or (run.implementation if run is not None else "")
-    markup = counterexample_page(verdict, run, machine=machine, subject=name)
+    markup = counterexample_page(verdict, run, machine=machine, subject=name, why_not_run=why_not_run)
     return page.write(directory, filename or f"counterexample-{machine}-{verdict.seed}.html", markup)
 
 

@@ -7,8 +7,10 @@ import argparse
 import contextlib
 import importlib
 import inspect
+import os
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from leaseproof.conformance.boundary.protocols import DeliveryAdapter
@@ -122,6 +124,23 @@ def takes_dsn(factory: Callable[..., DeliveryAdapter]) -> bool:
 
 class UsageError(Exception):
     """Bad command-line input: exit 2 with this message."""
+
+
+def report_folder(directory: Path | None) -> Path | None:
+    """The folder a `--report DIR` names, made now (with its parents) so that a folder that
+    cannot be made is a usage error before the run starts, not a lost page after it."""
+    if directory is None:
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--report {directory}: a file of that name is in the way; name a folder") from None
+    except OSError as exc:
+        why = (exc.strerror or str(exc)).lower()
+        raise UsageError(f"--report {directory}: cannot make the folder: {why}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"--report {directory}: the folder is not writable")
+    return directory
 
 
 class Provisioned:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TextIO
 
 from leaseproof.conformance.evidence import killmatrix
 from leaseproof.conformance.evidence import score as mutation_score
-from leaseproof.conformance.frontends.commands.common import number, positive, seed_number
+from leaseproof.conformance.frontends.commands.common import UsageError, number, positive, report_folder, seed_number
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.frontends.progress import ProgressLine
 from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server
@@ -80,11 +81,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {mutation_score.MIN_SCORE}); a killed equivalence claim always fails the run",
     )
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write the kill matrix as an HTML page into DIR (made if missing) and print its path: kill-matrix.html, "
+        "the table with a survivor's rows red, each row linked to its counterexample (the shrunk program, or the "
+        "minimal piece's reason), its path printed after the table (on stderr with --json); not with --generated; "
+        "the exit status is the same with or without it",
+    )
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.generated and args.report is not None:
+        err.write("leaseproof: --report writes the kill matrix's page; --generated's mutation score has none\n")
+        return EXIT_USAGE
     if args.generated:
         return _generated_mutants(args, out, err)
+    try:
+        folder = report_folder(args.report)
+    except UsageError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
     if args.jobs is not None or args.max_examples is not None:
         err.write("leaseproof: --jobs and --max-examples apply to --generated\n")
         return EXIT_USAGE
@@ -111,10 +129,26 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     out.write(json.dumps(matrix.to_json(), indent=2) + "\n" if args.json else killmatrix.table(matrix))
+    if folder is not None:
+        _write_page(folder, matrix, err if args.json else out, err)
     if matrix.survivors:
         err.write(f"leaseproof: survived every check that ran: {', '.join(matrix.survivors)}\n")
         return EXIT_NONCONFORMING
     return EXIT_CONFORMS
+
+
+def _write_page(folder: Path, matrix: killmatrix.KillMatrix, say: TextIO, err: TextIO) -> None:
+    """The --report page of the matrix; its path is said on `say` (stdout after the table;
+    stderr with --json, whose stdout is the JSON document alone). Nothing here changes the
+    exit status: a failure is said on stderr."""
+    from leaseproof.conformance.report import write_matrix_report  # the pages' modules, when asked for
+
+    try:
+        path = write_matrix_report(folder, matrix)
+    except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the matrix as it is
+        err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
+        return
+    say.write(f"report: {path}\n")
 
 
 def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

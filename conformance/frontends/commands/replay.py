@@ -15,6 +15,7 @@ from leaseproof.conformance.frontends.commands.common import (
     adapter_named,
     add_adapter_arguments,
     mutant_named,
+    report_folder,
     worse,
 )
 from leaseproof.conformance.frontends.exits import (
@@ -25,7 +26,8 @@ from leaseproof.conformance.frontends.exits import (
     INTERRUPTED_EXITS,
 )
 from leaseproof.conformance.harness.provision import ProvisioningError
-from leaseproof.conformance.traces.trace import TraceError, replay
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.traces.trace import SPECS, Trace, TraceError, replay
 from leaseproof.conformance.traces.trace import read as read_trace
 
 DESCRIPTION = (
@@ -53,6 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="traces that need operations the adapter does not offer are reported n/a without failing the run",
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write an HTML page of the batch into DIR (made if missing) and print its path: replay.html, a table "
+        "of the traces and how each ended, and each trace's steps, run again on the implementation for the page, "
+        "with the rows each step touched (so a trace is sent twice); the results and the exit status are the same "
+        "with or without it",
+    )
     add_adapter_arguments(parser)
 
 
@@ -66,9 +77,33 @@ def _expected_failures(path: Path | None) -> set[str]:
     return {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
 
 
-def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _model_takes(path: Path, trace: Trace) -> None:
+    """Step the model through `trace` alone: a step the model cannot take (a clock moved past
+    the last instant it knows, say) is the trace's fault, found before any implementation is
+    sent it, and a usage error naming the file, not an adapter's fault."""
+    spec = SPECS[trace.machine]
     try:
+        state = spec.initial_state(trace.start)
+    except Exception as exc:  # noqa: BLE001 - whatever the model refuses is the trace's fault
+        why = f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"{path}: the model cannot start where this trace starts: {why}") from None
+    for number, recorded in enumerate(trace.steps, 1):
+        try:
+            state, _ = spec.step(state, recorded.command)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise UsageError(
+                f"{path}: step {number}, {w.describe(recorded.command)}: the model cannot take it "
+                f"({type(exc).__name__}: {exc}), so the trace is not a run of the {trace.machine} machine"
+            ) from None
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    results: list[tuple[Path, Trace, str, str]] = []  # each trace: its path, itself, how it ended, what was said
+    try:
+        folder = report_folder(args.report)
         traces = [(path, read_trace(path)) for path in args.traces]
+        for path, trace in traces:
+            _model_takes(path, trace)
         expected = _expected_failures(args.expect_fail)
         machines = sorted({trace.machine for _, trace in traces})
         if len(machines) > 1:
@@ -86,9 +121,11 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             status, tally = EXIT_CONFORMS, collections.Counter[str]()
             for path, trace in traces:
                 listed = path.name in expected or path.stem in expected
-                one, kind = _replay_one(path, trace, adapter, listed, args, out)
+                one, kind, word, detail = _replay_one(path, trace, adapter, listed, args, out)
                 status, tally[kind] = worse(status, one), tally[kind] + 1
+                results.append((path, trace, word, detail))
                 out.flush()
+            page = _write_page(folder, results, adapter, err) if folder is not None else None
     except (ProvisioningError, UsageError, AdapterFault, TraceError) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
@@ -97,36 +134,70 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"note: {name} is listed in {args.expect_fail} but was not replayed\n")
     extra = "".join(f", {tally[kind]} {kind}" for kind in ("not applicable", "faulted") if tally[kind])
     out.write(f"{tally['passed']} passed, {tally['failed']} failed{extra}\n")
+    if page is not None:
+        out.write(f"report: {page}\n")
     return status
+
+
+def _write_page(folder: Path, results: list[tuple[Path, Trace, str, str]], adapter: Any, err: TextIO) -> Path | None:
+    """The --report page of the batch, written once every trace was replayed: each trace
+    that was sent is run again on the adapter (reset) for its steps and the rows each
+    touched; one not sent (n/a) shows the model's side. Nothing here changes the batch's
+    results or the exit status: a failure is said on stderr (and None returned)."""
+    from leaseproof.conformance.report import ReplayResult, run_trace, write_replay_report
+
+    try:
+        pages = []
+        for path, trace, word, detail in results:
+            run = None
+            if word != NOT_APPLICABLE:
+                try:
+                    run = run_trace(trace, adapter)
+                except Exception:  # noqa: BLE001 - it could not even be reset: the model's side, then
+                    run = None
+            if run is None:
+                run = run_trace(trace)
+            pages.append(ReplayResult(path, word, detail, run))
+        path = write_replay_report(folder, pages, subject=str(getattr(adapter, "name", "")))
+    except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the results as they are
+        err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
+        return None
+    return path
+
+
+# How a trace ended, in the words replay prints (and the --report page shows).
+PASSED, FAILED, XFAIL, XPASS, NOT_APPLICABLE, FAULT = "pass", "FAIL", "xfail", "XPASS", "n/a", "FAULT"
 
 
 def _replay_one(
     path: Path, trace: Any, adapter: Any, listed: bool, args: argparse.Namespace, out: TextIO
-) -> tuple[int, str]:
-    """Replay one trace and print its line; its exit status, and how it ended."""
+) -> tuple[int, str, str, str]:
+    """Replay one trace and print its line; its exit status, how it ended for the tally and
+    in replay's words, and what was printed of it besides."""
     offered = getattr(adapter, "operations", None)  # None: every operation of its machine
     needed = {type(step.command).__name__ for step in trace.steps}
     if offered is not None and needed - offered:
         left_out = ", ".join(sorted(needed - offered))
-        out.write(f"n/a   {path}: needs {left_out}, which the adapter does not offer; not sent\n")
-        return (EXIT_CONFORMS if args.accept_subset else EXIT_SUBSET), "not applicable"
+        detail = f"needs {left_out}, which the adapter does not offer; not sent"
+        out.write(f"n/a   {path}: {detail}\n")
+        return (EXIT_CONFORMS if args.accept_subset else EXIT_SUBSET), "not applicable", NOT_APPLICABLE, detail
     try:
         divergence = replay(trace, adapter)
     except (TraceError, ProvisioningError):
         raise
     except Exception as exc:  # noqa: BLE001 - the adapter raised: this trace's fault, not a divergence
-        out.write(f"FAULT {path}: the adapter failed, so nothing was judged: {type(exc).__name__}: {exc}\n")
-        return EXIT_USAGE, "faulted"
+        detail = f"the adapter failed, so nothing was judged: {type(exc).__name__}: {exc}"
+        out.write(f"FAULT {path}: {detail}\n")
+        return EXIT_USAGE, "faulted", FAULT, detail
     if divergence is None and not listed:
         out.write(f"pass  {path}\n")
-        return EXIT_CONFORMS, "passed"
+        return EXIT_CONFORMS, "passed", PASSED, ""
     if divergence is not None and listed:
         out.write(f"xfail {path} (listed in {args.expect_fail})\n")
-        return EXIT_CONFORMS, "passed"
+        return EXIT_CONFORMS, "passed", XFAIL, f"listed in {args.expect_fail}\n{divergence.report()}"
     if divergence is None:
-        out.write(f"XPASS {path}: listed as an expected failure but it passes; remove it from {args.expect_fail}\n")
-        return EXIT_NONCONFORMING, "failed"
+        detail = f"listed as an expected failure but it passes; remove it from {args.expect_fail}"
+        out.write(f"XPASS {path}: {detail}\n")
+        return EXIT_NONCONFORMING, "failed", XPASS, detail
     out.write(f"FAIL  {path}\n" + "".join(f"      {line}\n" for line in divergence.report().splitlines()))
-    return EXIT_NONCONFORMING, "failed"
-
-
+    return EXIT_NONCONFORMING, "failed", FAILED, divergence.report()

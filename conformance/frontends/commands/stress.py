@@ -22,6 +22,7 @@ from leaseproof.conformance.frontends.commands.common import (
     mutant_named,
     positive,
     positive_float,
+    report_folder,
     seed_number,
     share,
 )
@@ -102,6 +103,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30,
         help="seconds an --adapter-cmd child may take per reply (default: 30)",
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write an HTML page of each machine's run into DIR (made if missing) and print its path: "
+        "stress-MACHINE-SEED.html, the verdict and the run's figures, and for a history that is not linearizable "
+        "one sentence on why, the checker's minimal piece and the whole failing history as timelines (sessions, "
+        "leases, generations, reaps, clock moves); the verdict and the exit status are the same with or without it",
+    )
 
 
 class _StressProgress(ProgressLine):
@@ -123,6 +133,11 @@ TERMINATE_MACHINES = ("delivery",)
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
+    try:
+        folder = report_folder(args.report)
+    except UsageError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
     if args.terminate_dsn is not None and not args.terminate:
         err.write("leaseproof: --terminate-dsn names where --terminate ends backends; give --terminate P too\n")
         return EXIT_USAGE
@@ -165,7 +180,10 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         finally:
             progress.close()
-        return _stress_report(report, args, out, err)
+        status = _stress_report(report, args, out, err)
+        if folder is not None:
+            _write_page(folder, report, adapter.name, out, err)
+        return status
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
         adapter = _stress_adapter(args, machine, provisioned, out)
@@ -183,6 +201,19 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except FaultError as exc:
         err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
         return EXIT_USAGE
+
+
+def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, err: TextIO) -> None:
+    """The --report page of one machine's run, written after its verdict was printed; nothing
+    here changes the verdict or the exit status: a failure is said on stderr."""
+    from leaseproof.conformance.report import write_stress_report  # the pages' modules, when asked for
+
+    try:
+        path = write_stress_report(folder, report, subject=subject)
+    except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the verdict as it is
+        err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
+        return
+    out.write(f"report: {path}\n")
 
 
 def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:

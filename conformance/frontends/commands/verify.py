@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, TextIO
 
 from leaseproof.conformance.frontends.commands.common import (
+    Provisioned,
+    UsageError,
     adapter_named,
     add_adapter_arguments,
     each_machine,
     positive,
     positive_float,
+    report_folder,
     seed_number,
 )
 from leaseproof.conformance.frontends.exits import (
@@ -26,6 +30,7 @@ from leaseproof.conformance.frontends.exits import (
 from leaseproof.conformance.frontends.progress import ProgressLine
 from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
 from leaseproof.conformance.lockstep.delivery import Coverage
+from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
 from leaseproof.conformance.traces.trace import write as write_trace
 
@@ -89,35 +94,81 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="where to write the counterexample as a trace (default: leaseproof-counterexample-SEED.jsonl)",
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write an HTML page of each machine that does not conform into DIR (made if missing) and print its "
+        "path: counterexample-MACHINE-SEED.html, every step of the counterexample run again on the implementation "
+        "(the bundled one or a mutant on a fresh database of its own) with the rows each step touched; a machine "
+        "that conforms gets no page, and a line says so; the verdict and the exit status are the same with or "
+        "without it",
+    )
     add_adapter_arguments(parser)
 
 
 class _Progress(ProgressLine):
-    """Verify's progress on stderr: in place on a terminal, every 10% otherwise."""
+    """Verify's progress on stderr: in place on a terminal, every 10% otherwise.
+
+    Each number says what it counts: the fixed scenario running; then the program
+    Hypothesis is generating, numbered among those that count toward --max-examples
+    (so never past it), with the programs it abandoned part-way and generated again
+    said apart; after a failure, the shrink attempts, which have no total but their
+    budget."""
 
     def __init__(self, total: int, stream: TextIO) -> None:
         super().__init__(stream, every=max(1, min(total, 500) // 10), first=0, width=60)
         self.total = total
+        self.phase = ""  # "scenarios", "generating" or "shrinking": each shows its first line
 
     def __call__(self, coverage: Coverage) -> None:
-        done = coverage.generated
-        if coverage.first_failure is None:
-            line = f"  example {done}/{self.total}"
+        at = coverage.generated
+        if coverage.scenario:
+            phase, at = "scenarios", coverage.scenarios
+            line = f"  fixed scenario {coverage.scenarios + 1}: {coverage.scenario}"
+        elif coverage.first_failure is None:
+            phase = "generating"
+            line = f"  example {coverage.counted:,}/{self.total:,}"
+            if coverage.discarded:
+                line += f" (+{coverage.discarded:,} abandoned by Hypothesis, not counted)"
         else:
-            line = f"  failed in example {coverage.first_failure}; shrinking, try {done - coverage.failed_at}"
-        self.show(line + f" · {coverage.steps:,} steps", done)
+            phase = "shrinking"
+            line = f"  failed in example {coverage.failed_in:,}; shrinking, attempt {coverage.shrink_attempts:,}"
+        if phase != self.phase:
+            self.phase, self.next_report = phase, 0
+        self.show(line + f" · {coverage.steps:,} steps", at)
 
 
-def _summary(verdict: Verdict, out: TextIO) -> None:
-    coverage = verdict.coverage
-    examples = f"{coverage.examples:,}"
-    if coverage.generated > coverage.examples and coverage.first_failure is None:
-        repeats = coverage.generated - coverage.examples
-        examples += f" (and {repeats:,} repeats of a program already sent, not sent again)"
+def _examples(coverage: Coverage, asked: int | None, fault: bool = False) -> str:
+    """What the summary's `examples:` says: the programs generated, and of them those sent
+    and those that repeated a program already sent; after a failure, where it came and the
+    shrinking apart; the programs Hypothesis abandoned part-way, apart."""
+    of = f" of {asked:,}" if asked is not None else ""
+    abandoned = ""
+    if coverage.discarded:
+        abandoned = (
+            f"; and {coverage.discarded:,} abandoned by Hypothesis part-way (out of choices, or a rejected draw),"
+            " not counted, generated again"
+        )
+    failed = "the adapter failed" if fault else "the first failure"
     if coverage.first_failure == 0:
-        examples = "none (a fixed scenario failed first)"
-    elif coverage.first_failure is not None:
-        examples = f"{coverage.first_failure:,} until the first failure, {coverage.examples:,} with shrinking"
+        return "none (the adapter failed in a fixed scenario)" if fault else "none (a fixed scenario failed first)"
+    counted, repeats = coverage.counted, coverage.repeats
+    noun = "repeat" if repeats == 1 else "repeats"
+    sent = f"{counted - repeats:,} sent, {repeats:,} {noun} of a program already sent"
+    if coverage.first_failure is None:
+        return f"{counted:,}{of} generated ({sent}, not sent again){abandoned}"
+    text = f"{failed} in example {counted:,}{of} ({sent}){abandoned}"
+    if coverage.shrink_attempts:
+        shrunk_sent = coverage.examples - coverage.first_failure
+        text += f"; then {coverage.shrink_attempts:,} shrink attempts ({shrunk_sent:,} sent)"
+    return text
+
+
+def _summary(verdict: Verdict, out: TextIO, asked: int | None = None) -> None:
+    """`asked`: the --max-examples of the run, which the count of programs generated is given against."""
+    coverage = verdict.coverage
+    examples = _examples(coverage, asked, bool(verdict.fault))
     out.write(
         f"scenarios: {coverage.scenarios}   examples: {examples}   steps: {coverage.steps:,}"
         f"   time: {verdict.seconds:.1f}s   seed: {verdict.seed}\n"
@@ -151,6 +202,17 @@ def _summary(verdict: Verdict, out: TextIO) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        folder = report_folder(args.report)
+    except UsageError as exc:
+        err.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+    runs: list[Provisioned] = []  # the run's provisioning, for the page's second adapter
+
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+        runs[:] = [provisioned]
+        return adapter_named(args, machine, provisioned, out, lockstep=True)
+
     def judge(adapter: Any, machine: str, seed_value: int) -> int:
         out.write(f"verifying the {machine} machine against {adapter.name}\n")
         out.flush()
@@ -169,13 +231,79 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         finally:
             progress.close()
-        return _report(verdict, args, out, err)
+        status = _report(verdict, args, out, err)
+        if folder is not None:
+            _write_page(folder, verdict, machine, adapter, runs[0], args, out, err)
+        return status
 
-    return each_machine(args, out, err, functools.partial(adapter_named, lockstep=True), judge)
+    return each_machine(args, out, err, adapter_for, judge)
+
+
+def _write_page(
+    folder: Path,
+    verdict: Verdict,
+    machine: str,
+    adapter: Any,
+    provisioned: Provisioned,
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+) -> None:
+    """The --report page of one machine's verdict, written after the verdict was printed;
+    nothing here changes the verdict or the exit status: a failure is said on stderr."""
+    if verdict.conforms:
+        out.write(f"report: no page for the {machine} machine: it conforms, so there is no counterexample to show\n")
+        return
+    from leaseproof.conformance.report import write_counterexample_report  # the pages' modules, when asked for
+
+    try:
+        with contextlib.ExitStack() as stack:
+            implementation, why = _page_adapter(verdict, machine, adapter, provisioned, args, stack)
+            try:
+                path = write_counterexample_report(
+                    folder, verdict, machine=machine, implementation=implementation, subject=adapter.name,
+                    why_not_run=why,
+                )  # fmt: skip
+            except Exception as exc:  # the implementation failed the page's re-run, at its reset
+                if implementation is None:
+                    raise
+                why = f"it could not be run again for this page: {type(exc).__name__}: {exc}"
+                path = write_counterexample_report(
+                    folder, verdict, machine=machine, subject=adapter.name, why_not_run=why
+                )
+    except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the verdict as it is
+        err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
+        return
+    out.write(f"report: {path}\n")
+
+
+def _page_adapter(
+    verdict: Verdict,
+    machine: str,
+    adapter: Any,
+    provisioned: Provisioned,
+    args: argparse.Namespace,
+    stack: contextlib.ExitStack,
+) -> tuple[Any, str]:
+    """The implementation the page runs the counterexample again on, directly (step by step,
+    reading its rows), or None and why not. The lockstep checks the bundled implementation
+    (or a mutant) in a process of its own (`ForkedAdapter`), which cannot be driven so: the
+    page gets a second adapter of it, on a fresh database. An --adapter or --adapter-cmd
+    implementation is called directly already: the page runs it again itself, reset."""
+    if verdict.trace is None:
+        return None, "the verdict has no counterexample trace"
+    if not isinstance(adapter, ForkedAdapter):
+        return adapter, ""
+    try:
+        second = adapter_named(args, machine, provisioned, io.StringIO())  # its "mutant:" line said already
+    except Exception as exc:  # noqa: BLE001 - the page then shows the model's side, and says why
+        return None, f"a second adapter of it could not be built: {type(exc).__name__}: {exc}"
+    stack.callback(second.close)
+    return second, ""
 
 
 def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    _summary(verdict, out)
+    _summary(verdict, out, getattr(args, "max_examples", None))
     if verdict.fault:
         out.write("verdict: NONE — the adapter failed, so nothing was judged\n")
         out.write(f"fault: {verdict.fault}\n")
