@@ -11,7 +11,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from leaseproof.conformance.boundary.protocols import DeliveryAdapter
 from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
@@ -100,6 +100,34 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+
+
+# What an adapter option needs, said when argparse finds its value missing: argparse takes a
+# value that starts with "-" for an option of its own, and says only "expected one argument".
+_ADAPTER_VALUES = {
+    "--adapter-cmd": "the command that starts the adapter, e.g. --adapter-cmd './my-adapter --verbose'",
+    "--adapter": "MODULE:FACTORY, e.g. --adapter mypackage.leaseproof_adapter:make",
+}
+
+
+def adapter_errors_in_one_line(parser: argparse.ArgumentParser) -> None:
+    """Make `parser`'s usage errors about --adapter-cmd and --adapter one line that says why,
+    in place of the command's whole usage followed by argparse's words; other errors are
+    argparse's own."""
+    usage_error = parser.error
+
+    def error(message: str) -> NoReturn:
+        named = next((option for option in _ADAPTER_VALUES if f"argument {option}:" in message), None)
+        if named is None and "not allowed with argument --adapter" not in message:
+            usage_error(message)
+        if named is not None and "expected one argument" in message:
+            message = (
+                f"{named} needs {_ADAPTER_VALUES[named]}; it was given none, or one that starts with '-', "
+                f"which is then taken for an option: write that one as {named}=VALUE"
+            )
+        parser.exit(EXIT_USAGE, f"{parser.prog}: error: {message}\n")
+
+    setattr(parser, "error", error)  # noqa: B010 - on this parser only (argparse calls parser.error)
 
 
 def load_factory(spec: str) -> Callable[..., DeliveryAdapter]:

@@ -12,6 +12,7 @@ from leaseproof.conformance.boundary.wire import AdapterFault
 from leaseproof.conformance.frontends.commands.common import (
     Provisioned,
     UsageError,
+    adapter_errors_in_one_line,
     adapter_named,
     add_adapter_arguments,
     mutant_named,
@@ -65,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with or without it",
     )
     add_adapter_arguments(parser)
+    adapter_errors_in_one_line(parser)
 
 
 def _expected_failures(path: Path | None) -> set[str]:

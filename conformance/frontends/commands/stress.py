@@ -16,6 +16,7 @@ from leaseproof.conformance.frontends.commands.common import (
     ALL_MUTANTS,
     Provisioned,
     UsageError,
+    adapter_errors_in_one_line,
     adapter_named,
     each_machine,
     fraction,
@@ -112,6 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one sentence on why, the checker's minimal piece and the whole failing history as timelines (sessions, "
         "leases, generations, reaps, clock moves); the verdict and the exit status are the same with or without it",
     )
+    adapter_errors_in_one_line(parser)
 
 
 class _StressProgress(ProgressLine):

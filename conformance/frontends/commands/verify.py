@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from leaseproof.conformance.frontends.commands.common import (
     Provisioned,
     UsageError,
+    adapter_errors_in_one_line,
     adapter_named,
     add_adapter_arguments,
     each_machine,
@@ -105,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "without it",
     )
     add_adapter_arguments(parser)
+    adapter_errors_in_one_line(parser)
 
 
 class _Progress(ProgressLine):
