@@ -448,7 +448,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     unknown = sorted(set(faults) - set(FAULTS))
     if unknown or args.duration <= 0 or args.workers < 1 or args.deliveries < 1:
         problem = f"unknown faults {unknown}" if unknown else "--duration, --workers, --deliveries must be positive"
-        err.write(f"nemesis: {problem}\n")
+        err.write(f"leaseproof: {problem}\n")
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
@@ -459,7 +459,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
                 return 2
             faults = tuple(f for f in faults if f != "restart")
-            err.write(f"nemesis: no restart fault: the server is not one leaseproof started ({server.source})\n")
+            err.write(f"leaseproof: no restart fault: the server is not one leaseproof started ({server.source})\n")
         out.write(
             f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}\n"
         )

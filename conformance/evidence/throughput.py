@@ -247,24 +247,24 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if unknown
             else "--workers and --rounds must be positive, --jobs at least --workers, and a subject named"
         )
-        err.write(f"throughput: {problem}\n")
+        err.write(f"leaseproof: {problem}\n")
         return 2
     if missing:
-        err.write(f"throughput: {', '.join(missing)} not installed: pip install -e '.[bench]'\n")
+        err.write(f"leaseproof: {', '.join(missing)} not installed: pip install -e '.[bench]'\n")
         return 2
-    out.write(f"throughput: {', '.join(subjects)}; {args.workers} workers, {args.jobs} jobs, {args.rounds} rounds\n")
 
     def say(line: str) -> None:
         out.write(line + "\n")
         out.flush()
 
     with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
+        say(f"throughput: {', '.join(subjects)}; {args.workers} workers, {args.jobs} jobs, {args.rounds} rounds")
         try:
             results = measure(
                 lambda: scratch_database(server, prefix="lp_bench"), subjects, args.workers, args.jobs, args.rounds, say
             )
         except RuntimeError as exc:
-            err.write(f"throughput: {exc}\n")
+            err.write(f"leaseproof: {exc}\n")
             return 1
     out.write("\n".join(table(results, args.workers)) + "\n")
     return 0

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Iterable
 from types import ModuleType
 
-from leaseproof.conformance.frontends.exits import EXIT_INTERRUPTED, INTERRUPTED_EXITS
+from leaseproof.conformance.frontends.exits import EXIT_INTERRUPTED, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.harness.interrupts import interruptible
 
 _COMMANDS_PACKAGE = "leaseproof.conformance.frontends.commands"
@@ -139,6 +139,21 @@ def _named_command(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; a server that cannot be had is a usage error for every command alike
+    (one line, exit 2), whichever command met it."""
+    module = load(args.command)
+    try:
+        return int(module.command(args, sys.stdout, sys.stderr))
+    except Exception as exc:
+        from leaseproof.conformance.harness.provision import ProvisioningError  # loaded by then: the command used it
+
+        if not isinstance(exc, ProvisioningError):
+            raise
+        sys.stderr.write(f"leaseproof: {exc}\n")
+        return EXIT_USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     # SIGTERM and SIGHUP end a run as Ctrl-C does: through every `with`, so scratch
@@ -147,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         with interruptible():
             name = _named_command(words)
             args = build_parser(full=() if name is None else (name,)).parse_args(words)
-            return int(load(args.command).command(args, sys.stdout, sys.stderr))
+            return _run(args)
     except KeyboardInterrupt:
         sys.stderr.write("leaseproof: interrupted; cleaned up\n")
         return EXIT_INTERRUPTED

@@ -371,13 +371,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if unknown
             else "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
         )
-        err.write(f"guarantees: {problem}\n")
+        err.write(f"leaseproof: {problem}\n")
         return EXIT_USAGE
     if args.json is not None and not args.json.parent.is_dir():
-        err.write(f"guarantees: no folder {args.json.parent} for --json\n")
+        err.write(f"leaseproof: no folder {args.json.parent} for --json\n")
         return EXIT_USAGE
     if args.replay is not None and not args.replay.is_file():
-        err.write(f"guarantees: no trace file {args.replay}\n")
+        err.write(f"leaseproof: no trace file {args.replay}\n")
         return EXIT_USAGE
     if args.replay is not None:
         try:
@@ -388,7 +388,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 raise ValueError(f"neither a program nor a known race ({trace.get('race')!r})")
             Guarantee(trace["guarantee"])
         except (ValueError, KeyError, TypeError) as exc:
-            err.write(f"guarantees: {args.replay} is not a guarantees trace ({exc})\n")
+            err.write(f"leaseproof: {args.replay} is not a guarantees trace ({exc})\n")
             return EXIT_USAGE
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
 
@@ -415,7 +415,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                               traces=args.traces, terminate=args.terminate, database=dsn,
                                               say=say))  # fmt: skip
         except SubjectUnavailable as exc:
-            err.write(f"guarantees: {exc}\n")
+            err.write(f"leaseproof: {exc}\n")
             return EXIT_USAGE
     out.write("\n".join([*table(rows), "", *details(rows)]) + "\n")
     out.write(f"seed: {seed}\n")
@@ -423,7 +423,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         args.json.write_text(json.dumps({"seed": seed, "rows": [r.to_json() for r in rows]}, indent=1) + "\n")
     broken = [r.subject for r in rows if r.subject in MUST_HOLD and not r.holds]
     if broken:
-        err.write(f"guarantees: {', '.join(broken)} does not hold every guarantee\n")
+        err.write(f"leaseproof: {', '.join(broken)} does not hold every guarantee\n")
         return EXIT_BROKEN
     return EXIT_HOLDS
 

@@ -227,24 +227,7 @@ BAD = {
     "guarantees": "postgresql://x:s3cret@host:notaport/db",
     "throughput": "host=h password=s3cret port=nope",
 }
-# These three let a ProvisioningError out as a traceback (exit 1): their modules
-# (conformance/concurrent/nemesis.py, conformance/queues/matrix.py,
-# conformance/evidence/throughput.py) do not catch it around postgres_server.
-UNCAUGHT = {"nemesis", "guarantees", "throughput"}
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(
-            name,
-            marks=[pytest.mark.xfail(strict=True, reason="the command does not catch ProvisioningError")]
-            if name in UNCAUGHT
-            else [],
-        )
-        for name in BAD
-    ],
-)
+@pytest.mark.parametrize("command", sorted(BAD))
 def test_a_command_given_a_dsn_that_does_not_parse_says_so_in_one_line_and_exits_2(command: str) -> None:
     run = leaseproof(command, "--dsn", BAD[command], timeout=60)
     assert "Traceback" not in run.stderr, run.stderr
