@@ -538,7 +538,8 @@ def _server(config: pytest.Config) -> Server:
 
 @pytest.fixture(scope="session")
 def leaseproof_postgres(pytestconfig: pytest.Config) -> Iterator[str]:
-    """The DSN of leaseproof's provisioned PostgreSQL (its maintenance database, as a superuser or as the role leaseproof_dsn or LEASEPROOF_DSN names)."""
+    """The DSN of leaseproof's provisioned PostgreSQL: its maintenance database, as a superuser or as
+    the role leaseproof_dsn or LEASEPROOF_DSN names."""
     yield _server(pytestconfig).dsn
 
 
