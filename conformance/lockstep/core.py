@@ -154,7 +154,8 @@ class Coverage:
 
     @property
     def shrink_attempts(self) -> int:
-        """Programs Hypothesis tried while shrinking the first failure (valid or not)."""
+        """Programs Hypothesis ran after the first failure: its shrink attempts (valid or not) and
+        its replays of the failing program (the shrink bound's clock counts the same)."""
         return self.generated - self.failed_at if self.first_failure else 0
 
     def record(self, before: Any, after: Any, command: Any, outcome: Any, rule: Rule) -> None:

@@ -236,7 +236,8 @@ def counterexample_page(
     if coverage.first_failure == 0:
         figures.append(("programs generated", "none: a fixed scenario failed first"))
     elif coverage.first_failure is not None:
-        figures += [("first failure in program", coverage.failed_in), ("shrink attempts", coverage.shrink_attempts)]
+        figures.append(("first failure in program", coverage.failed_in))
+        figures.append(("programs run to shrink it", coverage.shrink_attempts))
     else:
         figures.append(("programs generated", coverage.counted))
     if coverage.first_failure != 0:

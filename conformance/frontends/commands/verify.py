@@ -115,8 +115,8 @@ class _Progress(ProgressLine):
     Each number says what it counts: the fixed scenario running; then the program
     Hypothesis is generating, numbered among those that count toward --max-examples
     (so never past it), with the programs it abandoned part-way and generated again
-    said apart; after a failure, the shrink attempts, which have no total but their
-    budget."""
+    said apart; after a failure, the programs run to shrink it (Hypothesis's replays of
+    the failing program included), which have no total but their budget."""
 
     def __init__(self, total: int, stream: TextIO) -> None:
         super().__init__(stream, every=max(1, min(total, 500) // 10), first=0, width=60)
@@ -163,7 +163,7 @@ def _examples(coverage: Coverage, asked: int | None, fault: bool = False) -> str
     text = f"{failed} in example {counted:,}{of} ({sent}){abandoned}"
     if coverage.shrink_attempts:
         shrunk_sent = coverage.examples - coverage.first_failure
-        text += f"; then {coverage.shrink_attempts:,} shrink attempts ({shrunk_sent:,} sent)"
+        text += f"; then {coverage.shrink_attempts:,} programs run to shrink and report it ({shrunk_sent:,} sent)"
     return text
 
 

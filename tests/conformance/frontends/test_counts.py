@@ -124,7 +124,7 @@ def test_a_failure_is_numbered_as_the_progress_numbered_it_and_its_shrinking_apa
     examples = _examples(run.stdout)
     found = re.fullmatch(
         r"the first failure in example (\d+) of 20 \((\d+) sent, (\d+) repeats? of a program already sent\); "
-        r"then ([\d,]+) shrink attempts \((\d+) sent\)",
+        r"then ([\d,]+) programs run to shrink and report it \((\d+) sent\)",
         examples,
     )
     assert found is not None, examples
