@@ -7,7 +7,9 @@ before the run starts."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,11 +81,18 @@ def test_verify_report_writes_the_counterexample_page_with_the_implementations_r
     assert_not_blank(screenshot(path, tmp_path))
 
 
-def test_verify_report_of_an_in_process_adapter_runs_that_adapter_again(pg_server: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["--adapter", "--adapter-cmd"])
+def test_verify_report_of_an_adapter_of_the_users_runs_that_adapter_again(
+    kind: str, pg_server: Server, tmp_path: Path
+) -> None:
+    """An in-process adapter (a factory of the user's), or an adapter command's child (the bundled
+    store served over the wire): the page resets the same adapter and runs the trace on it."""
     (tmp_path / "adapters.py").write_text(UNFENCED_MODULE)
+    served = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --mutant reconcile-unfenced"
+    value = "adapters:unfenced" if kind == "--adapter" else f"{served} --dsn {shlex.quote(pg_server.dsn)}"
     folder = tmp_path / "pages"
-    args = ("verify", "--dsn", pg_server.dsn, "--adapter", "adapters:unfenced", "--seed", "7", "--report", str(folder))
-    run = leaseproof(*args, cwd=tmp_path)
+    args = ("--dsn", pg_server.dsn, kind, value, "--machine", "delivery", "--seed", "7", "--report", str(folder))
+    run = leaseproof("verify", *args, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     (path,) = _reported(run)
     assert path == folder / "counterexample-delivery-7.html"
