@@ -83,6 +83,16 @@ class Verdict:
         declared = tuple(coverage.spec.behaviours())
         return Behaviours(declared, tuple(coverage.checkable_behaviours()), tuple(coverage.missing_behaviours()))
 
+    def counterexample_heading(self, no_scenarios: bool = False) -> str:
+        """How the counterexample is introduced: a generated program replays with its seed; a fixed
+        scenario is met by every run first, whatever the seed."""
+        if self.coverage.first_failure == 0:
+            return (
+                "counterexample (a fixed scenario: every run checks it first, whatever the seed; --no-scenarios "
+                "leaves the scenarios out and lets the search find its own)"
+            )
+        return f"minimal counterexample (replay with --seed {self.seed}{' --no-scenarios' if no_scenarios else ''})"
+
     def subset(self) -> str:
         """What a verdict on an adapter that leaves operations out covers ("" if it offers them all)."""
         if not self.not_offered or self.coverage.spec is None:

@@ -259,7 +259,7 @@ def counterexample_page(
     if verdict.counterexample:
         sections.append(
             page.section(
-                f"minimal counterexample (replay with --seed {verdict.seed})",
+                verdict.counterexample_heading(),
                 page.preformatted(verdict.counterexample),
                 "program",
             )

@@ -330,8 +330,7 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
     out.write("verdict: DOES NOT CONFORM\n")
     if verdict.shrink_stopped:
         out.write(f"shrinking stopped early, {verdict.shrink_stopped}: the program below may not be minimal\n")
-    replay = f"--seed {verdict.seed}" + (" --no-scenarios" if getattr(args, "no_scenarios", False) else "")
-    out.write(f"minimal counterexample (replay with {replay}):\n")
+    out.write(verdict.counterexample_heading(getattr(args, "no_scenarios", False)) + ":\n")
     out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
     out.write(f"what went wrong:\n{verdict.failure}\n")
     _write_trace(verdict, args, out, err)

@@ -44,7 +44,8 @@ def test_verify_fails_a_mutant_with_a_replayable_counterexample(pg_server: Serve
     run = _verify(*args, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "verdict: DOES NOT CONFORM" in run.stdout
-    assert "replay with --seed 3" in run.stdout
+    assert "counterexample (a fixed scenario: every run checks it first, whatever the seed" in run.stdout
+    assert "replay with --seed" not in run.stdout  # the seed plays no part in a fixed scenario
     assert "in the fixed scenario rebuilt_lease_with_foreign_target" in run.stdout
     assert "implementation: Renewed" in run.stdout or "implementation: Settled" in run.stdout
     trace = tmp_path / "leaseproof-counterexample-3.jsonl"
