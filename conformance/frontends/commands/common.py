@@ -9,6 +9,7 @@ import importlib
 import inspect
 import os
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -85,7 +86,8 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     chosen.add_argument(
         "--adapter",
         metavar="MODULE:FACTORY",
-        help="an in-process adapter: FACTORY() returns it (given dsn=... if it takes a dsn parameter)",
+        help="an in-process adapter: FACTORY() returns it (given dsn=... if it takes a dsn parameter); MODULE is "
+        "looked up in the current folder first, as python -m does",
     )
     chosen.add_argument(
         "--adapter-cmd",
@@ -131,9 +133,14 @@ def adapter_errors_in_one_line(parser: argparse.ArgumentParser) -> None:
 
 
 def load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
+    """FACTORY of MODULE, MODULE found as `python -m` finds it: in the current folder first, then
+    on sys.path (the installed `leaseproof` script does not put the current folder there itself)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"--adapter {spec!r}: expected MODULE:FACTORY, e.g. mypackage.leaseproof_adapter:make")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         factory: Callable[..., DeliveryAdapter] = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:

@@ -149,3 +149,18 @@ def test_the_summary_counts_the_behaviours_the_subset_verdict_counts() -> None:
     assert f"behaviours exercised: 1 of the {len(behaviours.checkable)} the rules declare" in out.getvalue()
     never_line = next(line for line in out.getvalue().splitlines() if line.startswith("never reached: "))
     assert all(f"{op}/{guard}→{v}" in never_line for op, guard, v in behaviours.never)
+
+
+def test_the_installed_script_finds_an_adapter_module_in_the_current_folder(pg_server: Server, tmp_path: Path) -> None:
+    """`leaseproof --adapter adapters:core_only`, run by the console script (which, unlike
+    `python -m`, does not put the current folder on sys.path), imports ./adapters.py."""
+    script = Path(sys.executable).with_name("leaseproof")
+    assert script.is_file(), f"no console script beside {sys.executable}"
+    write_adapters(tmp_path)
+    run = subprocess.run(
+        [str(script), "verify", "--adapter", "adapters:core_only", "--dsn", pg_server.dsn, "--max-examples", "3",
+         "--accept-subset", "--seed", "1"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "verifying the delivery machine against core operations only" in run.stdout
