@@ -1,16 +1,21 @@
--- The two roles of a production database of the bundled implementation.
--- Run with psql, as a superuser (or a role with CREATEROLE and CREATEDB):
+-- The two roles of a production database of the bundled implementation, in three steps:
 --
---     psql -v owner=leaseproof_owner -v app=leaseproof_app -v db=leaseproof -f impl/roles.sql
+-- 1. This file, with psql, as a superuser (or a role with CREATEROLE and CREATEDB):
+--        psql -v owner=leaseproof_owner -v app=leaseproof_app -v db=leaseproof -f impl/roles.sql
+-- 2. The migrations, as the owner: leaseproof.impl.migrate.migrate on a connection to the
+--    database that acts as the owner (a superuser's, after SET ROLE leaseproof_owner).
+-- 3. impl/grants.sql, with psql, connected to the database as a superuser or the owner:
+--        psql -v owner=leaseproof_owner -v app=leaseproof_app -d leaseproof -f impl/grants.sql
 --
--- then apply the migrations as the owner (leaseproof.impl.migrate.migrate
--- on a connection of the owner's), then run the GRANTs at the end of this
--- file, connected to the database as the owner (`\connect` below does it).
+-- tests/impl/test_roles_script.py runs the three steps as written, then checks both
+-- machines in lockstep with every statement of the stores sent as the application role.
 --
 -- * The owner owns the database and every object the migrations make. Only it
---   (or a superuser) can change a trigger or a function, or mark the database a
+--   (or a superuser) can change a trigger or a function. Marking the database a
 --   test database (ALTER DATABASE ... SET leaseproof.test_hooks = on), which
---   production never does. It needs no LOGIN except to migrate.
+--   production never does, takes a superuser (or a role granted SET on that
+--   parameter): from PostgreSQL 15 on, not even the owner may. It needs no LOGIN
+--   except to migrate.
 -- * The application role is what the stores connect as: the DML each store
 --   statement needs, nothing else. No TRUNCATE, no REFERENCES, no TRIGGER, no
 --   write on lp_clock (lp_now() reads it) nor on lp_schema_migrations; it owns
@@ -22,25 +27,8 @@
 --   them all (see README, "What the database itself refuses", on row-level
 --   security).
 
+\set ON_ERROR_STOP on
+
 CREATE ROLE :"owner" NOLOGIN;
 CREATE ROLE :"app" LOGIN;
 CREATE DATABASE :"db" OWNER :"owner";
-
-\connect :"db"
-SET ROLE :"owner";
--- (apply the migrations here, as the owner, before the grants)
-
-GRANT USAGE ON SCHEMA public TO :"app";
-GRANT SELECT ON lp_clock, lp_schema_migrations TO :"app";
--- The delivery machine. FOR UPDATE / FOR SHARE on communities need UPDATE.
-GRANT SELECT, INSERT, UPDATE ON communities TO :"app";
-GRANT SELECT, INSERT, DELETE ON workflows, workflow_runs, events TO :"app";
-GRANT SELECT, INSERT, UPDATE, DELETE ON workflow_agent_deliveries TO :"app";
--- Retired ids are written by the deletion trigger, as the deleting role, and purged.
-GRANT SELECT, INSERT, DELETE ON retired_delivery_ids TO :"app";
--- The lifecycle machine.
-GRANT SELECT, INSERT, DELETE ON channel_authority, definition_cutoffs TO :"app";
-GRANT SELECT, INSERT, UPDATE, DELETE ON definition_heads, definition_runtime TO :"app";
-GRANT SELECT, INSERT, UPDATE ON definition_cutoffs TO :"app";
-GRANT SELECT, INSERT, DELETE ON admitted_runs, executed_actions TO :"app";
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO :"app";

@@ -34,7 +34,8 @@ _MARK = f"""
 
 def mark_test_database(conn: psycopg.Connection[Any]) -> None:
     """Mark the connection's (migrated) database as a test database, for good: its pinned
-    clock is honoured and its tombstones may be reset. Only its owner or a superuser can;
+    clock is honoured and its tombstones may be reset. Only a superuser (or, from PostgreSQL 15 on, a role
+    granted SET on the parameter) can, not even the database's owner;
     anyone else gets `InsufficientPrivilege`. Nothing changes if it is marked already."""
     conn.execute(_MARK)
 
