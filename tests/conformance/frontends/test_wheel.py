@@ -217,6 +217,16 @@ def test_the_wheel_installed_outside_the_checkout_runs_the_readme_commands(tmp_p
     assert caught.returncode == 1, caught.stdout + caught.stderr
     assert "FAIL  " in caught.stdout and "0 passed, 1 failed" in caught.stdout
 
+    # The model alone over a recorded trace, and a short concurrent run checked for linearizability.
+    checked = shell('leaseproof check-trace "$(leaseproof path corpus)"/reconcile-unfenced.jsonl')
+    assert checked.returncode == 0 and "steps agree with the model" in checked.stdout, checked.stdout + checked.stderr
+    stress = shell("leaseproof stress --machine delivery --workers 2 --duration 1 --seed 1", timeout=240)
+    assert stress.returncode == 0 and "verdict: LINEARIZABLE" in stress.stdout, stress.stdout + stress.stderr
+
+    # The production database's scripts (impl/roles.sql, impl/grants.sql) ship beside the package.
+    for script in ("roles.sql", "grants.sql"):
+        assert (site / "leaseproof" / "impl" / script).read_bytes() == (REPO / "impl" / script).read_bytes()
+
     # The Node.js example, as the README runs it (no npm install: Node's own modules alone).
     if shutil.which("node", path=env["PATH"]) is None:  # CI has Node.js; without it, the files are checked above
         return
