@@ -50,7 +50,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, Interleaving, run_interleaving
 from leaseproof.conformance.concurrent.stress import StressFault, stress
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
@@ -445,6 +445,7 @@ def run_matrix(
     """Run each subject's checks (the fast subset's if `fast`), the seeded ones on
     every seed, each on a fresh database of `server`; `on_row` hears of each row
     as it is finished."""
+    require_test_databases(server, "the kill matrix")
     budgets = budgets or (FAST if fast else FULL)
     started = time.monotonic()
     rows: list[Row] = []

@@ -42,7 +42,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.concurrent import contention
 from leaseproof.conformance.concurrent.stress import StressFault, stress
-from leaseproof.conformance.harness.provision import Server, databases_named, drop_database, scratch_database
+from leaseproof.conformance.harness.provision import (
+    Server,
+    databases_named,
+    drop_database,
+    require_test_databases,
+    scratch_database,
+)
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.store import connect
@@ -447,6 +453,7 @@ def run_score(
     """Every check of every mutant (all generated ones if None), or the `work`
     given, on `jobs` processes; `on_result(result, done, total)` hears of each
     as it finishes."""
+    require_test_databases(server, "the mutation score")
     chosen = tuple(mutants if mutants is not None else generated_mutants())
     work = list(work) if work is not None else tasks(chosen, seeds)
     started = time.monotonic()

@@ -152,6 +152,10 @@ class Server:
     # next start) and starts it again on the same data; only for a server leaseproof
     # itself started (the embedded one), None for one it was given.
     restart: Callable[[str], None] | None = attrs.field(default=None, eq=False, repr=False)
+    # Whether its role may mark a database a test database (ALTER DATABASE ... SET
+    # leaseproof.test_hooks), which the bundled implementation's pinned clock needs: a
+    # superuser, or a role granted SET on the parameter. Only a named server's role may not.
+    marks_test_databases: bool = True
 
     def database_dsn(self, name: str) -> str:
         """The same server and credentials, database `name`."""
@@ -315,7 +319,22 @@ def _check_named_dsn(dsn: str, origin: str, name: str, say: Log) -> Server:
         dsn=dsn,
         source="dsn",
         description=f"PostgreSQL {server_version} at {shown} (from {origin})",
+        marks_test_databases=marks,
     )
+
+
+def require_test_databases(server: Server, what: str) -> None:
+    """Refuse, before anything runs, a server whose role cannot mark test databases, for
+    `what` (a run of the bundled implementation or its mutants): every check would fail in
+    its set-up, and a check that fails counts as a mutant killed."""
+    if not server.marks_test_databases:
+        raise ProvisioningError(
+            f"{what} needs a server whose role may mark its databases test databases (ALTER DATABASE ... SET "
+            f"{TEST_HOOKS_SETTING}), for the bundled implementation's pinned clock; on {server.description} every "
+            "check would fail in its set-up, and each failure would count as a mutant killed. To fix this, as a "
+            f"superuser: GRANT SET ON PARAMETER {TEST_HOOKS_SETTING} TO the role (PostgreSQL 15 or later), or name "
+            "a superuser."
+        )
 
 
 def _role(conn: psycopg.Connection[Any]) -> tuple[str, bool, bool]:

@@ -235,3 +235,23 @@ def test_a_command_given_a_dsn_that_does_not_parse_says_so_in_one_line_and_exits
     assert run.stderr.count("\n") == 1
     assert run.stderr.startswith("leaseproof: --dsn does not parse as a PostgreSQL DSN: ")
     assert "s3cret" not in run.stderr
+
+
+@pytest.mark.parametrize("generated", [False, True], ids=["kill matrix", "mutation score"])
+def test_the_mutant_checks_refuse_a_role_that_cannot_mark_test_databases(
+    pg_server: Server, role: tuple[str, str], generated: bool
+) -> None:
+    """Every check of a mutant would fail in its set-up (the pinned clock), and a failure counts
+    as a kill: refused before anything runs, exit 2, in one line."""
+    name, dsn = role
+    _as_superuser(pg_server, sql.SQL("ALTER ROLE {} CREATEDB").format(sql.Identifier(name)))
+    if generated:
+        args = ["mutants", "--generated", "--dsn", dsn, "--fast", "--jobs", "1"]
+    else:
+        args = ["mutants", "--dsn", dsn, "--fast", "--mutant", "reconcile-unfenced"]
+    run = leaseproof(*args, timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "killed" not in run.stdout and "Traceback" not in run.stderr
+    what = "the mutation score" if generated else "the kill matrix"
+    refusal = [line for line in run.stderr.splitlines() if line.startswith(f"leaseproof: {what} needs a server")]
+    assert len(refusal) == 1 and f"GRANT SET ON PARAMETER {TEST_HOOKS_SETTING}" in refusal[0], run.stderr
