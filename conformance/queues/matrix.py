@@ -43,7 +43,7 @@ import attrs
 
 from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.harness.interrupts import command_main
-from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.conformance.harness.provision import Server, postgres_server, require_test_databases, scratch_database
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
 from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, known, make
@@ -397,6 +397,8 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.flush()
 
     with postgres_server(args.dsn, log=say) as server:
+        if any(name.split(":")[0] == "leaseproof" for name in subjects):
+            require_test_databases(server, "the bundled store's row")
 
         def queue_for(name: str) -> AbstractContextManager[tuple[QueueAdapter, str]]:
             return subject(server, name)

@@ -23,7 +23,13 @@ from leaseproof.conformance.frontends.exits import (
     EXIT_SUBSET,
     EXIT_USAGE,
 )
-from leaseproof.conformance.harness.provision import ProvisioningError, Server, postgres_server, scratch_database
+from leaseproof.conformance.harness.provision import (
+    ProvisioningError,
+    Server,
+    postgres_server,
+    require_test_databases,
+    scratch_database,
+)
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
@@ -260,6 +266,8 @@ def adapter_named(
     if mutant is not None:
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     dsn = provisioned.database()
+    assert provisioned.server is not None  # database() provisioned it
+    require_test_databases(provisioned.server, "the bundled implementation")
     bundled: Callable[[], Any]
     if mutant is not None and mutant.machine == machine:
         bundled = lambda: mutant.adapter(dsn)  # noqa: E731

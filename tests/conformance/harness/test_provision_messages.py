@@ -255,3 +255,24 @@ def test_the_mutant_checks_refuse_a_role_that_cannot_mark_test_databases(
     what = "the mutation score" if generated else "the kill matrix"
     refusal = [line for line in run.stderr.splitlines() if line.startswith(f"leaseproof: {what} needs a server")]
     assert len(refusal) == 1 and f"GRANT SET ON PARAMETER {TEST_HOOKS_SETTING}" in refusal[0], run.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify", "--machine", "delivery", "--max-examples", "3"],
+        ["stress", "--machine", "delivery", "--duration", "1"],
+        ["guarantees", "--subjects", "leaseproof", "--examples", "3", "--races", "1"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_the_bundled_implementation_is_refused_a_role_that_cannot_mark_test_databases(
+    pg_server: Server, role: tuple[str, str], args: list[str]
+) -> None:
+    """Its pinned clock needs the mark: refused in one line, exit 2, never a verdict or a traceback."""
+    name, dsn = role
+    _as_superuser(pg_server, sql.SQL("ALTER ROLE {} CREATEDB").format(sql.Identifier(name)))
+    run = leaseproof(*args, "--dsn", dsn, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stdout + run.stderr
+    assert "verdict" not in run.stdout
+    assert [line for line in run.stderr.splitlines() if line.startswith("leaseproof: the bundled")], run.stderr
