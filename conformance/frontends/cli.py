@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(module.command(args, sys.stdout, sys.stderr))
     except Exception as exc:
-        from leaseproof.conformance.harness.provision import ProvisioningError  # loaded by then: the command used it
+        from leaseproof.conformance.harness.provision import ProvisioningError  # here: it imports psycopg
 
         if not isinstance(exc, ProvisioningError):
             raise
