@@ -140,15 +140,17 @@ def _named_command(argv: list[str]) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the command; a server that cannot be had is a usage error for every command alike
-    (one line, exit 2), whichever command met it."""
+    """Run the command; bad input it finds (`UsageError`) and a server that cannot be had
+    (`ProvisioningError`) are usage errors for every command alike: one line, exit 2."""
     module = load(args.command)
     try:
         return int(module.command(args, sys.stdout, sys.stderr))
     except Exception as exc:
-        from leaseproof.conformance.harness.provision import ProvisioningError  # here: it imports psycopg
+        # Imported here, not at the top: they import psycopg.
+        from leaseproof.conformance.frontends.commands.common import UsageError
+        from leaseproof.conformance.harness.provision import ProvisioningError
 
-        if not isinstance(exc, ProvisioningError):
+        if not isinstance(exc, ProvisioningError | UsageError):
             raise
         sys.stderr.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE

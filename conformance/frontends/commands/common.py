@@ -108,8 +108,6 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-
-
 # What an adapter option needs, said when argparse finds its value missing: argparse takes a
 # value that starts with "-" for an option of its own, and says only "expected one argument".
 _ADAPTER_VALUES = {

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from leaseproof.conformance.evidence import killmatrix
 from leaseproof.conformance.evidence import score as mutation_score
-from leaseproof.conformance.frontends.commands.common import UsageError, number, positive, report_folder, seed_number
+from leaseproof.conformance.frontends.commands.common import number, positive, report_folder, seed_number
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.frontends.progress import ProgressLine
 from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server
@@ -98,11 +98,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     if args.generated:
         return _generated_mutants(args, out, err)
-    try:
-        folder = report_folder(args.report)
-    except UsageError as exc:
-        err.write(f"leaseproof: {exc}\n")
-        return EXIT_USAGE
+    folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     if args.jobs is not None or args.max_examples is not None:
         err.write("leaseproof: --jobs and --max-examples apply to --generated\n")
         return EXIT_USAGE

@@ -135,11 +135,7 @@ TERMINATE_MACHINES = ("delivery",)
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
-    try:
-        folder = report_folder(args.report)
-    except UsageError as exc:
-        err.write(f"leaseproof: {exc}\n")
-        return EXIT_USAGE
+    folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     if args.terminate_dsn is not None and not args.terminate:
         err.write("leaseproof: --terminate-dsn names where --terminate ends backends; give --terminate P too\n")
         return EXIT_USAGE

@@ -11,7 +11,6 @@ from typing import Any, TextIO
 
 from leaseproof.conformance.frontends.commands.common import (
     Provisioned,
-    UsageError,
     adapter_errors_in_one_line,
     adapter_named,
     add_adapter_arguments,
@@ -204,11 +203,7 @@ def _summary(verdict: Verdict, out: TextIO, asked: int | None = None) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    try:
-        folder = report_folder(args.report)
-    except UsageError as exc:
-        err.write(f"leaseproof: {exc}\n")
-        return EXIT_USAGE
+    folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     runs: list[Provisioned] = []  # the run's provisioning, for the page's second adapter
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
