@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +163,7 @@ def read(path: Path) -> Trace:
     return Trace(str(header.get("name") or path.stem), start, tuple(steps), machine)
 
 
-def text_lines(path: Path, what: str, error: type[Exception]) -> list[str]:
+def text_lines(path: Path, what: str, error: Callable[[str], Exception]) -> list[str]:
     """The lines of the UTF-8 text file `path`; `error` (one line naming the file and
     the problem, in words) if it cannot be read or is not UTF-8 text. `what` ends the
     message about bytes that are not UTF-8 ("a trace is JSON lines")."""

@@ -28,7 +28,7 @@ from leaseproof.conformance.frontends.exits import (
 )
 from leaseproof.conformance.harness.provision import ProvisioningError
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.traces.trace import SPECS, Trace, TraceError, replay
+from leaseproof.conformance.traces.trace import SPECS, Trace, TraceError, replay, text_lines
 from leaseproof.conformance.traces.trace import read as read_trace
 
 DESCRIPTION = (
@@ -72,10 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _expected_failures(path: Path | None) -> set[str]:
     if path is None:
         return set()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"--expect-fail {path}: {exc.strerror}") from None
+    lines = text_lines(path, "it lists trace names, one a line", lambda why: UsageError(f"--expect-fail {why}"))
     return {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
 
 

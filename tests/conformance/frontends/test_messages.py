@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import leaseproof
+from helpers import REPO, leaseproof
 
 from leaseproof.conformance.concurrent.linearizability import HistoryFileError, read_history
 from leaseproof.conformance.frontends import cli
@@ -237,3 +237,21 @@ def test_a_real_run_on_bytes_that_are_not_utf8_prints_one_line_and_exits_2(tmp_p
     noun = "trace" if command == "check-trace" else "history"
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == f"leaseproof: {path}:1: not UTF-8 text (byte 0xff at offset 0); a {noun} is JSON lines\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"\xff\xfe\n", ":1: not UTF-8 text (byte 0xff at offset 0); it lists trace names"), (None, ": no such file")],
+    ids=["not utf-8", "missing"],
+)
+def test_replay_says_in_one_line_what_is_wrong_with_its_expect_fail_file(
+    tmp_path: Path, content: bytes | None, why: str
+) -> None:
+    """The --expect-fail list is read as the traces are: one line, exit 2, before anything is sent."""
+    listed = tmp_path / "known.txt"
+    if content is not None:
+        listed.write_bytes(content)
+    trace = REPO / "conformance" / "traces" / "corpus" / "reconcile-unfenced.jsonl"
+    run = leaseproof("replay", str(trace), "--expect-fail", str(listed), cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.startswith(f"leaseproof: --expect-fail {listed}{why}") and run.stdout == ""
