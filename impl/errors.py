@@ -15,6 +15,10 @@ tell the caller what it needs to decide whether to retry:
   again an operation whose retry is safe; specs/delivery.md says which).
   It is a ConnectionError, so the conformance harness records the operation
   as indeterminate and replaces the session.
+- `Forbidden`: the calling role may not do this at all: it acts for other
+  communities only (impl/migrations/0006_database_api.sql, `lp_role_scope`), or
+  lacks the privilege (the reaper's sweep is the reaper role's). Nothing took
+  effect; sending it again changes nothing.
 """
 
 from __future__ import annotations
@@ -37,3 +41,11 @@ class ConnectionLost(ConnectionError):
         )
         super().__init__(f"{operation}: the connection was lost {when} ({type(cause).__name__}: {cause})")
         self.operation, self.applied = operation, applied
+
+
+class Forbidden(PermissionError):
+    """The calling role may not do this (its scope, or a privilege it lacks); nothing took effect."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        super().__init__(f"{operation}: the role may not do this ({reason}); it did not take effect")
+        self.operation, self.reason = operation, reason

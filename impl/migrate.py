@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+import attrs
 import psycopg
 
 # Serialises concurrent migrators on one database.
@@ -37,3 +40,63 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
             conn.execute("INSERT INTO lp_schema_migrations (version) VALUES (%s)", (version,))
             applied.append(version)
     return applied
+
+
+_FUNCTION_HEAD = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(", re.IGNORECASE)
+
+
+@attrs.frozen
+class Function:
+    """One function the migrations define, as the last migration that (re)defines it states it."""
+
+    name: str
+    definition: str  # the whole CREATE OR REPLACE FUNCTION statement, without its final semicolon
+    body: str  # the text between its dollar quotes: what pg_proc.prosrc holds
+
+    def replaced(self, body: str) -> Function:
+        """The same function with another body (its signature and attributes unchanged)."""
+        start = self.definition.index(self.body)
+        definition = self.definition[:start] + body + self.definition[start + len(self.body) :]
+        return Function(self.name, definition, body)
+
+
+def functions() -> dict[str, Function]:
+    """Every function the shipped migrations define, by name, as the last one to define it
+    states it (each with its body between `$$` quotes, as every migration writes them)."""
+    found: dict[str, Function] = {}
+    for _, sql in available():
+        for head in _FUNCTION_HEAD.finditer(sql):
+            open_quote = sql.index("$$", head.end())
+            close_quote = sql.index("$$", open_quote + 2)
+            end = sql.index(";", close_quote)
+            text = sql[head.start() : end].strip()
+            definition = re.sub(r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION", "CREATE OR REPLACE FUNCTION", text)
+            found[head.group(1)] = Function(head.group(1), definition, sql[open_quote + 2 : close_quote])
+    return found
+
+
+@attrs.frozen
+class Patch:
+    """One edit of one shipped function's body: `old`, which must occur exactly once, becomes
+    `new`. A variant of the bundled stores (a mutant) is the shipped functions with its
+    patches applied; `leaseproof.impl.hooks.functions.install` puts them in a test database."""
+
+    function: str
+    old: str
+    new: str
+
+    def apply(self, function: Function) -> Function:
+        count = function.body.count(self.old)
+        if count != 1:
+            raise ValueError(f"{self.function}: the patched text occurs {count} times, not once: {self.old!r}")
+        return function.replaced(function.body.replace(self.old, self.new))
+
+
+def patched(patches: Sequence[Patch]) -> dict[str, Function]:
+    """The shipped functions with `patches` applied, in order, by name."""
+    found = functions()
+    for patch in patches:
+        if patch.function not in found:
+            raise ValueError(f"no shipped function is called {patch.function!r}")
+        found[patch.function] = patch.apply(found[patch.function])
+    return found

@@ -10,6 +10,7 @@ import psycopg
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
+from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused
@@ -83,6 +84,7 @@ class PostgresDeliveryAdapter(PostgresDeliverySession):
         self.name = f"postgres:{store_class.__name__}"
         self.dsn, self.store_class, self.connect = dsn, store_class, connect
         migrate(self.conn)
+        install(self.conn, patches_of(store_class))
 
     def session(self) -> PostgresDeliverySession:
         """Another client of the same database, on its own connection."""

@@ -15,6 +15,7 @@ from typing import Any
 from leaseproof.impl.delivery.adapter import Connect, reset_database
 from leaseproof.impl.delivery.store import FencedWriter, PostgresDeliveryStore, connect, read_consistently
 from leaseproof.impl.hooks.clock import PinnedClock
+from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.lifecycle.store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as d
@@ -97,6 +98,7 @@ class PostgresLifecycleAdapter:
         self.communities_class, self.connect = communities_class, connect
         with connect(dsn) as conn:
             migrate(conn)
+            install(conn, patches_of(store_class, engine_class, resumer_class, communities_class))
         self.engines = {name: engine_class(connect(dsn), name) for name in replicas}
         self.engine_locks = {name: threading.Lock() for name in replicas}
         self.client = PostgresLifecycleSession(self)
