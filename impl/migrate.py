@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
@@ -65,14 +65,20 @@ def functions() -> dict[str, Function]:
     states it (each with its body between `$$` quotes, as every migration writes them)."""
     found: dict[str, Function] = {}
     for _, sql in available():
-        for head in _FUNCTION_HEAD.finditer(sql):
-            open_quote = sql.index("$$", head.end())
-            close_quote = sql.index("$$", open_quote + 2)
-            end = sql.index(";", close_quote)
-            text = sql[head.start() : end].strip()
-            definition = re.sub(r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION", "CREATE OR REPLACE FUNCTION", text)
-            found[head.group(1)] = Function(head.group(1), definition, sql[open_quote + 2 : close_quote])
+        for function in _parse(sql):
+            found[function.name] = function
     return found
+
+
+def _parse(sql: str) -> Iterator[Function]:
+    """Each function `sql` defines, in order."""
+    for head in _FUNCTION_HEAD.finditer(sql):
+        open_quote = sql.index("$$", head.end())
+        close_quote = sql.index("$$", open_quote + 2)
+        end = sql.find(";", close_quote)
+        text = sql[head.start() : len(sql) if end < 0 else end].strip()
+        definition = re.sub(r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION", "CREATE OR REPLACE FUNCTION", text)
+        yield Function(head.group(1), definition, sql[open_quote + 2 : close_quote])
 
 
 @attrs.frozen
@@ -92,10 +98,32 @@ class Patch:
         return function.replaced(function.body.replace(self.old, self.new))
 
 
-def patched(patches: Sequence[Patch]) -> dict[str, Function]:
-    """The shipped functions with `patches` applied, in order, by name."""
+@attrs.frozen
+class Addition:
+    """A function a variant adds beside the shipped ones (a helper of a mutant, or a test
+    hook a variant's patched body calls): its whole CREATE FUNCTION statement, its body
+    between `$$` quotes."""
+
+    definition: str
+
+    @property
+    def function(self) -> Function:
+        parsed = list(_parse(self.definition))
+        if len(parsed) != 1:
+            raise ValueError(f"an addition defines one function, not {len(parsed)}: {self.definition[:80]!r}")
+        return parsed[0]
+
+
+def patched(patches: Sequence[Patch | Addition]) -> dict[str, Function]:
+    """The shipped functions with `patches` applied (and additions added), in order, by name."""
     found = functions()
     for patch in patches:
+        if isinstance(patch, Addition):
+            added = patch.function
+            if added.name in found:
+                raise ValueError(f"{added.name!r} is defined already: an Addition adds a function, a Patch edits one")
+            found[added.name] = added
+            continue
         if patch.function not in found:
             raise ValueError(f"no shipped function is called {patch.function!r}")
         found[patch.function] = patch.apply(found[patch.function])

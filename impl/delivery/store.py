@@ -27,7 +27,7 @@ from psycopg import pq
 from psycopg.rows import dict_row, tuple_row
 
 from leaseproof.impl.errors import ConnectionLost, Forbidden, Unavailable
-from leaseproof.impl.migrate import Patch
+from leaseproof.impl.migrate import Addition, Patch
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, Cause, EventCause, ScheduleCause, WebhookCause
 from leaseproof.model.errors import Refused
@@ -167,7 +167,7 @@ class FencedWriter:
     # How the database functions this store calls differ from the shipped ones: not at
     # all. A variant of the store (a mutant, `impl/mutants/`) lists its edits here;
     # the test adapters put them in their database (`impl/hooks/functions.py`).
-    FUNCTIONS: ClassVar[tuple[Patch, ...]] = ()
+    FUNCTIONS: ClassVar[tuple[Patch | Addition, ...]] = ()
 
     def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         self.conn = conn

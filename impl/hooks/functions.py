@@ -2,7 +2,8 @@
 
 A variant of the bundled stores (a mutant: `impl/mutants/`) differs from them in the
 database functions it calls, not in Python: its store class lists its edits of the
-shipped functions (`FUNCTIONS`, a tuple of `leaseproof.impl.migrate.Patch`). The
+shipped functions (`FUNCTIONS`: `leaseproof.impl.migrate.Patch`es, and `Addition`s,
+functions it adds beside them). The
 adapters call `install` once the database is migrated; it reads every function's
 body from the catalog and creates again only those that differ from what the store
 class wants, so a database that served one variant serves the next (or the bundled
@@ -18,10 +19,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from leaseproof.impl.migrate import Patch, patched
+from leaseproof.impl.migrate import Addition, Patch, patched
 
 
-def install(conn: psycopg.Connection[Any], patches: Sequence[Patch] = ()) -> list[str]:
+def install(conn: psycopg.Connection[Any], patches: Sequence[Patch | Addition] = ()) -> list[str]:
     """Make the database's functions the shipped ones with `patches` applied; return the
     names of those it created again (none when the database already held them)."""
     wanted = patched(patches)
@@ -41,9 +42,9 @@ def install(conn: psycopg.Connection[Any], patches: Sequence[Patch] = ()) -> lis
     return changed
 
 
-def patches_of(*classes: Any) -> tuple[Patch, ...]:
+def patches_of(*classes: Any) -> tuple[Patch | Addition, ...]:
     """The patches every class of a variant lists (`FUNCTIONS`), in order, each once."""
-    seen: list[Patch] = []
+    seen: list[Patch | Addition] = []
     for cls in classes:
         for patch in _listed(cls):
             if patch not in seen:
@@ -51,5 +52,5 @@ def patches_of(*classes: Any) -> tuple[Patch, ...]:
     return tuple(seen)
 
 
-def _listed(cls: Any) -> Iterable[Patch]:
+def _listed(cls: Any) -> Iterable[Patch | Addition]:
     return getattr(cls, "FUNCTIONS", ())
