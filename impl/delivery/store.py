@@ -291,13 +291,6 @@ class PostgresDeliveryStore(FencedWriter):
             %(cause_kind)s, %(cause_event_id)s, %(cause_scheduled_for)s, %(cause_invocation_id)s,
             %(request_key)s)
     """
-    # The same call without an expected binding (the claim a worker runs in a loop): fewer
-    # parameters to send.
-    SQL_CLAIM_ANY = """
-        SELECT * FROM lp_claim(
-            %(community_id)s, %(target_pubkey)s, %(lease_seconds)s, %(delivery_id)s,
-            false, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, %(request_key)s)
-    """
     SQL_RENEW = """
         SELECT outcome, state, lease_until FROM lp_renew(
             %(community_id)s, %(delivery_id)s, %(target_pubkey)s, %(lease_generation)s, %(lease_seconds)s)
@@ -439,18 +432,13 @@ class PostgresDeliveryStore(FencedWriter):
             "target_pubkey": c.target_pubkey,
             "lease_seconds": c.lease_seconds,
             "delivery_id": c.delivery_id,
+            "expected": expected is not None,
+            "expected_community": None if expected is None else expected.community_id,
+            "expected_target": None if expected is None else expected.target_pubkey,
             "request_key": c.request_key,
+            **_expected_columns(expected),
         }
-        if expected is None:
-            row = self._call(self.SQL_CLAIM_ANY, params)
-        else:
-            params.update(
-                expected=True,
-                expected_community=expected.community_id,
-                expected_target=expected.target_pubkey,
-                **_expected_columns(expected),
-            )
-            row = self._call(self.SQL_CLAIM, params)
+        row = self._call(self.SQL_CLAIM, params)
         refuse_community(row, c.community_id)
         if row["outcome"] == "ClaimMiss":
             return m.ClaimMiss()

@@ -11,8 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseproof.impl.delivery.store import STEADY_TRIES, PostgresDeliveryStore, connect
-from leaseproof.impl.errors import Unavailable
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.migrate import available, migrate
 from leaseproof.model import delivery as m
@@ -279,10 +278,11 @@ def test_the_schema_rejects_malformed_rows(world: World, case: str) -> None:
 
 
 def test_the_database_fences_a_non_active_tenant_by_itself(world: World) -> None:
-    world.commit(A, (D1, T1))
+    # The tables other than the deliveries keep their own fence trigger (the deliveries
+    # are written only through the functions, which check the fence under its lock).
     world.store.execute(m.SetCommunityState(A, m.CommunityState.FENCED))
     with pytest.raises(psycopg.errors.DatabaseError) as fenced:
-        world.conn.execute("UPDATE workflow_agent_deliveries SET lease_generation = 5 WHERE community_id = %s", (A,))
+        world.conn.execute("INSERT INTO events (community_id, id) VALUES (%s, %s)", (A, b"\x09" * 32))
     assert fenced.value.sqlstate == "LP001"
     assert fenced.value.diag.message_detail == "fenced"
 
@@ -290,10 +290,16 @@ def test_the_database_fences_a_non_active_tenant_by_itself(world: World) -> None
 # -- the clock and the migrations ---------------------------------------------
 
 
-def test_unpinned_clock_is_the_database_transaction_time(world: World) -> None:
+def test_unpinned_clock_is_the_start_of_the_statement_not_of_its_transaction(world: World) -> None:
     world.clock.unpin()
-    row = world.conn.execute("SELECT lp_now() = now() AS same, lp_now() > %s AS later", (START,)).fetchone()
-    assert row == {"same": True, "later": True}
+    with world.conn.transaction():
+        world.conn.execute("SELECT 1")  # a statement after the transaction's start
+        row = world.conn.execute(
+            "SELECT lp_now() = statement_timestamp() AS statement, lp_now() > transaction_timestamp() AS later,"
+            " lp_now() > %s AS after_the_pin",
+            (START,),
+        ).fetchone()
+    assert row == {"statement": True, "later": True, "after_the_pin": True}
     world.clock.pin(START)
     world.clock.advance(3 * SECOND)
     assert world.conn.execute("SELECT lp_now() AS now").fetchone() == {"now": START + 3 * SECOND}
@@ -342,41 +348,16 @@ def _prepared(conn: psycopg.Connection[Any]) -> int:
 
 
 def test_a_refusal_keeps_the_connections_prepared_statements(world: World) -> None:
-    # psycopg answers a ROLLBACK by deallocating every prepared statement; a refusal writes
-    # nothing, so it commits, and the statements prepared before stay prepared.
+    # A refusal is an answer of the function, not an error: nothing rolls back, and
+    # psycopg (which answers a ROLLBACK by deallocating every prepared statement) keeps them.
     for _ in range(6):  # psycopg prepares a statement at its sixth execution
         world.store.execute(m.CreateWorkflow(A, uuid.uuid4()))
     prepared = _prepared(world.conn)
-    assert prepared >= 2  # the fence check and the insert
+    assert prepared >= 1  # the call of lp_create_workflow
     assert world.refusal(m.CreateWorkflow(A, WORKFLOW)) == m.AlreadyExists("workflow", A, WORKFLOW)
     assert world.refusal(m.CreateRun(A, uuid.uuid4(), RUN)).entity == "workflow"
     assert _prepared(world.conn) >= prepared
-    # An error other than a refusal still rolls back, and psycopg deallocates (the contrast).
-    with pytest.raises(psycopg.errors.UndefinedTable), world.store._transaction():
+    # An error does roll back, and psycopg deallocates (the contrast).
+    with pytest.raises(psycopg.errors.UndefinedTable), world.conn.transaction():
         world.conn.execute("SELECT * FROM no_such_table")
     assert _prepared(world.conn) == 0
-
-
-class _NeverSteady(PostgresDeliveryStore):
-    """A store whose claims always find their community changed since their snapshot."""
-
-    SQL_CLAIM = PostgresDeliveryStore.SQL_CLAIM.replace(
-        "xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady", "false AS steady"
-    )
-
-
-def test_a_claim_taken_again_gives_up_after_a_bounded_number_of_tries(world: World) -> None:
-    assert _NeverSteady.SQL_CLAIM != PostgresDeliveryStore.SQL_CLAIM
-    world.commit(A, (D1, T1))
-    store = _NeverSteady(world.conn)
-    statements: list[str] = []
-
-    def counted(sql: str, params: dict[str, Any]) -> dict[str, Any]:
-        statements.append(sql)
-        return PostgresDeliveryStore._statement(store, sql, params)
-
-    store._statement = counted  # type: ignore[method-assign]
-    with pytest.raises(Unavailable, match=f"^Claim: community .* changed state under each of {STEADY_TRIES} tries"):
-        store.execute(m.Claim(A, T1, 10))
-    assert statements == [_NeverSteady.SQL_CLAIM] * STEADY_TRIES
-    assert world.store.execute(m.GetDelivery(A, D1)).delivery.status is m.Status.PENDING  # nothing was claimed
