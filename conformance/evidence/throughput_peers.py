@@ -56,7 +56,8 @@ PgQueuer (its defaults, except where said):
   registered by `manager.entrypoint("noop")` (its defaults: no concurrency limit), run by
   `QueueManager.run(mode=QueueExecutionMode.drain)`, the library's public stop
   condition: the worker shuts down once it finds no queued job and has no job
-  in flight. Dequeue batch size 10 (the default), so a process claims up to 10
+  in flight. Dequeue batch size 10 (the default; the subject `pgqueuer-1` sets
+  `batch_size=1`, one job a dequeue as every other subject), so a process claims up to 10
   jobs per dequeue and runs them as concurrent asyncio tasks
   (`max_concurrent_tasks` unlimited, the default); completions are buffered
   and written in batches (the buffer holds up to the batch size, 10, and is
@@ -91,6 +92,7 @@ from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
 
 PROCESS_TIMEOUT = 120.0  # seconds: every worker process must have exited this long after the round's start
 PGQUEUER_DEQUEUE_TIMEOUT = timedelta(seconds=0.01)
+PGQUEUER_BATCH = 10  # its default dequeue batch; the `pgqueuer-1` subject takes one job a dequeue
 TASK_NAME = "noop"  # the no-op task (procrastinate) or entrypoint (PgQueuer)
 LIBRARIES = ("procrastinate", "pgqueuer")
 
@@ -119,6 +121,12 @@ def pgqueuer_round(dsn: str, workers: int, jobs: int) -> float:
     """Seconds for `workers` PgQueuer processes to enqueue and complete `jobs` jobs (see the module's doc)."""
     expected = {"left in queue": 0, "log: queued": jobs, "log: picked": jobs, "log: successful": jobs}
     return _round("pgqueuer", dsn, workers, jobs, _pgqueuer_install, _pgqueuer_process, _pgqueuer_counts, expected)
+
+
+def pgqueuer_one_round(dsn: str, workers: int, jobs: int) -> float:
+    """As `pgqueuer_round`, each dequeue taking one job (`batch_size=1`), as every other subject does."""
+    expected = {"left in queue": 0, "log: queued": jobs, "log: picked": jobs, "log: successful": jobs}
+    return _round("pgqueuer", dsn, workers, jobs, _pgqueuer_install, _pgqueuer_one_process, _pgqueuer_counts, expected)
 
 
 def _round(
@@ -211,10 +219,14 @@ def _pgqueuer_counts(dsn: str) -> dict[str, int]:
 
 
 def _pgqueuer_process(dsn: str, share: int, clock: Clock) -> None:
-    asyncio.run(_pgqueuer_cycles(dsn, share, clock))
+    asyncio.run(_pgqueuer_cycles(dsn, share, clock, PGQUEUER_BATCH))
 
 
-async def _pgqueuer_cycles(dsn: str, share: int, clock: Clock) -> None:
+def _pgqueuer_one_process(dsn: str, share: int, clock: Clock) -> None:
+    asyncio.run(_pgqueuer_cycles(dsn, share, clock, 1))
+
+
+async def _pgqueuer_cycles(dsn: str, share: int, clock: Clock, batch_size: int) -> None:
     import asyncpg  # type: ignore[import-not-found, import-untyped, unused-ignore]
     from pgqueuer import AsyncpgDriver, Queries, QueueManager  # type: ignore[import-not-found, unused-ignore]
     from pgqueuer.types import QueueExecutionMode  # type: ignore[import-not-found, unused-ignore]
@@ -233,7 +245,9 @@ async def _pgqueuer_cycles(dsn: str, share: int, clock: Clock) -> None:
             return None
 
         manager.entrypoint(TASK_NAME)(noop)
-        await manager.run(dequeue_timeout=PGQUEUER_DEQUEUE_TIMEOUT, mode=QueueExecutionMode.drain)
+        await manager.run(
+            dequeue_timeout=PGQUEUER_DEQUEUE_TIMEOUT, batch_size=batch_size, mode=QueueExecutionMode.drain
+        )
         clock.done()
     finally:
         await connection.close()

@@ -69,3 +69,38 @@ def test_the_peer_versions_are_named() -> None:
     versions = throughput_peers.versions()
     assert set(versions) == {"procrastinate", "pgqueuer"}
     assert all(v == "not installed" or v[0].isdigit() for v in versions.values()), json.dumps(versions)
+
+
+def _not_installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    real = throughput.importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name in names:
+            raise throughput.importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(throughput.importlib.metadata, "version", version)
+
+
+def test_without_a_peers_driver_the_default_run_measures_the_rest_and_says_in_one_line_what_it_left_out(
+    pg_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `[test]` install has PgQueuer but not asyncpg, the driver its workers run on: the default
+    set used to end in one ModuleNotFoundError traceback a worker process."""
+    _not_installed(monkeypatch, "asyncpg", "procrastinate")
+    monkeypatch.setattr(throughput, "SUBJECTS", {k: v for k, v in throughput.SUBJECTS.items() if k != "store"})
+    code, out, err = _run(["--workers", "1", "--jobs", "2", "--rounds", "1", "--dsn", pg_server.dsn])
+    assert code == 0, err
+    said = [line for line in err.splitlines() if line.startswith("leaseproof: not measuring")]
+    assert said == [
+        "leaseproof: not measuring procrastinate, pgqueuer, pgqueuer-1: not installed (procrastinate needs"
+        " procrastinate; pgqueuer needs asyncpg; pgqueuer-1 needs asyncpg; the bench extra installs them)"
+    ]
+    assert "Traceback" not in err and "throughput: floor;" in out
+
+
+def test_a_peer_named_without_its_driver_exits_2_and_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    _not_installed(monkeypatch, "asyncpg")
+    code, out, err = _run(["--subjects", "floor,pgqueuer-1"])
+    assert code == 2 and out == ""
+    assert err == "leaseproof: not installed: pgqueuer-1 needs asyncpg (pip install -e '.[bench]')\n"
