@@ -27,7 +27,7 @@ def install(conn: psycopg.Connection[Any], patches: Sequence[Patch | Addition] =
     names of those it created again (none when the database already held them)."""
     wanted = patched(patches)
     with conn.cursor(row_factory=tuple_row) as cursor:
-        current = dict(
+        current: dict[str, str] = dict(
             cursor.execute(
                 "SELECT proname::text, prosrc FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
                 " AND proname = ANY(%s)",

@@ -978,8 +978,8 @@ $$;
 
 -- The definition hash: SHA-256 of the canonical JSON of the signed content,
 -- byte for byte what model/lifecycle.py's Definition.hash computes (keys
--- sorted, no spaces, every character outside ASCII as a \u escape, astral
--- ones as a surrogate pair).
+-- sorted, no spaces, every character from DEL (0x7f) on as a \u escape,
+-- astral ones as a surrogate pair; to_json escapes the control characters).
 CREATE FUNCTION lp_json_string(s text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
@@ -988,12 +988,12 @@ DECLARE
     ch text;
     code integer;
 BEGIN
-    IF quoted !~ '[^\x01-\x7f]' THEN
+    IF quoted !~ '[^\x01-\x7e]' THEN
         RETURN quoted;
     END IF;
     FOREACH ch IN ARRAY regexp_split_to_array(quoted, '') LOOP
         code := ascii(ch);
-        IF code < 128 THEN
+        IF code < 127 THEN
             result := result || ch;
         ELSIF code < 65536 THEN
             result := result || '\u' || lpad(to_hex(code), 4, '0');
