@@ -12,14 +12,40 @@ one tenant is never fenced, sees it only in the rounds with a cut.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.mutants.delivery import Mutant, _swap
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, refuse_community
+from leaseproof.impl.migrate import Addition, Patch
+from leaseproof.impl.mutants.delivery import Mutant, edits
 from leaseproof.model import delivery as m
 
 Store = PostgresDeliveryStore
+
+# What the patched lp_claim answers for a delivery it has just claimed (with the
+# placeholder deadline): the store then sets the real one, in a call of its own.
+_PLACEHOLDER = "ClaimedUntilPlaceholder"
+
+# The second transaction: the lease's real deadline, written as every write of a
+# community's rows is (the caller's scope, the community's fence and state, the clock
+# read once), to the row the claim took, while it is still claimed at that generation.
+_SET_DEADLINE = """
+CREATE FUNCTION lp_test_set_deadline(p_community uuid, p_delivery uuid, p_generation bigint,
+    p_lease_seconds lp_lease_seconds, OUT outcome text, OUT state community_state, OUT lease_until timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    t timestamptz;
+BEGIN
+    SELECT e.refusal, e.state, e.now INTO outcome, state, t FROM lp_enter(p_community) AS e;
+    IF outcome IS NOT NULL THEN RETURN; END IF;
+    UPDATE workflow_agent_deliveries d SET lease_until = t + make_interval(secs => p_lease_seconds)
+    WHERE d.community_id = p_community AND d.id = p_delivery
+      AND d.status = 'claimed' AND d.lease_generation = p_generation
+    RETURNING d.lease_until INTO lease_until;
+    outcome := CASE WHEN FOUND THEN 'Set' ELSE 'Gone' END;
+END
+$$
+"""
 
 
 class ClaimThenDeadline(Store):
@@ -27,34 +53,47 @@ class ClaimThenDeadline(Store):
     transaction writes the lease's real one. A connection lost between the two leaves a
     job claimed, by a holder that never learned of it, until the placeholder runs out: no
     rescue takes it back in the meantime. (Queues that mark a job running first and
-    record its timeout or worker in a later write have this shape.)"""
+    record its timeout or worker in a later write have this shape.)
 
-    SQL_SET_DEADLINE = """
-        UPDATE workflow_agent_deliveries
-        SET lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)
-        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
-          AND status = 'claimed' AND lease_generation = %(lease_generation)s
-        RETURNING lease_until
-    """
+    The claim is `lp_claim` with the placeholder (a keyed claim's retry, which returns the
+    lease its key holds, is answered as before: its deadline was set); the second call is
+    `lp_test_set_deadline`, a function this variant adds."""
 
-    SQL_CLAIM = _swap(
-        Store.SQL_CLAIM,
-        "lease_until = lp_now() + make_interval(secs => %(lease_seconds)s)",
-        f"lease_until = lp_now() + make_interval(secs => {m.MAX_LEASE_SECONDS})",
+    FUNCTIONS = edits(
+        Patch(
+            "lp_claim",
+            "lease_until = e.t + make_interval(secs => p_lease_seconds)",
+            f"lease_until = e.t + make_interval(secs => {m.MAX_LEASE_SECONDS})",
+        ),
+        Patch(
+            "lp_claim",
+            "CASE WHEN a.id IS NULL THEN 'ClaimMiss' ELSE 'Claimed' END",
+            f"CASE WHEN a.id IS NULL THEN 'ClaimMiss' WHEN EXISTS (SELECT FROM retried) THEN 'Claimed'"
+            f" ELSE '{_PLACEHOLDER}' END",
+        ),
+        Addition(_SET_DEADLINE),
     )
 
-    def _fenced(self, sql: str, params: dict[str, Any], community_id: uuid.UUID) -> dict[str, Any]:
-        row = super()._fenced(sql, params, community_id)
-        if sql is not self.SQL_CLAIM or row["id"] is None:
+    SQL_SET_DEADLINE = """
+        SELECT outcome, state, lease_until FROM lp_test_set_deadline(
+            %(community_id)s, %(delivery_id)s, %(lease_generation)s, %(lease_seconds)s)
+    """
+
+    def _call(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        row = super()._call(sql, params)
+        if row.get("outcome") != _PLACEHOLDER:
             return row
-        # A claim on its own commits before this; one under a request key shares its transaction.
+        # The claim has committed (each call is its own transaction); now its deadline.
         lease = {
             "community_id": row["community_id"],
             "delivery_id": row["id"],
             "lease_generation": row["lease_generation"],
+            "lease_seconds": params["lease_seconds"],
         }
-        deadline = self._one(self.SQL_SET_DEADLINE, {**lease, "lease_seconds": params["lease_seconds"]})
-        return row if deadline is None else {**row, "lease_until": deadline["lease_until"]}
+        deadline = super()._call(self.SQL_SET_DEADLINE, lease)
+        refuse_community(deadline, row["community_id"])  # fenced in between: refused, the claim kept
+        until = row["lease_until"] if deadline["lease_until"] is None else deadline["lease_until"]
+        return {**row, "outcome": "Claimed", "lease_until": until}
 
 
 FAULT_MUTANTS: tuple[Mutant, ...] = (
