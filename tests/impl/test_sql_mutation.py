@@ -1,4 +1,4 @@
-"""The SQL mutation operators, on small statements and on the bundled stores' own.
+"""The SQL and PL/pgSQL mutation operators, on small texts and on the shipped functions.
 
 No database here: `test_generated_mutants_parse.py` checks that PostgreSQL
 accepts every generated mutant.
@@ -13,12 +13,15 @@ import sys
 import pytest
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.lifecycle.store import LifecycleStore
+from leaseproof.impl.migrate import functions
 from leaseproof.impl.mutants.generated.catalogue import (
     MACHINES,
     RACE_OPERATORS,
     by_name,
+    functions_of,
     generated_mutants,
+    not_mutated,
     statements,
 )
 from leaseproof.impl.mutants.generated.sql import (
@@ -44,13 +47,12 @@ def afters(operator: str, sql: str) -> list[str]:
     return [m.after for m in of(operator, sql)]
 
 
-def real_statements() -> list[tuple[str, str]]:
-    return [
-        (f"{s.owner.__name__}.{s.attribute}" + ("" if element is None else f"[{element}]"), text)
-        for machine in MACHINES
-        for s in statements(machine)
-        for element, text in s.texts()
-    ]
+def body(name: str) -> str:
+    return functions()[name].body
+
+
+def mutated_bodies() -> list[tuple[str, str]]:
+    return [(name, body(name)) for name in dict.fromkeys(n for machine in MACHINES for n in functions_of(machine))]
 
 
 # -- tokenizer -------------------------------------------------------------------------
@@ -299,42 +301,120 @@ def test_drop_not() -> None:
     assert of("drop-not", "CREATE TABLE t (a int NOT NULL)") == []
 
 
-# -- on the bundled stores' statements -------------------------------------------------------
+# -- PL/pgSQL ------------------------------------------------------------------------------
+
+PLPGSQL = """
+#variable_conflict use_column
+DECLARE
+    n integer := cardinality(p_ids);
+BEGIN
+    PERFORM 1 FROM t WHERE a = p_a FOR SHARE;
+    IF NOT FOUND THEN
+        outcome := 'NoAuthority';
+        RETURN;
+    ELSIF n > 1 AND p_b IS NOT TRUE THEN
+        x := (code >> 10) + 1;
+    END IF;
+    DELETE FROM t WHERE a = p_a;
+    outcome := CASE WHEN FOUND THEN 'Ok' ELSE 'NotFound' END;
+    RETURN EXISTS (SELECT 1 FROM u WHERE u.a = p_a) OR p_c;
+END
+"""
+
+
+def test_plpgsql_tokens() -> None:
+    tokens = tokenize(PLPGSQL)
+    assert "".join(t.text for t in tokens) == PLPGSQL
+    kinds = {t.text: t.kind for t in tokens}
+    assert kinds["#variable_conflict use_column"] is Kind.COMMENT  # a directive: nothing to mutate
+    assert kinds[":="] is Kind.OPERATOR and kinds[">>"] is Kind.OPERATOR
+    # `#>` is still an operator, and `#` inside a line is not a directive.
+    assert [t.text for t in tokenize("SELECT a #> b, c # d") if t.kind is Kind.OPERATOR] == ["#>", "#"]
+
+
+def test_plpgsql_conditions_assignments_and_returns() -> None:
+    assert befores("drop-conjunct", PLPGSQL) == [
+        "a = p_a",
+        "NOT FOUND",
+        "n > 1 AND",
+        "AND p_b IS NOT TRUE",
+        "a = p_a",
+        "u.a = p_a",
+    ]
+    assert afters("drop-conjunct", PLPGSQL)[:2] == ["true", "true"]  # a WHERE, an IF: their one predicate
+    assert befores("drop-disjunct", PLPGSQL) == ["EXISTS (SELECT 1 FROM u WHERE u.a = p_a) OR", "OR p_c"]
+    assert afters("flip-comparison", PLPGSQL) == ["a <> p_a", "n >= 1", "p_b IS TRUE", "a <> p_a", "u.a <> p_a"]
+    assert afters("drop-not", PLPGSQL) == ["FOUND"]
+    # A shift is arithmetic, not two comparisons; the select list of PERFORM and of EXISTS is never read.
+    assert afters("flip-arithmetic", PLPGSQL) == ["(code >> 10) - 1"]
+    assert [(m.before, m.after) for m in of("off-by-one", PLPGSQL)] == [
+        ("1", "2"), ("1", "0"), ("10", "11"), ("10", "9"), ("1", "2"), ("1", "0")
+    ]  # fmt: skip
+    assert of("off-by-one", PLPGSQL)[0].sql.count("n > 2 AND") == 1
+
+
+def test_negate_condition_takes_the_other_branch() -> None:
+    found = of("negate-condition", PLPGSQL)
+    assert [(m.before, m.after) for m in found] == [
+        ("n > 1 AND p_b IS NOT TRUE", "NOT (n > 1 AND p_b IS NOT TRUE)"),
+        ("FOUND", "NOT (FOUND)"),  # a CASE WHEN
+    ]  # not IF NOT FOUND: drop-not's
+    # Not the WHEN of a simple CASE, which names a value, nor a WHERE.
+    assert of("negate-condition", "SELECT CASE kind WHEN 'a' THEN 1 END FROM t WHERE x") == []
+    assert afters("negate-condition", "BEGIN WHILE i < 3 LOOP i := i + 1; EXIT WHEN i = 2; END LOOP; END") == [
+        "NOT (i < 3)",
+        "NOT (i = 2)",
+    ]
+
+
+def test_drop_assignment_return_and_statement() -> None:
+    assert [(m.before, m.after) for m in of("drop-assignment", PLPGSQL)] == [
+        (":= cardinality(p_ids)", ""),  # a declaration: the variable starts NULL
+        ("outcome := 'NoAuthority';", ""),
+        ("x := (code >> 10) + 1;", ""),
+        ("outcome := CASE WHEN FOUND THEN 'Ok' ELSE 'NotFound' END;", ""),
+    ]
+    dropped = of("drop-assignment", PLPGSQL)
+    assert "    n integer;\n" in dropped[0].sql
+    assert "IF NOT FOUND THEN\n        RETURN;" in dropped[1].sql
+    assert [m.before for m in of("drop-return", PLPGSQL)] == ["RETURN;"]  # not RETURN EXISTS …
+    assert [m.before for m in of("drop-statement", PLPGSQL)] == ["DELETE FROM t WHERE a = p_a;"]
+    assert "END IF;\n    outcome := CASE" in of("drop-statement", PLPGSQL)[0].sql
+    # A write inside a WITH is part of its statement, not one of its own.
+    assert of("drop-statement", "BEGIN WITH d AS (DELETE FROM t RETURNING 1) SELECT count(*) INTO n FROM d; END") == []
+
+
+# -- on the shipped functions ----------------------------------------------------------------
 
 
 def test_renew_conjuncts() -> None:
-    found = of("drop-conjunct", PostgresDeliveryStore.SQL_RENEW)
+    found = of("drop-conjunct", body("lp_renew"))
     assert [m.before for m in found] == [
-        "id = %(community_id)s",  # the fence's locking read
-        "(SELECT state = 'active' FROM fence) AND",  # the write's gate
-        "AND community_id = %(community_id)s",
-        "AND id = %(delivery_id)s",
-        "AND target_pubkey = %(target_pubkey)s",
-        "AND lease_generation = %(lease_generation)s",
-        "AND status = 'claimed'",
-        "AND lease_until >= lp_now()",
+        "lp_may_act(p_community)",  # the caller's scope (the fence's PERFORM)
+        "NOT FOUND",
+        "c.id = p_community",  # the community's state
+        "e.state = 'active' AND",  # the write's gate
+        "AND d.community_id = p_community",
+        "AND d.id = p_delivery",
+        "AND d.target_pubkey = p_target",
+        "AND d.lease_generation = p_generation",
+        "AND d.status = 'claimed'",
+        "AND d.lease_until >= e.t",
     ]
-    assert [m.site for m in found] == list(range(1, 9))
     # The hand-written mutant RenewIgnoresExpiry is one of them, byte for byte.
-    assert found[7].sql == PostgresDeliveryStore.SQL_RENEW.replace("\n        AND lease_until >= lp_now()", "")
-    assert by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/8").stands_for == (
-        'SQL_RENEW: drops the conjunct "lease_until >= lp_now()"'
-    )
+    assert found[9].sql == body("lp_renew").replace("\n          AND d.lease_until >= e.t", "")
+    assert by_name("lp_renew/drop-conjunct/10").stands_for == 'lp_renew: drops the conjunct "d.lease_until >= e.t"'
 
 
 def test_claim_named_arguments_and_assignments_never_flip() -> None:
-    claim = PostgresDeliveryStore.SQL_CLAIM
-    flips = of("flip-comparison", claim)
-    assert len(flips) == 19  # 16 of the candidate's and the update's, 3 of the fence's
-    for m in flips:
-        assert m.sql.count("secs => %(lease_seconds)s") == 1
-        assert "lease_generation = d.lease_generation + 1" in m.sql and "claimed_at = lp_now()" in m.sql
+    claim = body("lp_claim")
+    for m in of("flip-comparison", claim):
+        assert m.sql.count("secs => p_lease_seconds") == 1
+        assert "lease_generation = d.lease_generation + 1" in m.sql and "claimed_at = e.t" in m.sql
         assert "SET status = 'claimed'" in m.sql
-    assert of("flip-comparison", LifecycleStore.SQL_UPSERT_HEAD) == []
-    assert of("flip-comparison", LifecycleStore.SQL_UPSERT_RUNTIME) == []
     assert afters("flip-arithmetic", claim) == [
         "d.lease_generation - 1",
-        "lp_now() - make_interval(secs => %(lease_seconds)s)",
+        "e.t - make_interval(secs => p_lease_seconds)",
     ]
     assert afters("drop-assignment", claim) == [
         "status = d.status",
@@ -343,31 +423,32 @@ def test_claim_named_arguments_and_assignments_never_flip() -> None:
         "claimed_at = d.claimed_at",
         "claim_key = d.claim_key",
     ]
-    assert befores("drop-disjunct", claim)[:3] == [
-        "%(delivery_id)s::uuid IS NULL OR",
-        "OR id = %(delivery_id)s::uuid",
-        "NOT %(match)s OR",
-    ]
-    assert afters("reverse-order-key", claim) == ["created_at DESC", "id DESC"]
-    assert [m.before for m in of("drop-lock", claim)] == ["FOR SHARE", "FOR UPDATE SKIP LOCKED"]  # fence, candidate
+    assert afters("reverse-order-key", claim) == ["d.created_at DESC", "d.id DESC"]
+    assert befores("drop-lock", claim) == ["FOR UPDATE SKIP LOCKED"]
+    assert befores("drop-skip-locked", claim) == ["SKIP LOCKED"]
+    assert befores("try-advisory-lock", claim) == ["pg_advisory_xact_lock_shared(", "pg_advisory_xact_lock("]
+    assert of("flip-comparison", body("lp_save_definition"))[-2].after == "p_enabled IS FALSE"
 
 
-def test_reap_and_the_locked_joins() -> None:
-    reap = PostgresDeliveryStore.SQL_REAP
-    assert befores("drop-lock", reap) == ["FOR SHARE OF c", "FOR UPDATE OF d SKIP LOCKED"]
-    assert befores("drop-skip-locked", reap) == ["SKIP LOCKED"]
-    assert len(of("left-join", reap)) == 2  # each lock names its join's left side
-    assert befores("drop-distinct", reap) == ["DISTINCT"]
+def test_sweep_locks_joins_and_the_purge() -> None:
+    sweep = body("lp_sweep")
+    assert befores("drop-lock", sweep) == ["FOR UPDATE", "FOR UPDATE OF d SKIP LOCKED"]
+    assert befores("drop-skip-locked", sweep) == ["SKIP LOCKED"]
+    assert len(of("left-join", sweep)) == 2  # the lock names the join's left side
     # Admission and resume lock every relation of their join: no LEFT JOIN mutant.
-    assert of("left-join", ReplicaEngine.SQL_ADMIT) == of("left-join", RunResumer.SQL_STILL_CURRENT) == []
-    assert [(m.before, m.after) for m in of("replace-literal", PostgresDeliveryStore.SQL_FINISH_RECONCILE)] == [
-        ("'finished'", "'failed'"),
-        ("'failed'", "'pending'"),
+    assert of("left-join", body("lp_admit")) == of("left-join", body("lp_resume_run")) == []
+    assert befores("drop-statement", body("lp_delete_community")) == [
+        "UPDATE communities SET state = 'deleted' WHERE id = p_community;",
+        "DELETE FROM workflow_agent_deliveries WHERE community_id = p_community;",
+        "DELETE FROM workflow_runs WHERE community_id = p_community;",
+        "DELETE FROM workflows WHERE community_id = p_community;",
+        "DELETE FROM events WHERE community_id = p_community;",
+        "DELETE FROM retired_delivery_ids WHERE community_id = p_community;",
     ]
 
 
 def test_every_mutation_changes_its_site_only() -> None:
-    for name, sql in real_statements():
+    for name, sql in mutated_bodies():
         found = mutations(sql)
         assert found == mutations(sql), name
         ranks = [OPERATORS.index(m.operator) for m in found]
@@ -401,46 +482,49 @@ def one_site_replaced(sql: str, m: Mutation) -> bool:
 # -- the catalogue ---------------------------------------------------------------------
 
 
-def test_statements_each_machine_runs() -> None:
-    delivery = {f"{s.owner.__name__}.{s.attribute}" for s in statements("delivery")}
-    lifecycle = {f"{s.owner.__name__}.{s.attribute}" for s in statements("lifecycle")}
-    assert "FencedWriter.SQL_COMMUNITY_STATE" in delivery and "FencedWriter.SQL_COMMUNITY_STATE" in lifecycle
-    assert "_Writes.SQL_EXECUTE" in lifecycle and "PostgresDeliveryStore.SQL_PURGE_COMMUNITY" in delivery
-    assert not any("LEASE_HELD" in name for name in delivery)  # a fragment, interpolated at class creation
-    borrowed = {name for name in lifecycle if name.startswith("PostgresDeliveryStore.")}
-    assert borrowed == {
-        "PostgresDeliveryStore.SQL_CREATE_COMMUNITY",
-        "PostgresDeliveryStore.SQL_COMMUNITY_FOR_UPDATE",
-        "PostgresDeliveryStore.SQL_SET_COMMUNITY_STATE",
-    }
-    # The hand-written mutants' own statements are no statement of the bundled machines.
-    assert not any(
-        name.endswith(("SQL_CURRENT", "SQL_TOMBSTONE", "SQL_CLAIM_CANDIDATE")) for name in delivery | lifecycle
-    )
+def test_functions_each_machine_runs() -> None:
+    delivery, lifecycle = functions_of("delivery"), functions_of("lifecycle")
+    # The operations first (those the stores call), then their helpers.
+    assert delivery[:3] == ("lp_create_community", "lp_set_community_state", "lp_delete_community")
+    assert {"lp_claim", "lp_renew", "lp_finish", "lp_sweep", "lp_enter", "lp_may_act", "lp_now"} <= set(delivery)
+    assert {"lp_save_definition", "lp_admit", "lp_resume_run", "lp_json_string", "lp_enter", "lp_now"} <= set(lifecycle)
+    assert "lp_claim" not in lifecycle and "lp_admit" not in delivery
+    # The lifecycle runs these of the delivery store's calls, and nothing else of it.
+    borrowed = {s.attribute for s in statements("lifecycle") if s.owner is PostgresDeliveryStore}
+    assert borrowed == {"SQL_CREATE_COMMUNITY", "SQL_SET_COMMUNITY_STATE"}
+    assert any(s.owner is LifecycleStore for s in statements("lifecycle"))
+    # The guards, the CHECK function and the test mark are left out, each with why.
+    left = not_mutated()
+    assert {"lp_delivery_transition", "lp_community_write_fence", "lp_delivery_shape", "lp_test_hooks"} <= set(left)
+    assert not set(left) & (set(delivery) | set(lifecycle))
+    assert all(len(why) > 40 for why in left.values())
 
 
-def test_catalogue_names_kinds_and_tuples() -> None:
+def test_catalogue_names_kinds_and_patches() -> None:
     mutants = generated_mutants()
     names = [m.name for m in mutants]
     assert len(names) == len(set(names))
     assert mutants == generated_mutants("delivery") + generated_mutants("lifecycle")
+    shared = set(functions_of("delivery")) & set(functions_of("lifecycle"))
     for m in mutants:
         assert m.kind == ("race" if m.mutation.operator in RACE_OPERATORS else "sequential")
-        assert m.name.endswith(f"/{m.mutation.operator}/{m.mutation.site}")
-        assert "\n" not in m.stands_for and m.stands_for.startswith(m.attribute)
-    purge = [m for m in mutants if m.attribute == "SQL_PURGE_COMMUNITY" and m.mutation.operator == "drop-statement"]
-    assert [m.element for m in purge] == [0, 1, 2, 3, 4]
-    value = purge[1].mutated_value(PostgresDeliveryStore.SQL_PURGE_COMMUNITY)
-    assert isinstance(value, tuple) and len(value) == 5 and value[1] == "SELECT 1"
-    assert value[0] == PostgresDeliveryStore.SQL_PURGE_COMMUNITY[0]
-    assert by_name("LifecycleStore.SQL_DELETE[0]/drop-statement/1").element == 0
+        prefix = "lifecycle:" if m.machine == "lifecycle" and m.function in shared else ""
+        assert m.name == f"{prefix}{m.function}/{m.mutation.operator}/{m.mutation.site}"
+        assert "\n" not in m.stands_for and m.stands_for.startswith(m.function + ": ")
+    mutant = by_name("lifecycle:lp_enter/drop-not/1")
+    assert (mutant.machine, mutant.function) == ("lifecycle", "lp_enter")
+    assert by_name("lp_enter/drop-not/1").machine == "delivery"
+    patch = mutant.patch
+    assert (patch.function, patch.old, patch.new) == ("lp_enter", body("lp_enter"), mutant.mutation.sql)
+    changed = [line for line in mutant.diff.splitlines()[2:] if line[:1] in "-+"]
+    assert changed == ["-    IF NOT FOUND THEN", "+    IF FOUND THEN"]
     with pytest.raises(ValueError, match="unknown machine"):
         generated_mutants("billing")
 
 
 def test_unknown_name_lists_near_names() -> None:
-    with pytest.raises(ValueError, match=r"did you mean .*PostgresDeliveryStore\.SQL_RENEW/drop-conjunct/8"):
-        by_name("PostgresDeliveryStore.SQL_RENEW/drop-conjunct/88")
+    with pytest.raises(ValueError, match=r"did you mean lp_renew/drop-conjunct/1, lp_renew/drop-conjunct/10"):
+        by_name("lp_renew/drop-conjunct/11")
     with pytest.raises(ValueError, match="no generated mutant"):
         by_name("nothing like it")
 

@@ -1,23 +1,35 @@
 """Every generated mutant of the two bundled machines.
 
-The stores name each SQL statement they run as a class attribute (`SQL_*`),
-so a mutant is the bundled class with one attribute replaced by one
-single-site mutation of its text (`impl/mutants/generated/sql.py`). This module finds
-the statements each machine's adapter actually runs (by walking the MRO of
-the classes the adapter is given), applies every operator to each, and
-builds, on demand, the mutant classes and the bundled adapter that runs them.
+The bundled implementation is a set of database functions
+(`impl/migrations/0006_database_api.sql`): each operation of either machine is
+one function the stores call (`lp_claim`, `lp_save_definition`, ...), and
+those call helpers of their own (`lp_enter`, `lp_may_act`, `lp_now`, ...). A
+generated mutant is one single-site mutation (`impl/mutants/generated/sql.py`)
+of the body of one of those functions; its store class is the bundled one
+with that body in `FUNCTIONS` (a `leaseproof.impl.migrate.Patch` of the whole
+body), which the adapters install in their database.
 
-A statement defined once on a base class and inherited by several classes of
-one machine (`FencedWriter.SQL_COMMUNITY_STATE`, read by every lifecycle
-writer) is one statement of that machine: its mutant installs the mutated
-text in every class of the machine that inherits it, since a bug in a shared
-statement is in all its callers at once.
+Which functions are mutated, per machine, is read off the code: the functions
+the machine's store classes call (their `SQL_*` statements), then every
+function those call, and so on. Left out, with their reasons (`NOT_MUTATED`):
+the trigger functions (the row guards of migrations 0001, 0004 and 0006) and
+`lp_delivery_shape` (a CHECK constraint's function), which only refuse rows no
+function writes, so that a mutant of one could only show as a row the guard
+used to refuse, which no operation produces, or as a refusal of a row every
+operation produces, which any check kills at once; and `lp_test_hooks`, the
+test-database mark, true in every database the checks run on.
+
+A function both machines run (`lp_enter`, `lp_now`, `lp_create_community`,
+...) gives each machine its own mutants of it; the lifecycle machine's are
+prefixed `lifecycle:`, as a bug in shared code is in both machines at once and
+each machine's checks are measured on it.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import itertools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,17 +38,15 @@ import attrs
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
-from leaseproof.impl.mutants.generated.sql import Mutation, collapse_whitespace, mutations
+from leaseproof.impl.migrate import Function, Patch
+from leaseproof.impl.migrate import functions as shipped_functions
+from leaseproof.impl.mutants.generated.sql import Kind, Mutation, collapse_whitespace, mutations, tokenize
 
 MACHINES = ("delivery", "lifecycle")
 
 # The lock operators change nothing one operation at a time: only a forced
 # interleaving (two transactions at the lock) can tell such a mutant apart.
 RACE_OPERATORS = frozenset({"drop-lock", "drop-skip-locked", "try-advisory-lock"})
-
-# A tuple-valued attribute is a sequence of statements run in order; this
-# replaces one of them by a statement that does nothing, keeping the length.
-DROPPED_STATEMENT = "SELECT 1"
 
 
 @attrs.frozen
@@ -50,16 +60,7 @@ class Role:
 
 
 ROLES: Mapping[str, tuple[Role, ...]] = {
-    # The delivery machine runs every statement of the store but the sweep's
-    # report of what it left (`sweep()`, outside the model; its tests are in
-    # tests/impl/test_bounded_waits.py).
-    "delivery": (
-        Role(
-            "store_class",
-            PostgresDeliveryStore,
-            frozenset(a for a in dir(PostgresDeliveryStore) if a.startswith("SQL_")) - {"SQL_SWEEP_LEFT"},
-        ),
-    ),
+    "delivery": (Role("store_class", PostgresDeliveryStore),),
     "lifecycle": (
         Role("store_class", LifecycleStore),
         Role("engine_class", ReplicaEngine),
@@ -67,51 +68,55 @@ ROLES: Mapping[str, tuple[Role, ...]] = {
         # The lifecycle adapter creates communities and changes their state
         # through the delivery store, and runs nothing else of it.
         Role(
-            "communities_class",
-            PostgresDeliveryStore,
-            frozenset({"SQL_CREATE_COMMUNITY", "SQL_COMMUNITY_FOR_UPDATE", "SQL_SET_COMMUNITY_STATE"}),
+            "communities_class", PostgresDeliveryStore, frozenset({"SQL_CREATE_COMMUNITY", "SQL_SET_COMMUNITY_STATE"})
         ),
     ),
 }
 
+# Functions the machines reach that are not mutated, and why.
+_GUARD = (
+    "a row guard (a trigger function): it refuses rows that no function writes, so a mutant of it shows only "
+    "as a refusal of rows every operation writes (killed by any check at once) or not at all"
+)
+_SPECIAL: Mapping[str, str] = {
+    "lp_delivery_shape": "the delivery table's CHECK constraint: " + _GUARD.split(": ", 1)[1],
+    "lp_test_hooks": "the test-database mark: true in every database the checks run on, and read by nothing "
+    "the model describes (the pinned clock, the reset's deletions)",
+}
+
+
+@functools.cache
+def _functions() -> Mapping[str, Function]:
+    return shipped_functions()
+
+
+def _is_trigger(function: Function) -> bool:
+    head = function.definition[: function.definition.index(function.body)]
+    return re.search(r"\bRETURNS\s+trigger\b", head, re.IGNORECASE) is not None
+
+
+@functools.cache
+def not_mutated() -> Mapping[str, str]:
+    """Every shipped function left out of the mutants, with why."""
+    left = {name: _GUARD for name, function in _functions().items() if _is_trigger(function)}
+    return {**left, **{name: why for name, why in _SPECIAL.items() if name in _functions()}}
+
 
 @attrs.frozen
 class NamedStatement:
-    """A statement attribute as its defining class has it: a str, or a tuple of str."""
+    """A statement attribute (`SQL_*`) of a store class, as its defining class has it."""
 
     owner: type[Any]
     attribute: str
-    value: str | tuple[str, ...]
+    value: str
 
-    def texts(self) -> tuple[tuple[int | None, str], ...]:
-        """(element index or None, text) of each statement it holds."""
-        if isinstance(self.value, str):
-            return ((None, self.value),)
-        return tuple(enumerate(self.value))
-
-
-def _is_statement(value: object) -> bool:
-    return isinstance(value, str) or (isinstance(value, tuple) and all(isinstance(v, str) for v in value))
+    def texts(self) -> tuple[tuple[None, str]]:
+        return ((None, self.value),)
 
 
 def _definer(cls: type[Any], attribute: str) -> type[Any] | None:
     """The class of `cls`'s MRO whose own attribute `attribute` is; None if it has none."""
     return next((k for k in cls.__mro__ if attribute in vars(k)), None)
-
-
-def statements(machine: str) -> tuple[NamedStatement, ...]:
-    """Every statement `machine` runs, each once, in role then MRO then definition order."""
-    found: dict[tuple[type[Any], str], NamedStatement] = {}
-    for role in _roles(machine):
-        for klass in role.cls.__mro__:
-            for attribute, value in vars(klass).items():
-                if not attribute.startswith("SQL_") or not _is_statement(value):
-                    continue
-                if _definer(role.cls, attribute) is not klass:
-                    continue  # overridden further down: the machine never runs this text
-                if role.runs is None or attribute in role.runs:
-                    found.setdefault((klass, attribute), NamedStatement(klass, attribute, value))
-    return tuple(found.values())
 
 
 def _roles(machine: str) -> tuple[Role, ...]:
@@ -120,33 +125,79 @@ def _roles(machine: str) -> tuple[Role, ...]:
     return ROLES[machine]
 
 
+def statements(machine: str) -> tuple[NamedStatement, ...]:
+    """Every statement (`SQL_*`: a call of a database function) `machine`'s store classes
+    run, each once, in role then MRO then definition order."""
+    found: dict[tuple[type[Any], str], NamedStatement] = {}
+    for role in _roles(machine):
+        for klass in role.cls.__mro__:
+            for attribute, value in vars(klass).items():
+                if not attribute.startswith("SQL_") or not isinstance(value, str):
+                    continue
+                if _definer(role.cls, attribute) is not klass:
+                    continue  # overridden further down: the machine never runs this text
+                if role.runs is None or attribute in role.runs:
+                    found.setdefault((klass, attribute), NamedStatement(klass, attribute, value))
+    return tuple(found.values())
+
+
+def _calls(text: str) -> list[str]:
+    """The shipped functions `text` calls (a name followed by `(`), in order, each once."""
+    known = _functions()
+    sig = [t for t in tokenize(text) if t.kind not in (Kind.SPACE, Kind.COMMENT)]
+    found: list[str] = []
+    for token, after in itertools.pairwise(sig):
+        name = token.text.lower()
+        if token.kind is Kind.WORD and after.kind is Kind.OPEN and name in known and name not in found:
+            found.append(name)
+    return found
+
+
+@functools.cache
+def functions_of(machine: str) -> tuple[str, ...]:
+    """The functions `machine`'s mutants are made of: those its store classes call, then
+    those these call, and so on (first seen first), less the ones left out (`not_mutated`)."""
+    reached: list[str] = []
+    pending = [name for statement in statements(machine) for name in _calls(statement.value)]
+    while pending:
+        name = pending.pop(0)
+        if name in reached:
+            continue
+        reached.append(name)
+        pending += _calls(_functions()[name].body)
+    skipped = not_mutated()
+    return tuple(name for name in reached if name not in skipped)
+
+
 @attrs.frozen
 class GeneratedMutant:
-    """One single-site mutation of one statement of one machine."""
+    """One single-site mutation of the body of one function of one machine."""
 
-    name: str  # e.g. "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/4"
+    name: str  # e.g. "lp_renew/drop-conjunct/4", "lifecycle:lp_enter/drop-not/1"
     machine: str
-    owner: str  # the class that defines the statement
-    attribute: str
-    element: int | None  # index inside a tuple-valued attribute, else None
+    function: str
     mutation: Mutation
     kind: str  # "race" (visible only under concurrency) or "sequential"
     stands_for: str
 
-    def mutated_value(self, original: str | tuple[str, ...]) -> str | tuple[str, ...]:
-        """The attribute's value with this mutation in place: the tuple keeps its length."""
-        if self.element is None:
-            return self.mutation.sql
-        elements = list(original)
-        elements[self.element] = self.mutation.sql
-        return tuple(elements)
+    @property
+    def patch(self) -> Patch:
+        """The edit of the shipped function: its whole body, mutated at the one site."""
+        return Patch(self.function, _functions()[self.function].body, self.mutation.sql)
+
+    @property
+    def diff(self) -> str:
+        """The mutant as a unified diff of the function's body."""
+        original = _functions()[self.function].body.splitlines(keepends=True)
+        mutated = self.mutation.sql.splitlines(keepends=True)
+        return "".join(difflib.unified_diff(original, mutated, self.function, self.name, n=1))
 
     def classes(self) -> dict[str, type[Any]]:
-        """The adapter's keyword arguments: each role class, mutated where it inherits the statement."""
+        """The adapter's keyword arguments: each role class, the first one carrying the patch."""
         return dict(_mutant_classes(self))
 
     def adapter(self, dsn: str) -> Any:
-        """The bundled adapter of this mutant's machine running the mutated classes, on database `dsn`."""
+        """The bundled adapter of this mutant's machine running the mutated function, on database `dsn`."""
         classes = self.classes()
         if self.machine == "delivery":
             from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
@@ -165,15 +216,14 @@ class GeneratedMutant:
 
 @functools.cache
 def _mutant_classes(mutant: GeneratedMutant) -> Mapping[str, type[Any]]:
-    """One subclass per role that inherits the mutated statement, differing in that attribute only."""
-    slug = re.sub(r"\W+", "_", mutant.name.removeprefix("lifecycle:").split(".", 1)[1]).strip("_")
+    """The role classes, the first subclassed to list the patch (the adapter installs the
+    patches every role class lists, so one is enough)."""
+    slug = re.sub(r"\W+", "_", mutant.name.removeprefix("lifecycle:")).strip("_")
     classes: dict[str, type[Any]] = {}
-    for role in _roles(mutant.machine):
+    for k, role in enumerate(_roles(mutant.machine)):
         cls = role.cls
-        definer = _definer(cls, mutant.attribute)
-        if definer is not None and definer.__name__ == mutant.owner:
-            mutated = mutant.mutated_value(getattr(cls, mutant.attribute))
-            cls = type(f"{cls.__name__}__{slug}", (cls,), {mutant.attribute: mutated})
+        if k == 0:
+            cls = type(f"{cls.__name__}__{slug}", (cls,), {"FUNCTIONS": (*cls.FUNCTIONS, mutant.patch)})
         classes[role.keyword] = cls
     return classes
 
@@ -187,31 +237,24 @@ def generated_mutants(machine: str | None = None) -> tuple[GeneratedMutant, ...]
 
 @functools.cache
 def _generated(machine: str) -> tuple[GeneratedMutant, ...]:
-    # A statement the lifecycle machine borrows from the delivery store has a
-    # delivery mutant of the same name: the lifecycle one is prefixed.
-    borrowed = {(s.owner, s.attribute) for s in statements("delivery")} if machine == "lifecycle" else set()
+    # A function the delivery machine runs too has a delivery mutant of the same name:
+    # the lifecycle one is prefixed.
+    shared = set(functions_of("delivery")) if machine == "lifecycle" else set()
     found: list[GeneratedMutant] = []
-    for statement in statements(machine):
-        prefix = "lifecycle:" if (statement.owner, statement.attribute) in borrowed else ""
-        for element, text in statement.texts():
-            label = statement.attribute + ("" if element is None else f"[{element}]")
-            site_mutations = mutations(text)
-            if element is not None and collapse_whitespace(text) != DROPPED_STATEMENT:
-                dropped = collapse_whitespace(text)
-                site_mutations.append(Mutation("drop-statement", 1, dropped, DROPPED_STATEMENT, DROPPED_STATEMENT))
-            found.extend(
-                GeneratedMutant(
-                    name=f"{prefix}{statement.owner.__name__}.{label}/{mutation.operator}/{mutation.site}",
-                    machine=machine,
-                    owner=statement.owner.__name__,
-                    attribute=statement.attribute,
-                    element=element,
-                    mutation=mutation,
-                    kind="race" if mutation.operator in RACE_OPERATORS else "sequential",
-                    stands_for=f"{label}: {describe(mutation, text)}",
-                )
-                for mutation in site_mutations
+    for name in functions_of(machine):
+        body = _functions()[name].body
+        prefix = "lifecycle:" if name in shared else ""
+        found.extend(
+            GeneratedMutant(
+                name=f"{prefix}{name}/{mutation.operator}/{mutation.site}",
+                machine=machine,
+                function=name,
+                mutation=mutation,
+                kind="race" if mutation.operator in RACE_OPERATORS else "sequential",
+                stands_for=f"{name}: {describe(mutation, body)}",
             )
+            for mutation in mutations(body)
+        )
     return tuple(found)
 
 
@@ -251,7 +294,7 @@ def _operand(fragment: str, joiner: str) -> str:
 
 
 def describe(mutation: Mutation, original: str) -> str:
-    """One line on what the mutation changes, in the statement's own words."""
+    """One line on what the mutation changes, in the function's own words."""
     op, before, after = mutation.operator, mutation.before, mutation.after
     line = _quoted(_site_line(original, mutation.sql))
     if op == "drop-conjunct":
@@ -267,7 +310,7 @@ def describe(mutation: Mutation, original: str) -> str:
     if op == "drop-order-key":
         return f"drops the order key {_quoted(before.strip(', '))}"
     if op == "drop-lock":
-        return f"drops the row lock {_quoted(before)}"
+        return f"drops the row lock {_quoted(before)} in {line}"
     if op == "drop-skip-locked":
         return "waits for rows another transaction holds: drops SKIP LOCKED"
     if op == "try-advisory-lock":
@@ -282,18 +325,29 @@ def describe(mutation: Mutation, original: str) -> str:
         return f"drops {_quoted(before)}: a duplicate raises instead of being skipped"
     if op == "drop-statement":
         return f"skips the statement {_quoted(before)}"
-    # flip-comparison, flip-arithmetic, reverse-order-key, drop-assignment, drop-not
+    if op == "drop-return":
+        return f"goes on past the RETURN in {line}"
+    if op == "drop-assignment" and before.startswith(":="):
+        return f"leaves the variable NULL: drops the initial value in {line}"
+    if op == "drop-assignment" and not after:
+        return f"skips the assignment {_quoted(before)}"
+    if op == "negate-condition":
+        return f"takes the other branch: {_quoted(before)} becomes {_quoted(after)}"
+    # flip-comparison, flip-arithmetic, reverse-order-key, drop-assignment (SET), drop-not
     return f"{_quoted(before)} becomes {_quoted(after)}"
 
 
 __all__ = [
     "MACHINES",
     "RACE_OPERATORS",
+    "ROLES",
     "GeneratedMutant",
     "NamedStatement",
     "Role",
     "by_name",
     "describe",
+    "functions_of",
     "generated_mutants",
+    "not_mutated",
     "statements",
 ]

@@ -1,29 +1,33 @@
-"""Mechanical mutation of one SQL statement, one site at a time.
+"""Mechanical mutation of SQL and PL/pgSQL text, one site at a time.
 
 A conformance suite is only as good as the bugs it catches, and the bugs a
 reviewer happens to think of (the hand-written mutants in `impl/mutants/delivery.py`)
-are a sample chosen by the same mind that wrote the statements. This module
+are a sample chosen by the same mind that wrote the code. This module
 generates the rest mechanically, in the spirit of SQLMutation (Tuya, Suárez-
-Cabal and de la Riva) and mutmut: every operator below rewrites one *site*
-of one statement (one conjunct dropped, one comparison flipped, one literal
-moved by one, one row lock removed) and keeps every other byte of the text,
-so a reader can diff a mutant against the statement it came from. The
-bundled stores keep each statement as a named class attribute, so a mutant
-store differs from the real one in exactly one attribute; a suite is then
-measured by how many of these mutants it kills.
+Cabal and de la Riva), mutmut and PIT: every operator below rewrites one
+*site* of one text (one conjunct dropped, one comparison flipped, one literal
+moved by one, one row lock removed, one IF condition negated, one assignment
+skipped) and keeps every other byte of it, so a reader can diff a mutant
+against the text it came from. The bundled implementation is a set of
+database functions (`impl/migrations/0006_database_api.sql`), so the text
+mutated is a function's body: PL/pgSQL (its SQL statements and its control
+flow) or a SQL function's one statement (`catalogue.py` chooses the bodies).
 
 Why one site only: a mutant that changes two things at once is killed when
 either change is visible, so it says little about the suite; a single-site
-mutant that survives names one precise fact about the statement that no
-test pins down (or, sometimes, shows the site does not matter: an
-equivalent mutant). Higher-order combinations are a matter for the caller.
+mutant that survives names one precise fact about the code that no test pins
+down (or, sometimes, shows the site does not matter: an equivalent mutant).
+Higher-order combinations are a matter for the caller.
 
-The module is pure text: a small tokenizer for the SQL the stores write
-(PostgreSQL syntax with psycopg placeholders), a light structural reading
-on top of it (parenthesis and CASE nesting, condition clauses and their
-AND/OR chains, ORDER BY keys, locking clauses, SET lists), and one small
-function per operator. It never talks to a database; the enum values that
-`replace-literal` cycles through are read from the shipped migrations.
+The module is pure text: a small tokenizer for what the functions are written
+in (PostgreSQL's SQL, psycopg placeholders, PL/pgSQL's `:=` and `#directives`),
+a light structural reading on top of it (parenthesis and CASE nesting,
+statements separated by `;`, conditions and their AND/OR chains: WHERE, ON,
+HAVING, CASE WHEN, and PL/pgSQL's IF / ELSIF / WHILE / EXIT WHEN, the
+right-hand side of an assignment and the value of a RETURN; ORDER BY keys,
+locking clauses, SET lists), and one small function per operator. It never
+talks to a database; the enum values that `replace-literal` cycles through are
+read from the shipped migrations.
 """
 
 from __future__ import annotations
@@ -73,9 +77,12 @@ class Token:
 
 # Longest first, so `<=` is never read as `<` then `=`. Deliberately not
 # PostgreSQL's full operator grammar: the comparison and arithmetic operators
-# must come out as tokens of their own, and `=>` (a named argument) must not
-# be mistaken for `=`.
-_OPERATORS = ("->>", "#>>", "=>", "<=", ">=", "<>", "!=", "->", "#>", "||", "@>", "<@", "&&", "!~", "~*")
+# must come out as tokens of their own, `=>` (a named argument) and `:=` (a
+# PL/pgSQL assignment) must not be mistaken for `=`, nor the shifts `>>` and
+# `<<` for two comparisons.
+_OPERATORS = (
+    "->>", "#>>", ":=", "=>", "<=", ">=", "<>", "!=", "->", "#>", "||", "@>", "<@", "&&", "!~", "~*", ">>", "<<",
+)  # fmt: skip
 _OPERATOR_CHARS = "+-*/<>=~!@#%^&|`?"
 
 
@@ -100,6 +107,11 @@ def _scan(sql: str, i: int) -> tuple[Kind, int]:
         return Kind.COMMENT, len(sql) if newline < 0 else newline
     if sql.startswith("/*", i):
         return Kind.COMMENT, _end_of_block_comment(sql, i)
+    if c == "#" and ahead.isalpha() and sql[sql.rfind("\n", 0, i) + 1 : i].strip() == "":
+        # A PL/pgSQL compiler directive (`#variable_conflict use_column`), alone on its
+        # line at the head of a body: no code to mutate.
+        newline = sql.find("\n", i)
+        return Kind.COMMENT, len(sql) if newline < 0 else newline
     if c in "eE" and ahead == "'":
         return Kind.STRING, _end_of_quoted(sql, i + 1, "'", backslashes=True)
     if c == "'":
@@ -258,7 +270,7 @@ _SUBQUERY_STARTS = frozenset({"SELECT", "WITH", "VALUES", "TABLE"})
 _CLAUSES_AFTER_CONDITION = frozenset(
     {
         "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "OFFSET", "FETCH", "FOR", "RETURNING", "UNION",
-        "INTERSECT", "EXCEPT", "ON", "DO",
+        "INTERSECT", "EXCEPT", "ON", "DO", "INTO", "LOOP",
     }
 )
 _JOIN_WORDS = frozenset({"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "OUTER"})
@@ -267,14 +279,30 @@ _ENDS_OF = {
     "HAVING": _CLAUSES_AFTER_CONDITION,
     "ON": _CLAUSES_AFTER_CONDITION | _JOIN_WORDS | {"WHERE", "USING"},
     "WHEN": frozenset({"THEN"}),
+    # PL/pgSQL: the conditions of its control flow (EXIT WHEN is WHEN's, up to its `;`) ...
+    "IF": frozenset({"THEN"}),
+    "ELSIF": frozenset({"THEN"}),
+    "WHILE": frozenset({"LOOP"}),
+    # ... and the expressions it computes: an assignment's right-hand side and a
+    # RETURN's value, each up to its `;`. Read as boolean expressions (their AND/OR
+    # chains, comparisons and NOTs are sites) but never replaced whole by `true`.
+    ":=": frozenset(),
+    "RETURN": frozenset(),
 }
+# Conditions that choose rows; and those that choose a branch of control flow.
+_FILTERS = frozenset({"WHERE", "HAVING", "ON"})
+_BRANCHES = frozenset({"IF", "ELSIF", "WHILE", "WHEN"})
+# Where a PL/pgSQL statement list begins (a statement starts after one of these, or after `;`).
+_STATEMENT_LEADS = frozenset({"BEGIN", "THEN", "ELSE", "LOOP", "DECLARE"})
+# A statement that writes rows, which drop-statement skips.
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE"})
 # After these keywords an expression begins: a `+` or `-` right after one is unary.
 _EXPRESSION_LEADS = frozenset(
     {
         "SELECT", "WHERE", "AND", "OR", "NOT", "ON", "SET", "WHEN", "THEN", "ELSE", "CASE", "IS", "IN",
         "BETWEEN", "LIKE", "ILIKE", "SIMILAR", "BY", "RETURNING", "VALUES", "HAVING", "LIMIT", "OFFSET",
         "DISTINCT", "ALL", "ANY", "SOME", "EXISTS", "FROM", "JOIN", "USING", "ESCAPE", "DO", "INTO", "AS", "TO",
-        "AT", "ARRAY", "OVERLAPS",
+        "AT", "ARRAY", "OVERLAPS", "RETURN", "IF", "ELSIF", "WHILE", "PERFORM", "QUERY",
     }
 )
 _ORDER_KEY_ENDS = frozenset(
@@ -288,7 +316,8 @@ _SET_LIST_ENDS = frozenset({"FROM", "WHERE", "RETURNING"})
 
 @attrs.frozen
 class Condition:
-    """One WHERE, HAVING, join ON or CASE WHEN condition: sig tokens [first, stop)."""
+    """One WHERE, HAVING, join ON, CASE WHEN, IF, ELSIF, WHILE or EXIT WHEN condition, or
+    the expression of an assignment (`:=`) or a RETURN: sig tokens [first, stop)."""
 
     keyword: str
     first: int
@@ -330,6 +359,12 @@ class Statement:
         self.sig = tuple(t for t in self.tokens if t.kind not in (Kind.SPACE, Kind.COMMENT))
         self._raw_index = {t.start: k for k, t in enumerate(self.tokens)}
         self.partner, self.parent = _nesting(self.sig)
+        # Which `;`-separated statement (of a PL/pgSQL body) each token is in.
+        self.statement: list[int] = []
+        count = 0
+        for token in self.sig:
+            self.statement.append(count)
+            count += token.text == ";"
         self.conditions = tuple(self._find_conditions())
         chains: list[Chain] = []
         singles: list[tuple[str, int, int]] = []
@@ -382,8 +417,33 @@ class Statement:
         return parts
 
     def level_before(self, i: int) -> Iterator[int]:
-        """The tokens before i at its level, nearest first."""
-        return (j for j in range(i - 1, -1, -1) if self.parent[j] == self.parent[i])
+        """The tokens before i at its level and in its statement, nearest first."""
+        return (
+            j
+            for j in range(i - 1, -1, -1)
+            if self.parent[j] == self.parent[i] and self.statement[j] == self.statement[i]
+        )
+
+    def statement_start(self, i: int) -> int:
+        """The first token of the PL/pgSQL statement token i (at the top level) is in: the
+        one after the `;` or the keyword that opens its statement list."""
+        for j in range(i - 1, -1, -1):
+            if self.parent[j] == self.parent[i] and (self.at(j).text == ";" or self.word(j) in _STATEMENT_LEADS):
+                return j + 1
+        return 0
+
+    def statement_end(self, i: int) -> int:
+        """The index of the `;` that ends the statement token i is in (len(sig) if none)."""
+        return next((j for j in range(i, len(self.sig)) if self.at(j).text == ";"), len(self.sig))
+
+    def in_declarations(self, i: int) -> bool:
+        """Whether token i is in a DECLARE section (before its block's BEGIN)."""
+        for j in range(i - 1, -1, -1):
+            if self.word(j) == "BEGIN":
+                return False
+            if self.word(j) == "DECLARE":
+                return True
+        return False
 
     def text(self, first: int, stop: int) -> str:
         return self.sql[self.at(first).start : self.at(stop - 1).end]
@@ -399,7 +459,7 @@ class Statement:
         before = self.tokens[k - 1] if k > 0 else _END
         after_k = self._raw_index[self.at(stop - 1).start] + 1
         after = self.tokens[after_k] if after_k < len(self.tokens) else _END
-        line_comment_before = k > 1 and self.tokens[k - 2].text.startswith("--")
+        line_comment_before = k > 1 and self.tokens[k - 2].kind is Kind.COMMENT and self.tokens[k - 2].text[:2] != "/*"
         if before.kind is Kind.SPACE and not line_comment_before:
             return before.start, end
         if after.kind is Kind.SPACE:
@@ -417,9 +477,13 @@ class Statement:
 
     def _find_conditions(self) -> Iterator[Condition]:
         for i, token in enumerate(self.sig):
-            keyword = token.word
+            keyword = ":=" if token.text == ":=" else token.word
             if keyword not in _ENDS_OF or (keyword == "ON" and not self._is_join_condition(i)):
                 continue
+            if keyword == "IF" and self.word(i - 1) == "END":
+                continue  # END IF
+            if keyword == "RETURN" and self.word(i + 1) in ("QUERY", "NEXT"):
+                continue  # its query's own conditions are read where they are
             stop = self._condition_stop(i + 1, _ENDS_OF[keyword])
             if stop > i + 1:
                 yield Condition(keyword, i + 1, stop)
@@ -488,6 +552,14 @@ class Statement:
 
     def in_condition(self, i: int) -> bool:
         return any(c.first <= i < c.stop for c in self.conditions)
+
+    def searched(self, condition: Condition) -> bool:
+        """Whether a condition is a truth value: not the value a simple CASE's WHEN
+        compares with (`CASE kind WHEN 'event' THEN …`)."""
+        if condition.keyword != "WHEN":
+            return True
+        case = self.parent[condition.first - 1]
+        return case < 0 or self.word(case) != "CASE" or self.word(case + 1) == "WHEN"
 
     def predicate_around(self, first: int, stop: int) -> tuple[int, int]:
         """The smallest predicate (operand of a condition) holding sig [first, stop)."""
@@ -614,8 +686,8 @@ def _nesting(sig: Sequence[Token]) -> tuple[dict[int, int], list[int]]:
                 opener = stack.pop()  # an unclosed CASE inside parentheses
             partner[opener], partner[i] = i, opener
         parent.append(stack[-1] if stack else -1)
-        if token.kind is Kind.OPEN or token.word == "CASE":
-            stack.append(i)
+        if token.kind is Kind.OPEN or (token.word == "CASE" and not (i and sig[i - 1].word == "END")):
+            stack.append(i)  # (not the CASE of a PL/pgSQL `END CASE`)
     return partner, parent
 
 
@@ -664,20 +736,22 @@ def _removal_of_operand(s: Statement, operands: Sequence[tuple[int, int]], k: in
 
 
 def drop_conjunct(s: Statement) -> Iterator[_Edit]:
-    """Each operand of an AND chain of a WHERE, ON or HAVING condition removed; a
+    """Each operand of an AND chain of a condition (not a CASE WHEN's) or of an
+    assigned or returned expression removed; a WHERE, ON, HAVING, IF, ELSIF or WHILE
     condition (or group) of one predicate becomes `true`."""
     for chain in s.chains:
         if chain.joiner == "AND" and chain.keyword != "WHEN":
             for k in range(len(chain.operands)):
                 yield _removal_of_operand(s, chain.operands, k)
     for keyword, first, stop in s.singles:
-        if keyword != "WHEN":
+        if keyword in _FILTERS or (keyword in _BRANCHES and keyword != "WHEN"):
             start, end = s.span(first, stop)
             yield _Edit(start, start, end, "true")
 
 
 def drop_disjunct(s: Statement) -> Iterator[_Edit]:
-    """Each operand of an OR chain of a WHERE, ON or HAVING condition removed."""
+    """Each operand of an OR chain of a condition (not a CASE WHEN's) or of an assigned
+    or returned expression removed."""
     for chain in s.chains:
         if chain.joiner == "OR" and chain.keyword != "WHEN":
             for k in range(len(chain.operands)):
@@ -685,12 +759,14 @@ def drop_disjunct(s: Statement) -> Iterator[_Edit]:
 
 
 _FLIPPED = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "=": "<>", "<>": "=", "!=": "="}
+_TRUTHS = frozenset({"NULL", "TRUE", "FALSE", "UNKNOWN"})
 
 
 def flip_comparison(s: Statement) -> Iterator[_Edit]:
-    """Each comparison of a condition flipped: `<`↔`<=`, `>`↔`>=`, `=`↔`<>`, and
-    IS [NOT] NULL, IS [NOT] DISTINCT FROM negated. `=` outside a condition (SET,
-    DO UPDATE SET) is an assignment, and `=>` a named argument: neither is touched."""
+    """Each comparison of a condition (or of an assigned or returned expression) flipped:
+    `<`↔`<=`, `>`↔`>=`, `=`↔`<>`, and IS [NOT] NULL / TRUE / FALSE / UNKNOWN, IS [NOT]
+    DISTINCT FROM negated. `=` outside a condition (SET, DO UPDATE SET) is an assignment,
+    `=>` a named argument and `:=` a PL/pgSQL assignment: none is touched."""
     for i, token in enumerate(s.sig):
         if not s.in_condition(i):
             continue
@@ -699,7 +775,7 @@ def flip_comparison(s: Statement) -> Iterator[_Edit]:
         elif token.word == "IS":
             negated = s.word(i + 1) == "NOT"
             subject = i + 2 if negated else i + 1
-            if s.word(subject) == "NULL" or (s.word(subject) == "DISTINCT" and s.word(subject + 1) == "FROM"):
+            if s.word(subject) in _TRUTHS or (s.word(subject) == "DISTINCT" and s.word(subject + 1) == "FROM"):
                 stop = subject + (2 if s.word(subject) == "DISTINCT" else 1)
                 if negated:  # drop NOT and the space after it
                     site, new = (s.at(i + 1).start, s.at(subject).start), ""
@@ -720,14 +796,27 @@ def flip_arithmetic(s: Statement) -> Iterator[_Edit]:
 
 def off_by_one(s: Statement) -> Iterator[_Edit]:
     """Each integer literal n becomes n+1, and n-1 unless n is 0. ORDER BY / GROUP BY
-    positions are left alone: they name a column, and position 0 does not exist."""
+    positions are left alone: they name a column, and position 0 does not exist; so is
+    the constant that is the whole select list of a PERFORM or of an EXISTS subquery
+    (`PERFORM 1 FROM …`, `EXISTS (SELECT 1 FROM …)`): only whether a row comes back
+    is read, never what it holds."""
     positional = s.positional_keys()
     for i, token in enumerate(s.sig):
-        if token.kind is Kind.NUMBER and token.text.isdigit() and i not in positional:
+        if token.kind is Kind.NUMBER and token.text.isdigit() and i not in positional and not _unread(s, i):
             n = int(token.text)
             yield _Edit(token.start, token.start, token.end, str(n + 1))
             if n > 0:
                 yield _Edit(token.start, token.start, token.end, str(n - 1))
+
+
+def _unread(s: Statement, i: int) -> bool:
+    """Whether token i is the whole select list of a PERFORM or an EXISTS subquery."""
+    if s.word(i + 1) != "FROM" or s.word(i - 1) not in ("PERFORM", "SELECT"):
+        return False
+    if s.word(i - 1) == "PERFORM":
+        return True
+    opener = s.parent[i - 1]
+    return opener >= 0 and s.at(opener).kind is Kind.OPEN and s.word(opener - 1) == "EXISTS"
 
 
 _CLOCK = "LP_NOW"
@@ -803,8 +892,20 @@ def try_advisory_lock(s: Statement) -> Iterator[_Edit]:
 
 def drop_assignment(s: Statement) -> Iterator[_Edit]:
     """Each `col = expr` of UPDATE … SET and DO UPDATE SET becomes `col = <target>.col`:
-    the column keeps its old value and the statement stays valid."""
+    the column keeps its old value and the statement stays valid. Each PL/pgSQL
+    assignment `target := expr;` is skipped (the variable keeps the value it had), and
+    a declaration's `:= expr` removed (the variable starts NULL)."""
     for i in range(len(s.sig)):
+        if s.at(i).text == ":=" and s.parent[i] < 0:
+            end = s.statement_end(i)
+            if s.in_declarations(i):
+                start, stop = s.removal(i, end)
+                yield _Edit(s.at(i).start, start, stop, "")
+            else:
+                first = s.statement_start(i)
+                start, stop = s.removal(first, end + 1)
+                yield _Edit(s.at(first).start, start, stop, "")
+            continue
         qualifier = _update_target(s, i) if s.word(i) == "SET" else None
         if qualifier is None:
             continue
@@ -924,7 +1025,11 @@ def _joined_names(s: Statement, join: int) -> set[str]:
 
 
 def _locks_of_query(s: Statement, i: int) -> list[LockingClause]:
-    return [clause for clause in s.locking_clauses if s.parent[clause.first] == s.parent[i]]
+    return [
+        clause
+        for clause in s.locking_clauses
+        if s.parent[clause.first] == s.parent[i] and s.statement[clause.first] == s.statement[i]
+    ]
 
 
 def drop_on_conflict(s: Statement) -> Iterator[_Edit]:
@@ -944,6 +1049,41 @@ def drop_not(s: Statement) -> Iterator[_Edit]:
         unary = s.word(i - 1) != "IS" and s.word(i + 1) not in ("NULL", "DISTINCT")
         if token.word == "NOT" and s.in_condition(i) and unary:
             yield _predicate_edit(s, i, i + 1, (token.start, s.at(i + 1).start), "")
+
+
+def negate_condition(s: Statement) -> Iterator[_Edit]:
+    """Each condition of control flow (IF, ELSIF, WHILE, CASE WHEN, EXIT WHEN) negated
+    whole, `c` becoming `NOT (c)`: the other branch is taken. Not a condition that is
+    one NOT already (drop-not's)."""
+    for condition in s.conditions:
+        if condition.keyword not in _BRANCHES or not s.searched(condition):
+            continue
+        first, stop = condition.first, condition.stop
+        alone = len(s.split(first, stop, lambda j: s.word(j) in ("AND", "OR"))) == 1
+        if alone and s.word(first) == "NOT":
+            continue
+        start, end = s.span(first, stop)
+        word = "NOT" if s.sql[start:end] == s.sql[start:end].upper() or s.word(first - 1).isupper() else "not"
+        yield _Edit(start, start, end, f"{word} ({s.sql[start:end]})")
+
+
+def drop_return(s: Statement) -> Iterator[_Edit]:
+    """Each bare PL/pgSQL `RETURN;` removed: the function goes on past it."""
+    for i in range(len(s.sig)):
+        if s.word(i) == "RETURN" and s.at(i + 1).text == ";":
+            start, end = s.removal(i, i + 2)
+            yield _Edit(s.at(i).start, start, end, "")
+
+
+def drop_statement(s: Statement) -> Iterator[_Edit]:
+    """Each statement of a PL/pgSQL body (or of a `;`-separated list) that writes rows
+    (INSERT, UPDATE, DELETE) skipped, with its `;`."""
+    for i in range(len(s.sig)):
+        if s.word(i) in _WRITES and s.parent[i] < 0 and s.statement_start(i) == i:
+            end = s.statement_end(i)
+            if end < len(s.sig):
+                start, stop = s.removal(i, end + 1)
+                yield _Edit(s.at(i).start, start, stop, "")
 
 
 # Each operator by name, in the order mutations are listed.
@@ -966,6 +1106,9 @@ _OPERATORS_BY_NAME: dict[str, Callable[[Statement], Iterator[_Edit]]] = {
     "left-join": left_join,
     "drop-on-conflict": drop_on_conflict,
     "drop-not": drop_not,
+    "negate-condition": negate_condition,
+    "drop-return": drop_return,
+    "drop-statement": drop_statement,
 }
 OPERATORS: tuple[str, ...] = tuple(_OPERATORS_BY_NAME)
 
