@@ -1,253 +1,268 @@
-"""Race mutants: bugs that are correct one operation at a time and wrong under concurrency.
+"""Race mutants: variants of the bundled machines that are correct one operation at
+a time and wrong only under concurrency.
 
-Each variant of the bundled store (or replica engine) runs every operation
-exactly as the real one does when nothing else runs: the sequential
-lockstep suite passes it (tests/conformance/concurrent/test_interleavings.py proves that), and
-only a forced interleaving (the statement gate, `impl/hooks/gate.py`) shows it.
-They are kept apart from `impl/mutants/delivery.py` and `impl/mutants/lifecycle.py`,
-whose registries are asserted to be killed by sequential search.
+Each reintroduces a race the implementation once had, or could have, and
+says which bug class it stands for. Every operation of the bundled stores is
+one database function (`impl/migrations/0006_database_api.sql`), so each race
+mutant is an edit of one function (`FUNCTIONS`: `Patch`es of the shipped
+bodies, derived from their text, not copies of it), which the adapters
+install in their test database. Most split one atomic statement into a read
+and a write: a statement boundary the race lives in, where a forced
+interleaving parks a client (`impl/hooks/gate.py`: an `instrumented` variant of
+the mutant has a point at every statement boundary). Others drop a lock, or
+the turn sweeps take.
 
-Most of them split one atomic statement into a read and a write. The
-bundled method runs that statement through `_one` (or `_statement`, for a
-statement that is its own transaction); the variant intercepts it there, so
-the rest of the method (scope checks, fences, how the outcome is built) is
-the bundled code, and the write keeps the statement's name: a
-schedule that pauses "before `store.SQL_CLAIM`" pauses the bundled store
-before its one statement and the variant between its read and its write.
+Each passes the sequential lockstep (tests/conformance/concurrent/test_interleavings.py
+proves it) and is caught by `leaseproof stress`, by a forced interleaving
+(conformance/concurrent/schedules.py, `INTERLEAVINGS`, which the kill matrix
+runs), or both. Unlike the generated mutants (`impl/mutants/generated/`), they
+are written by hand, one per known bug class.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from leaseproof.impl.delivery.store import (
-    _DELIVERY_COLUMNS,
-    FENCE_CTE,
-    FENCED,
-    FENCED_FROM,
-    WRITE_FENCE_CTE,
-    PostgresDeliveryStore,
-)
-from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer, record_from_row, record_params
-from leaseproof.impl.mutants.delivery import Mutant, _swap
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.migrate import Patch, functions
+from leaseproof.impl.mutants.delivery import Mutant, edits
 from leaseproof.impl.mutants.lifecycle import LifecycleMutant
-from leaseproof.model import delivery as m
 
 Store = PostgresDeliveryStore
 
 
-def _between(sql: str, start: str, end: str) -> str:
-    """The text of `sql` from `start` up to (not including) the last `end`."""
-    if start not in sql or end not in sql:
-        raise ValueError(f"statement has no {start!r} ... {end!r}")
-    return start + sql.split(start, 1)[1].rsplit(end, 1)[0]
+def _span(function: str, start: str, end: str) -> str:
+    """The shipped `function`'s text from `start` up to (not including) the first `end` after it."""
+    body = functions()[function].body
+    if body.count(start) != 1 or end not in body[body.index(start) :]:
+        raise ValueError(f"{function}: no single {start!r} ... {end!r}")
+    head = body.index(start)
+    return body[head : body.index(end, head)]
+
+
+def _declare(function: str, *variables: str) -> Patch:
+    """Declare `variables` ("name type") in the shipped `function`, which has no DECLARE or has one."""
+    body = functions()[function].body
+    declared = "".join(f"    {v};\n" for v in variables)
+    if "\nDECLARE\n" in body:
+        return Patch(function, "\nDECLARE\n", "\nDECLARE\n" + declared)
+    return Patch(function, "\nBEGIN\n", "\nDECLARE\n" + declared + "BEGIN\n")
+
+
+# -- lp_claim: the candidate read, then written by key ------------------------------------
+
+# The shipped candidate: the oldest pending row that matches, locked, skipping locked rows.
+_CANDIDATE = _span(
+    "lp_claim", "SELECT d.community_id, d.id FROM workflow_agent_deliveries d", "        FOR UPDATE SKIP LOCKED"
+)
+_CANDIDATE_GATE = "(SELECT e.state = 'active' FROM env e) AND NOT EXISTS (SELECT FROM retried)"
 
 
 class ClaimReadThenUpdate(Store):
-    """Check-then-act on claim: the oldest pending candidate is read in one
-    statement, without `FOR UPDATE SKIP LOCKED`, and then updated by key in a
-    second statement that does not re-check it is still pending. Two
-    claimers that read the same candidate both claim it (a double claim,
-    the second at generation + 2). Both statements check the community's
-    fence as the bundled one does.
+    """Check-then-act on claim: the oldest pending candidate is read in one statement,
+    without `FOR UPDATE SKIP LOCKED`, and then updated by key in a second statement that
+    does not re-check it is still pending. Two claimers that read the same candidate both
+    claim it (a double claim, the second at generation + 2). Both statements run under
+    the community's fence, as the bundled claim does; the write checks the community's
+    state and a request key's lease as the shipped statement does.
 
-    The write leaves a terminal row alone: the schema refuses to move one
-    (migration 0004's guards), so a candidate finished between the read and
-    the write would make the statement raise, and a stress run would end in a
-    fault instead of the double claim this variant stands for (seen in CI:
-    the wire stress test, at random)."""
+    The write leaves a terminal row alone: the schema refuses to move one (migration
+    0004's guards), so a candidate finished between the read and the write would make
+    the statement raise, and a stress run would end in a fault instead of the double
+    claim this variant stands for."""
 
-    SQL_CLAIM_CANDIDATE = f"""
-        WITH {FENCE_CTE}, candidate AS (
-            {_between(Store.SQL_CLAIM, "SELECT community_id, id FROM workflow_agent_deliveries", "FOR UPDATE SKIP LOCKED")}
-        )
-        SELECT {FENCED}, candidate.id FROM {FENCED_FROM} LEFT JOIN candidate ON true
-    """
-    # The bundled claim's assignments, written by key: no re-check that the row is pending.
-    SQL_CLAIM = f"""
-        WITH {FENCE_CTE}, claimed AS (
-            UPDATE workflow_agent_deliveries d
-            {_between(Store.SQL_CLAIM, "SET status = 'claimed'", "FROM candidate")}
-            WHERE (SELECT state = 'active' FROM fence)
-              AND d.community_id = %(community_id)s AND d.id = %(candidate_id)s
-              AND d.status IN ('pending', 'claimed')
-            RETURNING {", ".join("d." + c.strip() for c in _DELIVERY_COLUMNS.split(","))}
-        )
-        SELECT {FENCED}, claimed.* FROM {FENCED_FROM} LEFT JOIN claimed ON true
-    """
+    FUNCTIONS = edits(
+        _declare("lp_claim", "v_candidate uuid"),
+        Patch(
+            "lp_claim",
+            "    RETURN QUERY\n    WITH env AS MATERIALIZED (",
+            "    -- The candidate, read without a lock.\n    "
+            + _CANDIDATE.replace("SELECT d.community_id, d.id FROM", "SELECT d.id INTO v_candidate FROM", 1)
+            .replace(_CANDIDATE_GATE, "true", 1)
+            .rstrip()
+            + ";\n    RETURN QUERY\n    WITH env AS MATERIALIZED (",
+        ),
+        Patch(
+            "lp_claim",
+            _CANDIDATE + "        FOR UPDATE SKIP LOCKED\n",
+            "SELECT p_community AS community_id, v_candidate AS id\n"
+            f"        WHERE v_candidate IS NOT NULL AND {_CANDIDATE_GATE}\n",
+        ),
+        Patch(
+            "lp_claim",
+            "WHERE d.community_id = candidate.community_id AND d.id = candidate.id\n",
+            "WHERE d.community_id = candidate.community_id AND d.id = candidate.id\n"
+            "          AND d.status IN ('pending', 'claimed')\n",
+        ),
+    )
 
-    def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
-        if sql == self.SQL_CLAIM:
-            candidate = super()._statement(self.SQL_CLAIM_CANDIDATE, params)
-            if candidate["id"] is None:
-                return candidate  # no candidate (or a refusal): the bundled claim answers from its fence
-            params = {**params, "candidate_id": candidate["id"]}
-        return super()._statement(sql, params)
+
+# -- lp_finish: the lease checked by a read, the terminal written by key ------------------------
+
+# The lease check of the shipped finish (its UPDATE's WHERE clause, after the row's key).
+_LEASE = _span("lp_finish", "AND d.target_pubkey = p_target\n          AND", "\n        RETURNING d.status")
 
 
 class FinishCheckThenAct(Store):
-    """Check-then-act on finish: the row is read, the lease (status claimed,
-    generation, target, unexpired) is checked in Python, and the terminal is
-    written by key, with no lease in the UPDATE's WHERE. A holder whose
-    check passed settles over whatever happened meanwhile: a reap and a
-    newer holder's claim, or its own concurrent retry with the other
-    outcome (the terminal flips)."""
+    """Check-then-act on finish: the row is read and the lease (status claimed,
+    generation, target, unexpired) checked by one statement, and the terminal is written
+    by key by the next, with no lease in the UPDATE's WHERE. A holder whose check passed
+    settles over whatever happened meanwhile: a reap and a newer holder's claim, or its
+    own concurrent retry with the other outcome (the terminal flips, which the schema
+    refuses: `delivery_terminal_once`)."""
 
-    SQL_FINISH_READ = f"""
-        WITH {WRITE_FENCE_CTE}
-        SELECT {FENCED}, d.status, d.lease_generation, d.target_pubkey, d.lease_until, lp_now() AS now
-        FROM {FENCED_FROM}
-        LEFT JOIN workflow_agent_deliveries d ON d.community_id = %(community_id)s AND d.id = %(delivery_id)s
-    """
-    SQL_FINISH = f"""
-        WITH {WRITE_FENCE_CTE}, settled AS (
-            UPDATE workflow_agent_deliveries
-            {_between(Store.SQL_FINISH, "SET status", "WHERE")}
-            WHERE (SELECT state = 'active' FROM fence)
-              AND community_id = %(community_id)s AND id = %(delivery_id)s
-            RETURNING status
-        )
-        SELECT {FENCED}, settled.status FROM {FENCED_FROM} LEFT JOIN settled ON true
-    """
+    FUNCTIONS = edits(
+        _declare("lp_finish", "v_held boolean"),
+        Patch(
+            "lp_finish",
+            "    WITH env AS MATERIALIZED (",
+            "    -- The lease, checked by a read of its own.\n"
+            "    SELECT true INTO v_held FROM workflow_agent_deliveries d\n"
+            "    WHERE d.community_id = p_community AND d.id = p_delivery\n          "
+            + _LEASE.replace("e.t", "lp_now()")
+            + ";\n    WITH env AS MATERIALIZED (",
+        ),
+        Patch("lp_finish", _LEASE, "AND v_held IS TRUE"),
+    )
 
-    def _statement(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
-        if sql == self.SQL_FINISH:
-            row = super()._statement(self.SQL_FINISH_READ, params)
-            held = (
-                row["status"] == m.Status.CLAIMED.value
-                and row["lease_generation"] == params["lease_generation"]
-                and bytes(row["target_pubkey"]) == params["target_pubkey"]
-                and row["lease_until"] >= row["now"]
-            )
-            if row["community_state"] != m.CommunityState.ACTIVE.value or not held:
-                return {**row, "status": None}  # the bundled finish refuses, or goes on to its reconciliation read
-        return super()._statement(sql, params)
+
+# -- lp_finish: the fence let go before the reconciliation ------------------------------------------
+
+_FENCE = "pg_advisory_xact_lock_shared(lp_fence_key(p_community))"
+_UNFENCE = "PERFORM pg_advisory_unlock_shared(lp_fence_key(p_community));"
 
 
 class ReconcileOutsideTransaction(Store):
-    """The reconciliation read of an uncertain completion does not check the
-    community's fence: after the finish that settled nothing, a community
-    deletion that commits before the read purges the row, and the same
-    holder's retry is told `LeaseLost`, an outcome no serial order gives
-    (before the deletion it is `AlreadyTerminal`, after it
-    `CommunityNotWritable`). (Named from when the store's finish was one
-    transaction and this read ran after it, outside the share lock.)"""
+    """The reconciliation read of an uncertain completion runs outside the community's
+    fence: the finish takes the fence as a session's lock and lets it go once its write
+    is done (or failed), before the reconciliation. After a finish that settled nothing,
+    a community deletion that commits before the read purges the row, and the same
+    holder's retry is told `LeaseLost`, an outcome no serial order gives (before the
+    deletion it is `AlreadyTerminal`, after it `CommunityNotWritable`). (Named from when
+    the reconciliation was a transaction of its own, after the finish's.)"""
 
-    SQL_FINISH_RECONCILE = """
-        SELECT status FROM workflow_agent_deliveries
-        WHERE community_id = %(community_id)s AND id = %(delivery_id)s
-          AND target_pubkey = %(target_pubkey)s
-          AND lease_generation = %(lease_generation)s
-          AND status IN ('finished', 'failed')
-    """
+    FUNCTIONS = edits(
+        Patch("lp_finish", f"PERFORM {_FENCE}", f"PERFORM {_FENCE.replace('_xact', '')}"),
+        Patch("lp_finish", "    WITH env AS MATERIALIZED (", "    BEGIN\n    WITH env AS MATERIALIZED ("),
+        Patch(
+            "lp_finish",
+            "    FROM env e LEFT JOIN settled s ON true;\n",
+            "    FROM env e LEFT JOIN settled s ON true;\n"
+            f"    EXCEPTION WHEN OTHERS OR query_canceled THEN\n        {_UNFENCE}\n        RAISE;\n    END;\n"
+            f"    {_UNFENCE}\n",
+        ),
+    )
 
-    def finish(self, c: m.Finish) -> Any:
-        params = {
-            "community_id": c.lease.community_id,
-            "delivery_id": c.lease.delivery_id,
-            "target_pubkey": c.lease.target_pubkey,
-            "lease_generation": c.lease.lease_generation,
-            "outcome": c.outcome.value,
-        }
-        row = self._fenced(self.SQL_FINISH, params, c.lease.community_id)
-        if row["status"] is not None:
-            return m.Settled(m.Status(row["status"]))
-        read = self._one(self.SQL_FINISH_RECONCILE, params)  # its own snapshot, no fence
-        return m.LeaseLost() if read is None else m.AlreadyTerminal(m.Status(read["status"]))
+
+# -- lp_commit_deliveries: no turn for the step ---------------------------------------------------
 
 
 class CommitWithoutIdentityLock(Store):
-    """commit_deliveries skips the per-(community, run, step) advisory lock
-    (it computes the key, and locks nothing): two retries of one step both
-    read "no delivery exists yet", so both report `identity_existed=False`
-    and a producer signs its message twice. The unique identity constraint
-    still prevents duplicate rows."""
+    """commit_deliveries skips the per-(community, run, step) advisory lock (it computes
+    the key, and locks nothing): two commits of one step that overlap both read "no
+    delivery of the step exists yet", so both report `identity_existed=False` and a
+    producer signs its message twice. The unique constraints still prevent duplicate
+    rows (a commit of the same ids waits for the other and is sent again by the store,
+    which then sees them: only commits of different targets of the step show it)."""
 
-    SQL_LOCK_IDENTITY = _swap(Store.SQL_LOCK_IDENTITY, "SELECT pg_advisory_xact_lock(", "SELECT (")
+    FUNCTIONS = edits(Patch("lp_commit_deliveries", "pg_advisory_xact_lock(hashtextextended(", "(hashtextextended("))
+
+
+# -- lp_sweep: the expired claims read, then reaped by key; sweeps that do not take turns -----------
+
+_TURN = "PERFORM 1 FROM lp_reaper FOR UPDATE;"
+_NO_TURN = Patch("lp_sweep", _TURN, "PERFORM 1 FROM lp_reaper;")
+_DUE = _span(
+    "lp_sweep", "SELECT d.community_id, d.id FROM workflow_agent_deliveries d", "        FOR UPDATE OF d SKIP LOCKED"
+)
 
 
 class ReapReadThenUpdate(Store):
-    """Check-then-act on the reaper: the expired claims of writable
-    communities are read in one statement and returned to pending by key in
-    a second one that re-checks neither status nor expiry. Two reapers that
-    read the same expired claim both reap it (the generation is bumped
-    twice, both report it), and a claim made in between is stolen."""
+    """Check-then-act on the reaper: the expired claims of writable communities are read
+    in one statement and returned to pending by key in the next, which re-checks neither
+    status nor expiry. Two reapers that read the same expired claim both reap it (the
+    generation is bumped twice, both report it), and a claim made in between is stolen.
+    Sweeps do not take turns either (turns would hide the race)."""
 
-    SQL_ONE_SWEEP_AT_A_TIME = "SELECT 1"  # sweeps that took turns would hide the race
-
-    SQL_REAP_EXPIRED = """
-        SELECT d.community_id, d.id FROM workflow_agent_deliveries d
-        JOIN communities c ON c.id = d.community_id
-        WHERE d.status = 'claimed' AND d.lease_until < lp_now() AND c.state = 'active'
-        FOR SHARE OF c
-    """
-    SQL_REAP = """
-        WITH reaped AS (
-            UPDATE workflow_agent_deliveries d
-            SET status = 'pending', lease_generation = d.lease_generation + 1,
-                lease_until = NULL, claimed_at = NULL, claim_key = NULL
-            FROM unnest(%(community_ids)s::uuid[], %(ids)s::uuid[]) AS k(community_id, id)
-            WHERE d.community_id = k.community_id AND d.id = k.id
-            RETURNING 1
-        )
-        SELECT count(*) AS reaped FROM reaped
-    """
-
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        if sql == self.SQL_REAP:
-            expired = self.conn.execute(self.SQL_REAP_EXPIRED).fetchall()
-            params = {"community_ids": [r["community_id"] for r in expired], "ids": [r["id"] for r in expired]}
-        return super()._one(sql, params)
-
-
-class AdmissionWithoutRowLock(ReplicaEngine):
-    """Admission as a read and then a write: the current runtime row is
-    matched against the selected record exactly as the bundled guard does,
-    but without `FOR SHARE`, and the run is then inserted, pinned to what
-    was read, by a second statement. A definition update, disable or delete
-    that commits in between does not wait for the admission, which then
-    admits (and executes) a revision that is no longer current."""
-
-    SQL_ADMIT_READ = _swap(_between(ReplicaEngine.SQL_ADMIT, "SELECT d.* FROM definition_runtime d", ") r"), "FOR SHARE", "")
-    SQL_ADMIT = """
-        INSERT INTO admitted_runs
-            (community_id, workflow_id, door, owner, channel_id, hash, enabled, incarnation, actions, revision, admitted_at)
-        VALUES (%(community_id)s, %(workflow_id)s, %(door)s, %(owner)s, %(channel_id)s, %(hash)s, %(enabled)s,
-                %(incarnation)s, %(actions)s, %(revision)s, lp_now())
-        RETURNING id, revision
-    """
-
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        if sql == self.SQL_ADMIT:
-            current = super()._one(self.SQL_ADMIT_READ, params)
-            if current is None:
-                return None
-            params = {**record_params(record_from_row(current)), "door": params["door"]}
-        return super()._one(sql, params)
+    FUNCTIONS = edits(
+        _NO_TURN,
+        _declare("lp_sweep", "v_communities uuid[]", "v_ids uuid[]"),
+        Patch(
+            "lp_sweep",
+            "    WITH due AS (\n        " + _DUE + "        FOR UPDATE OF d SKIP LOCKED\n    ), done AS (",
+            "    -- The expired claims, read without a lock.\n    "
+            + _DUE.replace(
+                "SELECT d.community_id, d.id FROM",
+                "SELECT array_agg(d.community_id), array_agg(d.id) INTO v_communities, v_ids FROM",
+                1,
+            ).rstrip()
+            + ";\n    WITH due AS (\n"
+            "        SELECT * FROM unnest(v_communities, v_ids) AS k (community_id, id)\n    ), done AS (",
+        ),
+    )
 
 
 class SweepsOverlap(Store):
     """Found by `leaseproof stress`: reapers do not take turns. The later of two
-    overlapping sweeps waits on a row the earlier one reaps, re-checks it,
-    leaves it, and keeps it locked until it commits; a claimer skips the
-    locked row and claims a younger one, though the oldest was pending."""
+    overlapping sweeps, whose statement began before the earlier one committed, meets a
+    row the earlier one reaped, locks its newest version, re-checks it, leaves it, and
+    keeps it locked until it commits; a claimer skips the locked row and claims a
+    younger one, though the oldest was pending."""
 
-    SQL_ONE_SWEEP_AT_A_TIME = "SELECT 1"
+    FUNCTIONS = edits(_NO_TURN)
+
+
+# -- the lifecycle machine ------------------------------------------------------------------------
+
+# The current runtime row an admission matches its selected record against (the shipped guard).
+_MATCH = _span("lp_admit", "SELECT d.* FROM definition_runtime d", "\n        FOR SHARE")
+_RECORD = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision"
+
+
+class AdmissionWithoutRowLock(ReplicaEngine):
+    """Admission as a read and then a write: the current runtime row is matched against
+    the selected record exactly as the bundled guard does, but without `FOR SHARE`, by one
+    statement, and the run is then inserted, pinned to what was read, by the next. A
+    definition update, disable or delete that commits in between does not wait for the
+    admission, which then admits (and executes) a revision that is no longer current."""
+
+    FUNCTIONS = edits(
+        _declare("lp_admit", "v_current record"),
+        Patch(
+            "lp_admit",
+            "    INSERT INTO admitted_runs\n",
+            "    -- The current row, read without a lock.\n    "
+            + _MATCH.replace("SELECT d.* FROM", "SELECT d.* INTO v_current FROM", 1)
+            + ";\n    INSERT INTO admitted_runs\n",
+        ),
+        Patch(
+            "lp_admit",
+            "(\n        " + _MATCH + "\n        FOR SHARE\n    ) AS r",
+            "(SELECT "
+            + ", ".join(f"v_current.{column}" for column in _RECORD.split(", "))
+            + f" WHERE v_current.community_id IS NOT NULL) AS r ({_RECORD})",
+        ),
+    )
 
 
 class ResumesInterleave(RunResumer):
-    """Found by `leaseproof stress`: resumes of one run do not take turns, so
-    two concurrent resumes interleave their actions in the run's sink."""
+    """Found by `leaseproof stress`: resumes of one run do not take turns (its row is read
+    without `FOR NO KEY UPDATE`), so two concurrent resumes interleave their actions in
+    the run's sink."""
 
-    SQL_PINNED = _swap(RunResumer.SQL_PINNED, " FOR NO KEY UPDATE", "")
+    FUNCTIONS = edits(Patch("lp_resume_run", "WHERE r.id = p_run FOR NO KEY UPDATE;", "WHERE r.id = p_run;"))
 
 
 class AuthorityCheckUnlocked(LifecycleStore):
-    """Found by `leaseproof stress`: the author's channel authority is read
-    without a lock, so a revocation commits between the check and the
-    write, and a revoked author's save or deletion lands after it."""
+    """Found by `leaseproof stress`: the author's channel authority is read without a
+    lock (no `FOR SHARE`), by a save and by a deletion, so a revocation commits between
+    the check and the write, and a revoked author's save or deletion lands after it."""
 
-    SQL_HAS_AUTHORITY = _swap(LifecycleStore.SQL_HAS_AUTHORITY, "FOR SHARE", "")
+    FUNCTIONS = edits(
+        Patch("lp_save_definition", "a.member = p_author\n    FOR SHARE;", "a.member = p_author;"),
+        Patch("lp_delete_definition", "a.member = p_author\n    FOR SHARE;", "a.member = p_author;"),
+    )
 
 
 DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
@@ -258,6 +273,7 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "reap-read-then-update": ReapReadThenUpdate,
     "sweeps-overlap": SweepsOverlap,
 }
+
 
 class LifecycleClasses(TypedDict, total=False):
     """Keyword arguments of `PostgresLifecycleAdapter` that build a lifecycle mutant."""
@@ -276,8 +292,8 @@ LIFECYCLE_RACE_MUTANTS: dict[str, LifecycleClasses] = {
 
 RACE_FINDINGS: dict[str, str] = {
     "claim-read-then-update": "check-then-act claim: two claimers read one pending row and both claim it",
-    "finish-check-then-act": "check-then-act finish: a lease checked in Python settles over a reap, a newer claim or a retry",
-    "reconcile-outside-transaction": "reconciliation read without the fence: a community deletion in between yields LeaseLost",
+    "finish-check-then-act": "check-then-act finish: a lease checked by a read settles over a reap, a newer claim or a retry",
+    "reconcile-outside-transaction": "reconciliation outside the fence: a community deletion in between yields LeaseLost",
     "commit-without-identity-lock": "lost per-step identity lock: concurrent producer retries both report identity_existed=False",
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
