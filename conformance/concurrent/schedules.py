@@ -9,6 +9,13 @@ its operations. The history is then judged: by every serial order of the
 model (each client's own operations keep their program order), or by the
 linearizability checker on those intervals.
 
+Every operation is one call of a database function, so a point is around a
+call (before it, or before its COMMIT) or inside the function: the races run
+an `instrumented` variant of the store class they are given (the bundled one
+or a mutant), which has a point at every statement boundary of its functions
+(`race.points`, named by the statement they surround). The points do nothing
+unless a schedule arms one.
+
 Two race mutants are caught only this way (random scheduling does not meet
 their window), so their schedules live here, where the kill matrix runs them
 (`INTERLEAVINGS`); tests/conformance/concurrent/test_interleavings.py runs them too, against the
@@ -37,9 +44,9 @@ from leaseproof.conformance.lockstep.lifecycle import describe_difference
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock
-from leaseproof.impl.hooks.gate import Aborted, Client, Schedule
+from leaseproof.impl.hooks.gate import Aborted, Client, Points, Schedule, instrumented, instrumented_class, points_of
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter, PostgresLifecycleSession
-from leaseproof.impl.lifecycle.store import ReplicaEngine
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused
@@ -157,6 +164,15 @@ class Race:
             outcomes[name].append(outcome)
             taken[name] += 1
         return outcomes, state
+
+    @property
+    def points(self) -> Points:
+        """The points of the functions the adapter runs (`Points.before(function, text)`, ...)."""
+        adapter = self.adapter
+        roles = [
+            getattr(adapter, a) for a in ("store_class", "communities_class", "resumer_class") if hasattr(adapter, a)
+        ]
+        return points_of(*roles)
 
     @property
     def operations(self) -> int:
@@ -299,11 +315,12 @@ def delivery_race(adapter: PostgresDeliveryAdapter, schedule: Schedule) -> Race:
 @contextlib.contextmanager
 def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[PostgresDeliveryStore]], Race]]:
     """A maker of delivery races on the (migrated or empty) database `dsn`, each one's
-    world set up; on exit the schedule's clients are unstuck, then the adapters closed."""
+    world set up, on the `instrumented` variant of the store class it is given; on exit
+    the schedule's clients are unstuck, then the adapters closed."""
     adapters: list[PostgresDeliveryAdapter] = []
 
     def make(store_class: type[PostgresDeliveryStore]) -> Race:
-        adapter = PostgresDeliveryAdapter(dsn, store_class=store_class)
+        adapter = PostgresDeliveryAdapter(dsn, store_class=instrumented_class(store_class))
         adapters.append(adapter)
         return delivery_race(adapter, schedule)
 
@@ -383,12 +400,22 @@ def lifecycle_race(adapter: PostgresLifecycleAdapter, schedule: Schedule) -> Lif
 @contextlib.contextmanager
 def lifecycle_races(dsn: str, schedule: Schedule) -> Iterator[Callable[..., LifecycleRace]]:
     """A maker of lifecycle races on the (migrated or empty) database `dsn`, each one's
-    world (LIFECYCLE_WORLD) set up; the maker takes the adapter's role classes by keyword.
-    On exit the schedule's clients are unstuck, then the adapters closed."""
+    world (LIFECYCLE_WORLD) set up; the maker takes the adapter's role classes by keyword,
+    and runs their `instrumented` variant. On exit the schedule's clients are unstuck,
+    then the adapters closed."""
     adapters: list[PostgresLifecycleAdapter] = []
 
-    def make(engine_class: type[ReplicaEngine] = ReplicaEngine, **classes: Any) -> LifecycleRace:
-        adapter = PostgresLifecycleAdapter(dsn, engine_class=engine_class, **classes)
+    def make(
+        engine_class: type[ReplicaEngine] = ReplicaEngine,
+        store_class: type[LifecycleStore] = LifecycleStore,
+        resumer_class: type[RunResumer] = RunResumer,
+    ) -> LifecycleRace:
+        store, engine, resumer, communities = instrumented(
+            store_class, engine_class, resumer_class, PostgresDeliveryStore
+        )
+        adapter = PostgresLifecycleAdapter(
+            dsn, store_class=store, engine_class=engine, resumer_class=resumer, communities_class=communities
+        )
         adapters.append(adapter)
         return lifecycle_race(adapter, schedule)
 
@@ -410,18 +437,18 @@ COMMUNITY_CHANGES = {
 
 def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
     """The holder settled, and retries after an uncertain completion; its retry, whose
-    finish settled nothing, is parked before its reconciliation read while the
-    community is fenced or deleted. The read is a statement of its own: the change
-    does not wait for the retry, and the read, which checks the fence itself, refuses
-    it (a deletion purged the row: a read without the fence would say LeaseLost).
-    An implementation that holds the community between the two (one transaction)
-    makes the change wait, and tells the retry the recorded terminal."""
-    store = race.adapter.store_class
+    finish settled nothing, is parked before its reconciliation read (a statement of
+    lp_finish of its own) while the community is fenced or deleted. The bundled finish
+    holds the community's write fence (shared) until its call ends, so the change waits
+    for the retry, which is told the recorded terminal: "retry operator". A finish that
+    lets the fence go before the read lets a deletion in, which purges the row, and the
+    read then finds nothing: `LeaseLost`, in no serial order (after the deletion the
+    retry is refused, before it it is told `AlreadyTerminal`)."""
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
     race.setup(d.Finish(claimed.lease, d.Status.FAILED))
     retry, operator = race.client("retry"), race.client("operator")
-    at_read = retry.gate.pause_before(store.SQL_FINISH_RECONCILE)
+    at_read = retry.gate.pause_at(race.points.before("lp_finish", "SELECT d.status INTO status"))
     race.start(retry, d.Finish(claimed.lease, d.Status.FINISHED))
     at_read.wait_parked()
     race.start(operator, COMMUNITY_CHANGES[change])
@@ -433,54 +460,56 @@ def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
 
 
 def a_second_sweep_then_a_claim(race: Race) -> Forced:
-    """In community B, d1 (older) is claimed and expired, d2 (younger) pending; in
-    community A (whose id sorts first), its own row is claimed for longer. Sweep one
-    reaps B's d1 and is parked before its COMMIT. The clock moves on until A's lease
-    has expired too, and a state change of A (active to active) takes A's row lock and
-    is parked before its COMMIT. Sweep two starts: it must wait (for its turn, or,
-    inside its statement, for A's row lock, after its snapshot was taken with d1 still
-    claimed: a sweep locks the communities it reaps in in the order of their ids).
-    Sweep one commits, then the change; sweep two reaps A's row and is parked before its
-    COMMIT; then a claim in B must take d1, the oldest pending row. Sweeps that overlap
-    leave d1 locked by the second one's failed re-check of its snapshot's d1 (a sweep
-    skips a row locked *now*, but locks the newest version of one a committed
-    transaction changed, and keeps that lock when the re-check fails), so the claim
-    skips to d2.
+    """Community A (fenced) has an expired claim, x; community B has an expired claim, d1
+    (claimed after x, for longer: a sweep meets x first), and a younger pending row, d2.
+    A change of A back to active is parked before its COMMIT, holding A's write fence,
+    so sweep one skips A; sweep one reaps B's d1 and is parked before its COMMIT. The
+    change commits. Sweep two starts: the bundled one waits for its turn; one that does
+    not take turns takes its statement's snapshot (d1 still claimed there), reaps x, and
+    is parked in the trigger its write of x fires (a point inside its statement, before
+    it meets d1). Sweep one commits; sweep two goes on and is parked before its COMMIT;
+    then a claim in B must take d1, the oldest pending row. A sweep that overlapped
+    met d1 after sweep one committed it: it locks the newest version of a row a
+    committed transaction changed, re-checks it, leaves it, and keeps the lock until it
+    commits, so the claim skips to d2.
 
-    The serial order "claimer one two" explains a mutant's outcomes too; only real
-    time (the claim began after sweep one returned) rules it out, so the history is
-    judged by the checker, with the order of events this schedule fixes."""
+    The serial order "change claimer two" after "one" explains a mutant's outcomes too
+    if the claim may come before sweep one; only real time (the claim began after sweep
+    one returned) rules it out, so the history is judged by the checker, with the order
+    of events this schedule fixes."""
     store = race.adapter.store_class
     b, w1, r1, m1 = w.COMMUNITIES["B"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
 
     def in_b(delivery: Any, step: str) -> d.NewDelivery:
         return d.NewDelivery(delivery, w.binding("B", "W1", "R1", step, "T1", "D1", "M1", "event:E1"))
 
-    race.setup(ONE_ROW, d.Claim(C, T1, 2 * LEASE))
+    race.setup(ONE_ROW, CLAIM, d.SetCommunityState(C, d.CommunityState.FENCED))  # x: A's, until LEASE
     race.setup(d.CreateCommunity(b), d.CreateWorkflow(b, w1), d.CreateRun(b, w1, r1), d.PublishEvent(b, m1))
-    race.setup(d.CommitDeliveries(b, r1, "s1", [in_b(D1, "s1")]), d.Claim(b, T1, LEASE))
+    race.setup(d.CommitDeliveries(b, r1, "s1", [in_b(D1, "s1")]), d.Claim(b, T1, 2 * LEASE))  # d1: until 2 LEASE
     race.setup(d.AdvanceClock(SECOND), d.CommitDeliveries(b, r1, "s2", [in_b(D2, "s2")]))
-    race.setup(d.AdvanceClock(LEASE * SECOND))  # B's d1 has expired, A's lease has not
-    one, test, change, two, claimer = (race.client(n) for n in ("one", "test", "change", "two", "claimer"))
-    one_done = one.gate.pause_before_commit(ran=store.SQL_REAP)
-    race.start(one, d.Reap())
-    one_done.wait_parked()
-    race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))  # now A's has expired too
+    race.setup(d.AdvanceClock(2 * LEASE * SECOND))  # both have expired
+    change, one, two, claimer = (race.client(n) for n in ("change", "one", "two", "claimer"))
     change_done = change.gate.pause_before_commit(ran=store.SQL_SET_COMMUNITY_STATE)
     race.start(change, d.SetCommunityState(C, d.CommunityState.ACTIVE))
     change_done.wait_parked()
-    two_done = two.gate.pause_before_commit(ran=store.SQL_REAP)
-    race.start(two, d.Reap())
-    two.wait_blocked()
-    one_done.release()
-    race.result(one)
+    one_done = one.gate.pause_before_commit(ran=store.SQL_SWEEP)
+    race.start(one, d.Reap())
+    one_done.wait_parked()
     change_done.release()
     race.result(change)
+    at_write = two.gate.pause_at(race.points.first("lp_delivery_transition"))
+    two_done = two.gate.pause_before_commit(ran=store.SQL_SWEEP)
+    race.start(two, d.Reap())
+    two.wait_blocked_or_parked(at_write)  # blocked for its turn, or parked in its statement
+    one_done.release()
+    race.result(one)
+    at_write.wait_parked()
+    at_write.release()
     two_done.wait_parked()
     race.run(claimer, d.Claim(b, T1, LEASE))
     two_done.release()
     race.result(two)
-    return Forced(intervals={"one": (1, 6), "test": (2, 3), "change": (4, 7), "two": (5, 10), "claimer": (8, 9)})
+    return Forced(intervals={"change": (1, 3), "one": (2, 5), "two": (4, 8), "claimer": (6, 7)})
 
 
 @attrs.frozen

@@ -117,6 +117,7 @@ class Statement:
     text: str
     before: str  # the point right before it
     after: str | None  # the point right after it (None: it returns or raises, nothing runs after it)
+    compound: bool = False  # an IF, CASE, loop or block: it holds statements of its own
 
     @property
     def name(self) -> str:
@@ -173,6 +174,7 @@ class _Parser:
     def __init__(self, body: str) -> None:
         self.body, self.tokens, self.i = body, _tokens(body), 0
         self.statements: list[tuple[int, int, bool]] = []  # (start, end, falls through)
+        self.compound: set[int] = set()  # the starts of statements that hold statements
         self.list_ends: list[tuple[int, bool]] = []  # (offset, reachable)
 
     def peek(self, ahead: int = 0) -> str:
@@ -228,6 +230,8 @@ class _Parser:
             if not self.peek():
                 raise ValueError("the body ended inside a statement list")
             first = self.tokens[self.i]
+            if self.peek() in ("IF", "CASE", "LOOP", "WHILE", "FOR", "FOREACH", "BEGIN", "DECLARE"):
+                self.compound.add(first.start)
             falls = self.statement()
             end = self.tokens[self.i - 1].end
             if instrumented:
@@ -307,7 +311,16 @@ def _layout(name: str, body: str) -> _Layout:
     point = {offset: f"{name}@{n}" for n, offset in enumerate(offsets, 1)}
     ordered = sorted(parser.statements)
     statements = tuple(
-        Statement(name, k, start, end, body[start:end], point[start], _after(ordered, k - 1, point) if falls else None)
+        Statement(
+            name,
+            k,
+            start,
+            end,
+            body[start:end],
+            point[start],
+            _after(ordered, k - 1, point) if falls else None,
+            start in parser.compound,
+        )
         for k, (start, end, falls) in enumerate(ordered, 1)
     )
     return _Layout(statements, tuple((offset, point[offset]) for offset in offsets))
@@ -399,21 +412,28 @@ def statement_containing(function: Function, offset: int) -> Statement | None:
     return max(spanning, key=lambda s: s.start) if spanning else None
 
 
-@functools.cache
+_INSTRUMENTED: dict[tuple[type, ...], tuple[type, ...]] = {}
+_INSTRUMENTING = threading.Lock()
+
+
 def instrumented(*classes: type) -> tuple[type, ...]:
     """The role classes of one adapter (`classes`, in the order the adapter installs their
     `FUNCTIONS`) with every point: the first lists every class's patches, then the hook
     and the instrumentation; the others are the classes themselves (their patches are
-    the first's already). Each instrumented class carries `POINTS`."""
-    patches = patches_of(*classes)
-    first = classes[0]
-    body = {
-        "FUNCTIONS": instrumented_patches(patches),
-        "POINTS": Points(patched(patches)),
-        "__doc__": first.__doc__,
-        "__module__": first.__module__,
-    }
-    return (type(first.__name__, (first,), body), *classes[1:])
+    the first's already). Each call with the same classes returns the same classes; the
+    instrumented one carries `POINTS`."""
+    with _INSTRUMENTING:
+        if classes not in _INSTRUMENTED:
+            patches = patches_of(*classes)
+            first = classes[0]
+            body = {
+                "FUNCTIONS": instrumented_patches(patches),
+                "POINTS": Points(patched(patches)),
+                "__doc__": first.__doc__,
+                "__module__": first.__module__,
+            }
+            _INSTRUMENTED[classes] = (type(first.__name__, (first,), body), *classes[1:])
+        return _INSTRUMENTED[classes]
 
 
 def instrumented_class(cls: type) -> type:

@@ -4,6 +4,10 @@ Each test sets a world up in lockstep with the model, then runs concurrent
 clients, each on its own gated connection to the same database: it parks one
 client at a named point, runs the others (waiting, where the schedule needs
 it, until one is blocked on a lock inside PostgreSQL), and lets it go on.
+Every operation is one call of a database function: a point is before a call,
+before its COMMIT, or inside the function, at a statement boundary of the
+`instrumented` variant the races run (`race.points.before(function, text)`:
+the point before the statement of `function` whose text contains `text`).
 
 The history is then judged against the model. Every serial order of the
 concurrent operations (each client's own operations keep their program
@@ -63,9 +67,19 @@ from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
-from leaseproof.impl.hooks.gate import Aborted, NotReached, Schedule, ScheduleTimeout
+from leaseproof.impl.hooks.gate import (
+    Aborted,
+    NotReached,
+    Schedule,
+    ScheduleTimeout,
+    instrument,
+    instrumented,
+    instrumented_class,
+    statements,
+)
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
-from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.migrate import Patch, functions
 from leaseproof.impl.mutants.delivery import ReconcileUnfenced
 from leaseproof.impl.mutants.race import (
     DELIVERY_RACE_MUTANTS,
@@ -108,6 +122,26 @@ def test_lifecycle_race_mutant_passes_sequential_lockstep(delivery_dsn: str, nam
     assert verdict.conforms, (
         f"{name} is visible sequentially:\n{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
     )
+
+
+@pytest.mark.parametrize("machine", ["delivery", "lifecycle"])
+def test_the_points_change_nothing_one_operation_at_a_time(delivery_dsn: str, machine: str) -> None:
+    """The races run the `instrumented` variant of the bundled store (a point at every
+    statement boundary of its functions): one operation at a time it is the bundled store."""
+    if machine == "delivery":
+        adapter: Any = PostgresDeliveryAdapter(delivery_dsn, store_class=instrumented_class(PostgresDeliveryStore))
+    else:
+        store, engine, resumer, communities = instrumented(
+            LifecycleStore, ReplicaEngine, RunResumer, PostgresDeliveryStore
+        )
+        adapter = PostgresLifecycleAdapter(
+            delivery_dsn, store_class=store, engine_class=engine, resumer_class=resumer, communities_class=communities
+        )
+    try:
+        verdict = run_conformance(adapter, machine=machine, max_examples=20, seed_value=1, scenarios=True)
+    finally:
+        adapter.close()
+    assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
 
 
 def test_every_race_mutant_names_its_bug_class() -> None:
@@ -179,6 +213,73 @@ def test_a_parked_client_holds_its_transaction_open_until_released(schedule: Sch
     assert reader.run(probe) == [0, 1]
 
 
+# -- points inside a function -------------------------------------------------------------------------
+
+
+def test_a_point_is_at_every_statement_boundary_and_leaves_found_alone() -> None:
+    finish = functions()["lp_finish"]
+    found = statements(finish)
+    body = instrument(finish).body
+    assert [s.before for s in found] == [f"lp_finish@{n}" for n in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11)]
+    assert all(f"IF lp_test_pause('{s.before}') THEN END IF; {s.text}" in body for s in found if not s.compound)
+    # Inside an IF, and after the last statement of a list (not after a RETURN: nothing runs there).
+    returns = next(s for s in found if s.text == "RETURN;")
+    assert returns.after is None and found[-1].after == "lp_finish@12"
+    # No point is a PERFORM, which would set FOUND between a statement and its IF NOT FOUND.
+    assert "PERFORM lp_test_pause" not in body
+    assert statements(functions()["lp_now"]) == ()  # a stable function cannot pause: it has none
+
+
+def test_a_point_inside_a_function_holds_what_the_call_took(delivery_race: Callable[[type], Race]) -> None:
+    """A claim parked right after it took its community's fence (shared): a change of the
+    community's state waits for it; let go, the claim claims, then the change fences."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    claimer, operator = race.client("claimer"), race.client("operator")
+    fenced = race.points.after("lp_claim", "pg_advisory_xact_lock_shared(lp_fence_key(p_community))")
+    at_fence = claimer.gate.pause_at(fenced)
+    race.start(claimer, CLAIM)
+    assert at_fence.wait_parked().parked
+    race.start(operator, d.SetCommunityState(C, d.CommunityState.FENCED))
+    operator.wait_blocked()
+    at_fence.release()
+    assert isinstance(race.result(claimer), d.Claimed)
+    assert race.result(operator) == d.Ok()
+    race.judge("claimer operator", True)
+
+
+def test_a_point_rolled_back_cancels_the_call_which_writes_nothing(delivery_race: Callable[[type], Race]) -> None:
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    claimer, other = race.client("claimer"), race.client("other")
+    at_write = claimer.gate.pause_at(race.points.before("lp_claim", "claimed AS ("))
+    race.start(claimer, CLAIM)
+    at_write.wait_parked()
+    at_write.rollback()
+    race.rolled_back(claimer)
+    assert isinstance(race.run(other, CLAIM), d.Claimed)  # the row was still pending
+    race.judge("other", True)
+
+
+def test_a_call_of_its_own_is_held_before_its_commit(delivery_race: Callable[[type], Race]) -> None:
+    """The gate sends a call that is its own transaction as BEGIN; call; COMMIT, and parks
+    it before the COMMIT: nobody sees what it wrote until it is let go. A statement
+    match names the database function: `SQL_CLAIM` matches the claim without an
+    expected binding (`SQL_CLAIM_ANY`) too."""
+    race = delivery_race(PostgresDeliveryStore)
+    race.setup(ONE_ROW)
+    claimer, reader = race.client("claimer"), race.client("reader")
+    at_commit = claimer.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_CLAIM)
+    race.start(claimer, CLAIM)
+    at_commit.wait_parked()
+    seen = race.run(reader, d.GetDelivery(C, D1))
+    assert isinstance(seen, d.Found) and seen.delivery.status is d.Status.PENDING
+    at_commit.release()
+    assert isinstance(race.result(claimer), d.Claimed)
+    seen = race.run(reader, d.GetDelivery(C, D1))
+    assert isinstance(seen, d.Found) and seen.delivery.status is d.Status.CLAIMED
+
+
 # -- judging a history against the model (Race: conformance/concurrent/schedules.py) ---------------------
 
 
@@ -187,7 +288,7 @@ class Impl:
     """An implementation under a race, and whether it must conform (the bundled one) or be caught."""
 
     name: str
-    cls: type[Any]  # a store's or an engine's class: the tests read its SQL_* statements
+    cls: type[Any]  # a store's or an engine's class (the races run its `instrumented` variant)
     conforms: bool
 
 
@@ -243,18 +344,18 @@ OUTCOME_PAIRS = {
 def test_stale_holder_and_newer_holder_finish(
     delivery_race: Callable[[type], Race], impl: Impl, paused: str, outcomes: str
 ) -> None:
-    """Holder A starts finishing while its lease governs and is parked before its write;
-    the lease expires and the reaper takes it; then holder B claims and finishes
-    while A is parked, or B's claim (keyed: a transaction) is parked before its
-    COMMIT, holding the row, while A goes on. (A finish is one statement, its own
-    transaction: there is no point between its write and its commit to park at.)"""
+    """Holder A starts finishing while its lease governs and is parked before its write
+    (inside lp_finish: the bundled one before the statement that checks and settles, the
+    check-then-act one between its check and its write); the lease expires and the
+    reaper takes it; then holder B claims and finishes while A is parked, or B's claim is
+    parked before its COMMIT, holding the row, while A goes on."""
     stale_outcome, newer_outcome = OUTCOME_PAIRS[outcomes]
     race = delivery_race(impl.cls)
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
     stale, newer, test = race.client("stale"), race.client("newer"), race.client("test")
 
-    at_write = stale.gate.pause_before(impl.cls.SQL_FINISH)
+    at_write = stale.gate.pause_at(race.points.before("lp_finish", "settled AS ("))
     race.start(stale, d.Finish(claimed.lease, stale_outcome))
     at_write.wait_parked()
     race.run(test, d.AdvanceClock((LEASE + 1) * SECOND))
@@ -291,7 +392,7 @@ def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
     first, retry = race.client("first"), race.client("retry")
-    at_write = first.gate.pause_before(impl.cls.SQL_FINISH)
+    at_write = first.gate.pause_at(race.points.before("lp_finish", "settled AS ("))
     race.start(first, d.Finish(claimed.lease, first_outcome))
     at_write.wait_parked()
     race.run(retry, d.Finish(claimed.lease, retry_outcome))
@@ -319,18 +420,17 @@ def test_holder_races_the_reaper(
 ) -> None:
     """At lease_until == now the lease still governs and the reaper must not take it;
     one second later the reaper takes it and the holder has lost it, whether the
-    holder is parked before its write while the reaper runs or the reaper is
-    parked before its COMMIT while the holder runs. (The holder's write is one
-    statement, its own transaction: it has no point between write and commit.)"""
+    holder is parked before its write (inside its function, its fence held) while the
+    reaper runs or the reaper is parked before its COMMIT while the holder runs."""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     (claimed,) = race.setup(CLAIM)
     race.setup(d.AdvanceClock((LEASE + expired) * SECOND))
     holder, reaper = race.client("holder"), race.client("reaper")
     command = HOLDER_COMMANDS[operation](claimed.lease)
-    statement = PostgresDeliveryStore.SQL_FINISH if operation == "finish" else PostgresDeliveryStore.SQL_RENEW
+    write = "settled AS (" if operation == "finish" else "renewed AS ("
     if paused == "holder":
-        at_write = holder.gate.pause_before(statement)
+        at_write = holder.gate.pause_at(race.points.before(f"lp_{operation}", write))
         race.start(holder, command)
         at_write.wait_parked()
         race.run(reaper, d.Reap())
@@ -338,7 +438,7 @@ def test_holder_races_the_reaper(
         race.result(holder)
         implied = "reaper holder"
     else:
-        at_commit = reaper.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_REAP)
+        at_commit = reaper.gate.pause_before_commit(ran=PostgresDeliveryStore.SQL_SWEEP)
         race.start(reaper, d.Reap())
         at_commit.wait_parked()
         race.run(holder, command)
@@ -380,7 +480,7 @@ def test_holder_checked_at_the_deadline_then_reaped(delivery_race: Callable[[typ
     (claimed,) = race.setup(CLAIM)
     race.setup(d.AdvanceClock(LEASE * SECOND))
     holder, test = race.client("holder"), race.client("test")
-    at_write = holder.gate.pause_before(impl.cls.SQL_FINISH)
+    at_write = holder.gate.pause_at(race.points.before("lp_finish", "settled AS ("))
     race.start(holder, d.Finish(claimed.lease, d.Status.FINISHED))
     at_write.wait_parked()
     race.run(test, d.AdvanceClock(SECOND))
@@ -404,7 +504,7 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
     race.setup(CLAIM, d.AdvanceClock((LEASE + 1) * SECOND))
     one, two, test = race.client("one"), race.client("two"), race.client("test")
     if paused == "before-commit":
-        at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_REAP)
+        at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_SWEEP)
         race.start(one, d.Reap())
         at_commit.wait_parked()
         race.start(two, d.Reap())
@@ -418,8 +518,8 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
     else:
         # Parked before its sweep: the bundled reaper before it takes its turn,
         # the mutant between its read of the expired claims and its write.
-        start = impl.cls.SQL_ONE_SWEEP_AT_A_TIME if impl.conforms else impl.cls.SQL_REAP
-        at_write = one.gate.pause_before(start)
+        start = "FROM lp_reaper" if impl.conforms else "WITH due AS ("
+        at_write = one.gate.pause_at(race.points.before("lp_sweep", start))
         race.start(one, d.Reap())
         at_write.wait_parked()
         race.run(two, d.Reap())
@@ -451,13 +551,15 @@ def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(
 @pytest.mark.parametrize("paused", ["before-claim", "before-commit"])
 @pytest.mark.parametrize("impl", [BUNDLED, caught(ClaimReadThenUpdate)], ids=impl_id)
 def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
-    """One pending row, two claimers: exactly one lease. The second claimer skips a
-    row the first holds locked (no blocking) and misses."""
+    """One pending row, two claimers: exactly one lease. The first is parked before the
+    statement that claims (the bundled one's, which reads and writes; the check-then-act
+    one's write, after its read), or before its COMMIT; the second claimer skips a row
+    the first holds locked (no blocking) and misses."""
     race = delivery_race(impl.cls)
     race.setup(ONE_ROW)
     one, two = race.client("one"), race.client("two")
     if paused == "before-claim":
-        at_write = one.gate.pause_before(impl.cls.SQL_CLAIM)
+        at_write = one.gate.pause_at(race.points.before("lp_claim", "claimed AS ("))
         race.start(one, CLAIM)
         at_write.wait_parked()
         race.run(two, CLAIM)
@@ -465,8 +567,6 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
         race.result(one)
         implied = "two one"
     else:
-        # A keyed claim is a transaction (an unkeyed one is a single statement, with
-        # no point between its write and its commit).
         at_commit = one.gate.pause_before_commit(ran=impl.cls.SQL_CLAIM)
         race.start(one, attrs.evolve(CLAIM, request_key="one"))
         at_commit.wait_parked()
@@ -481,60 +581,53 @@ def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Im
     race.judge(implied, impl.conforms)
 
 
-class ClaimTrustsItsSnapshot(PostgresDeliveryStore):
-    """A claim answered from its statement's snapshot even when its community changed
-    after it (its fence always steady): the variant the test below must catch."""
+class ClaimWithoutFence(PostgresDeliveryStore):
+    """A claim that does not take its community's write fence (it computes the key, and
+    locks nothing): the variant the test below must tell apart."""
 
-    SQL_CLAIM = PostgresDeliveryStore.SQL_CLAIM.replace(
-        "xmin = (SELECT xmin FROM communities WHERE id = %(community_id)s) AS steady", "true AS steady"
+    FUNCTIONS = (
+        Patch(
+            "lp_claim",
+            "PERFORM pg_advisory_xact_lock_shared(lp_fence_key(p_community)),",
+            "PERFORM lp_fence_key(p_community),",
+        ),
     )
 
 
-_ANOTHER_DELIVERY = """
-    INSERT INTO workflow_agent_deliveries (
-        community_id, id, workflow_id, run_id, step_id, target_pubkey, definition_event_id, message_event_id,
-        cause_kind, cause_event_id, cause_scheduled_for, cause_invocation_id, created_at)
-    SELECT community_id, %(new)s, workflow_id, run_id, 's2', target_pubkey, definition_event_id, message_event_id,
-        cause_kind, cause_event_id, cause_scheduled_for, cause_invocation_id, lp_now()
-    FROM workflow_agent_deliveries WHERE id = %(old)s
-"""
-
-
-@pytest.mark.parametrize(
-    "impl", [BUNDLED, Impl("claim-trusts-its-snapshot", ClaimTrustsItsSnapshot, False)], ids=impl_id
-)
-def test_a_claim_is_taken_again_when_its_community_changed_after_its_snapshot(
+@pytest.mark.parametrize("impl", [BUNDLED, Impl("claim-without-fence", ClaimWithoutFence, False)], ids=impl_id)
+def test_a_claim_waits_for_a_change_of_its_community_in_flight(
     delivery_race: Callable[[type], Race], impl: Impl
 ) -> None:
     """The community is fenced and its one delivery claimed. A transaction makes it active
-    again and commits a new pending delivery in it, and is parked before its COMMIT. A
-    claim starts: its statement's snapshot shows the community fenced and nothing
-    pending, and its fence waits for the community's row. The transaction commits; the
-    fence reads the community active, a version the snapshot does not see, and the claim
-    is taken again on a fresh snapshot: it claims the new delivery. Answered from the
-    first snapshot, it would be ClaimMiss, which no serial order gives (before the
-    transaction the claim is refused, after it, it claims)."""
+    again (lp_set_community_state: the fence, held exclusively) and commits a new pending
+    delivery in it, and is parked before its COMMIT. A claim starts: it takes the fence
+    before the statement that reads, so it waits for the change; the change commits, and
+    the claim, on a snapshot taken after it, claims the new delivery. A claim that reads
+    without the fence answers from the state before the change, refused."""
     race = delivery_race(impl.cls)
     race.setup(ONE_ROW, CLAIM, d.SetCommunityState(C, d.CommunityState.FENCED))
     writer, claimer = race.client("writer"), race.client("claimer")
+    store = race.adapter.store_class(writer.gate.as_connection())
 
     def reopen_and_commit_another() -> None:
         with writer.gate.transaction():
-            writer.gate.execute("UPDATE communities SET state = 'active' WHERE id = %s", (C,))
-            writer.gate.execute(_ANOTHER_DELIVERY, {"new": D2, "old": D1})
+            assert store.execute(d.SetCommunityState(C, d.CommunityState.ACTIVE)) == d.Ok()
+            store.execute(d.CommitDeliveries(C, R1, "s2", [new(D2, "T1", "s2")]))
 
     at_commit = writer.gate.pause_before_commit()
     writer.start(reopen_and_commit_another)
     at_commit.wait_parked()
     race.start(claimer, CLAIM)
-    assert claimer.wait_blocked_or_finished() == "blocked"  # its fence waits for the community's row
+    waited = claimer.wait_blocked_or_finished()
     at_commit.release()
     writer.result()
     claimed = race.result(claimer)
     if impl.conforms:
+        assert waited == "blocked"  # its fence waits for the change
         assert isinstance(claimed, d.Claimed) and claimed.lease.delivery_id == D2
     else:
-        assert claimed == d.ClaimMiss()
+        assert waited == "finished"
+        assert claimed == d.CommunityNotWritable(C, d.CommunityState.FENCED)
 
 
 def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[type], Race]) -> None:
@@ -564,7 +657,7 @@ def test_deletions_of_one_community_take_turns(delivery_race: Callable[[type], R
     """Deletions cascade into deliveries (a workflow's runs', a message's), in an order
     of their own: two at once could each lock a row the other needs, which stress
     found deadlocking. So a deletion waits for another of the same community to end
-    (SQL_LOCK_DELETIONS), even one that shares no row with it, as here: a message no
+    (lp_deletions_key), even one that shares no row with it, as here: a message no
     delivery names is deleted while a workflow's deletion is under way."""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW, d.PublishEvent(C, M2))
@@ -582,24 +675,46 @@ def test_deletions_of_one_community_take_turns(delivery_race: Callable[[type], R
 # -- producer retries of one step ------------------------------------------------------------------
 
 STEP_TWO_TARGETS = d.CommitDeliveries(C, R1, "s1", [new(D1, "T1"), new(D2, "T2")])
+# Two commits of one step, of different targets: the second is a retry that adds one.
+STEP_COMMITS = {
+    "same-targets": (STEP_TWO_TARGETS, STEP_TWO_TARGETS),
+    "other-target": (
+        d.CommitDeliveries(C, R1, "s1", [new(D1, "T1")]),
+        d.CommitDeliveries(C, R1, "s1", [new(D2, "T2")]),
+    ),
+}
 
 
-@pytest.mark.parametrize("paused", ["after-identity-read", "before-commit"])
-@pytest.mark.parametrize("impl", [BUNDLED, caught(CommitWithoutIdentityLock)], ids=impl_id)
+@pytest.mark.parametrize(
+    ("impl", "paused", "targets"),
+    [
+        (BUNDLED, "after-step-lock", "same-targets"),
+        (BUNDLED, "before-commit", "same-targets"),
+        (BUNDLED, "before-commit", "other-target"),
+        # Committing the same ids, the mutant's second commit waits for the first's
+        # rows (a unique index), fails, and is sent again by the store, which then sees
+        # them: only another target of the step shows the lost turn.
+        (caught(CommitWithoutIdentityLock), "before-commit", "other-target"),
+    ],
+    ids=lambda v: v.name if isinstance(v, Impl) else v,
+)
 def test_producer_retries_race_for_the_identity_lock(
-    delivery_race: Callable[[type], Race], impl: Impl, paused: str
+    delivery_race: Callable[[type], Race], impl: Impl, paused: str, targets: str
 ) -> None:
     """Two producers commit the same step at once: the rows exist once, and exactly one
-    of them is told the identity did not exist yet (so only one signs a message)."""
+    of them is told the identity did not exist yet (so only one signs a message). The
+    first is parked right after it took the step's turn (an advisory lock), or before its
+    COMMIT; the second must wait for it."""
     race = delivery_race(impl.cls)
+    first, second = STEP_COMMITS[targets]
     one, two = race.client("one"), race.client("two")
-    if paused == "after-identity-read":
-        point = one.gate.pause_after(impl.cls.SQL_IDENTITY_EXISTS)
+    if paused == "after-step-lock":
+        point = one.gate.pause_at(race.points.after("lp_commit_deliveries", "p_run::text, p_step::text"))
     else:
-        point = one.gate.pause_before_commit(ran=impl.cls.SQL_INSERT_DELIVERY)
-    race.start(one, STEP_TWO_TARGETS)
+        point = one.gate.pause_before_commit(ran=impl.cls.SQL_COMMIT_DELIVERIES)
+    race.start(one, first)
     point.wait_parked()
-    race.start(two, STEP_TWO_TARGETS)
+    race.start(two, second)
     waited = two.wait_blocked_or_finished()
     if impl.conforms:
         assert waited == "blocked", "the second producer waits for the step's identity lock"
@@ -621,13 +736,13 @@ def test_reconciliation_races_a_community_change(
     delivery_race: Callable[[type], Race], impl: Impl, change: str
 ) -> None:
     """The schedule `reconciliation_races_a_community_change` (conformance/concurrent/schedules.py,
-    where the kill matrix runs it too): the retry's reconciliation read is a statement
-    of its own, so the fence or deletion does not wait for the parked retry, and the
-    read, which checks the fence itself, refuses it."""
+    where the kill matrix runs it too): the retry, parked before its reconciliation read,
+    holds the community's fence, so the fence or deletion waits for it, and the retry is
+    told the recorded terminal."""
     race = delivery_race(impl.cls)
     forced = reconciliation_races_a_community_change(race, change)
     if impl.conforms:
-        assert forced.waited == "finished", "nothing holds the community between the finish and its reconciliation"
+        assert forced.waited == "blocked", "the community's fence is held until the finish's call ends"
     race.judge(forced.implied, impl.conforms)
 
 
@@ -717,8 +832,8 @@ def test_a_later_admission_exposes_a_stale_one(
     lifecycle_race: Callable[..., LifecycleRace], impl: Impl, change: str
 ) -> None:
     """Replica r1 selects the first revision R1 and its admission is parked before the
-    statement that inserts the run (the bundled engine: before its one locking
-    INSERT ... SELECT; the mutant: after its unlocked read). The writer changes the
+    statement that inserts the run (the bundled lp_admit: before its one locking
+    INSERT ... SELECT; the mutant's: after its unlocked read). The writer changes the
     coordinate and commits; a fresh replica r2 then admits the current revision and
     gets run id 1. Then r1 goes on.
 
@@ -732,7 +847,7 @@ def test_a_later_admission_exposes_a_stale_one(
     at its statement, refuses it."""
     race = lifecycle_race(impl.cls)
     admission, writer, observer = race.replica("admission", "r1"), race.client("writer"), race.client("observer")
-    at_insert = admission.gate.pause_before(impl.cls.SQL_ADMIT)
+    at_insert = admission.gate.pause_at(race.points.before("lp_admit", "INSERT INTO admitted_runs"))
     race.start(admission, fire("r1"))
     at_insert.wait_parked()
     for command in STALE_CHANGES[change]:
@@ -756,11 +871,11 @@ def test_a_later_admission_exposes_a_stale_one(
     strict=True, raises=AssertionError, reason="finding: SKIP LOCKED misses a row whose claim then rolls back"
 )
 def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Callable[[type], Race]) -> None:
-    """Claimer one (keyed: a transaction) locks the only pending row and is parked before
-    its COMMIT; claimer two skips the locked row and misses; claimer one's transaction
-    then fails (a lost connection, say) and rolls back. The row was pending throughout,
-    so the only serial order (claimer two alone) claims it: the miss is in no serial
-    order. (An unkeyed claim holds the row only while its one statement runs.)"""
+    """Claimer one locks the only pending row and is parked before its COMMIT; claimer
+    two skips the locked row and misses; claimer one's transaction then fails (a lost
+    connection, say) and rolls back. The row was pending throughout, so the only serial
+    order (claimer two alone) claims it: the miss is in no serial order. (A claim holds
+    the row only while its call runs: the gate holds it open longer.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     one, two = race.client("one"), race.client("two")
@@ -777,12 +892,12 @@ def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Ca
     strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim"
 )
 def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: Callable[[type], Race]) -> None:
-    """Claimer one (keyed: a transaction) locks the only pending row and is parked before
-    its COMMIT; claimer two skips it and misses (as if it were claimed); then a reader
-    still finds it pending (as if it were not); then claimer one commits. Its claim must
-    come before the miss and after the read, which began after the miss returned: found
-    by `leaseproof stress`, and why its programs send no GetDelivery. (An unkeyed claim
-    has the same window, inside its one statement.)"""
+    """Claimer one locks the only pending row and is parked before its COMMIT; claimer two
+    skips it and misses (as if it were claimed); then a reader still finds it pending (as
+    if it were not); then claimer one commits. Its claim must come before the miss and
+    after the read, which began after the miss returned: found by `leaseproof stress`,
+    and why its programs send no GetDelivery. (A claim has the same window inside its
+    call, between its write and its commit.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     one, two, reader = race.client("one"), race.client("two"), race.client("reader")
@@ -799,12 +914,13 @@ def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a claim committed after its own lease expired")
 def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable[[type], Race]) -> None:
-    """A keyed claim (a transaction) computes its lease at the clock of its statement and
-    is parked before its COMMIT; the clock passes the lease's deadline and the reaper,
-    to which the row is still pending, reaps nothing; then the claim commits a lease
-    that is already expired. Claimed before the clock moved, the reaper would have taken
-    it; claimed after, its deadline would be later: no serial order gives this history.
-    (An unkeyed claim is one statement: the clock moves only between transactions.)"""
+    """A keyed claim computes its lease at the clock of its statement and is parked before
+    its COMMIT (the gate holds its call open); the clock passes the lease's deadline and
+    the reaper, to which the row is still pending, reaps nothing; then the claim commits
+    a lease that is already expired. Claimed before the clock moved, the reaper would
+    have taken it; claimed after, its deadline would be later: no serial order gives
+    this history. (Without the gate a call commits as it ends: the pinned clock moves
+    only between transactions.)"""
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     claimer, test = race.client("claimer"), race.client("test")
@@ -831,7 +947,7 @@ def test_a_save_racing_the_revocation_of_its_authors_authority(
     have seen it. Found by `leaseproof stress`."""
     race = lifecycle_race(store_class=impl.cls)
     writer, revoker, reader = race.client("writer"), race.client("revoker"), race.client("reader")
-    at_check = writer.gate.pause_after(impl.cls.SQL_HAS_AUTHORITY)
+    at_check = writer.gate.pause_at(race.points.after("lp_save_definition", "FROM channel_authority a"))
     race.start(writer, save(2, NEW))
     at_check.wait_parked()
     race.start(revoker, lc.SetAuthority(C, GENERAL, ALICE, False))
