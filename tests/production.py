@@ -139,6 +139,7 @@ def provision(
 
 # -- the fingerprint -------------------------------------------------------------------------------
 
+
 # One query per component, each a text whose md5 is the component's fingerprint. `%(roles)s`
 # is the provisioning's roles (the catalogs of roles are the cluster's, which other tests
 # change at the same time); the rest is the database's own.
@@ -218,9 +219,7 @@ _CATALOG = {
         """SELECT 'extension ' || extname FROM pg_extension
         UNION ALL SELECT 'publication ' || pubname FROM pg_publication"""
     ),
-    "prepared_transactions": _lines(
-        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
-    ),
+    "prepared_transactions": _lines("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"),
 }
 
 

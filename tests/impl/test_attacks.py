@@ -165,12 +165,8 @@ def claim(community: uuid.UUID, lease: object = 60, delivery: str = "NULL", key:
     )
 
 
-def renew(
-    community: uuid.UUID = A, delivery: uuid.UUID = CLAIMED, seconds: object = 60, generation: object = 1
-) -> str:
-    return (
-        f"SELECT outcome FROM lp_renew({_u(community)}, {_u(delivery)}, {_key(T1)}, {generation}, {seconds})"
-    )
+def renew(community: uuid.UUID = A, delivery: uuid.UUID = CLAIMED, seconds: object = 60, generation: object = 1) -> str:
+    return f"SELECT outcome FROM lp_renew({_u(community)}, {_u(delivery)}, {_key(T1)}, {generation}, {seconds})"
 
 
 def finish(
@@ -180,9 +176,7 @@ def finish(
     outcome: str = "'finished'",
     target: bytes = T1,
 ) -> str:
-    return (
-        f"SELECT outcome FROM lp_finish({_u(community)}, {_u(delivery)}, {_key(target)}, {generation}, {outcome})"
-    )
+    return f"SELECT outcome FROM lp_finish({_u(community)}, {_u(delivery)}, {_key(target)}, {generation}, {outcome})"
 
 
 def commit(
@@ -528,9 +522,7 @@ ATTEMPTS: list[Attempt] = [
         _update("communities", "state = 'active'", f"id = {_u(D)}"),
         errors=PRIVILEGE,
     ),
-    _attempt(
-        "illegal writes", "a tombstone removed", f"DELETE FROM communities WHERE id = {_u(D)}", errors=PRIVILEGE
-    ),
+    _attempt("illegal writes", "a tombstone removed", f"DELETE FROM communities WHERE id = {_u(D)}", errors=PRIVILEGE),
     _attempt(
         "illegal writes",
         "a pending delivery settled without a claim",
@@ -732,8 +724,7 @@ ATTEMPTS: list[Attempt] = [
         "shadowing",
         "search_path without public, then a renew after a settle",
         "SET LOCAL search_path = pg_catalog",
-        "SELECT outcome FROM public.lp_renew("
-        f"{_u(A)}, {_u(FINISHED)}, {_key(T1)}, 1, 60)",
+        f"SELECT outcome FROM public.lp_renew({_u(A)}, {_u(FINISHED)}, {_key(T1)}, 1, 60)",
         outcomes=frozenset({"LeaseLost"}),
     ),
     _attempt(
@@ -788,13 +779,17 @@ ATTEMPTS: list[Attempt] = [
             ("a save of no action", save(actions="ARRAY[]::text[]")),
             ("a save signed at infinity", save(at="'infinity'")),
             ("a save signed after 9999", save(at="'10000-01-01T00:00:00Z'")),
-            ("a deletion signed at infinity", f"SELECT lp_delete_definition({_u(A)}, {_u(DEFINED)}, "
-             f"{_key(AUTHOR)}, 'infinity')"),
+            (
+                "a deletion signed at infinity",
+                f"SELECT lp_delete_definition({_u(A)}, {_u(DEFINED)}, {_key(AUTHOR)}, 'infinity')",
+            ),
             ("an admission at an unknown door", admit(door="'backdoor'")),
             ("a resume of run 0", "SELECT lp_resume_run(0)"),
             ("a resume of run -1", "SELECT lp_resume_run(-1)"),
-            ("an authority of a 31-byte member", f"SELECT lp_set_authority({_u(A)}, {_u(CHANNEL)}, "
-             f"{_key(AUTHOR[:31])}, true)"),
+            (
+                "an authority of a 31-byte member",
+                f"SELECT lp_set_authority({_u(A)}, {_u(CHANNEL)}, {_key(AUTHOR[:31])}, true)",
+            ),
         )
     ),
     # -- shapes the model never produces, asked of the functions -------------------------------
@@ -805,8 +800,11 @@ ATTEMPTS: list[Attempt] = [
             ("a finish at the next generation", finish(generation=2), "LeaseLost"),
             ("a finish for another target", finish(target=T2), "LeaseLost"),
             ("a second finish of a failed delivery", finish(delivery=FAILED), "AlreadyTerminal"),
-            ("a finish of a finished delivery at another generation", finish(delivery=FINISHED, generation=2),
-             "LeaseLost"),
+            (
+                "a finish of a finished delivery at another generation",
+                finish(delivery=FINISHED, generation=2),
+                "LeaseLost",
+            ),
             ("a renew of a pending delivery", renew(delivery=PENDING, generation=0), "LeaseLost"),
             ("a renew of a finished delivery", renew(delivery=FINISHED), "LeaseLost"),
             ("a renew at the generation before", renew(generation=0), "LeaseLost"),
@@ -822,22 +820,34 @@ ATTEMPTS: list[Attempt] = [
             ("a commit to another workflow's run", commit(workflow=DEFINED), "WorkflowMismatch"),
             ("a commit to a deleted run", commit(run=OTHER_RUN), "NotFound"),
             ("a commit in a fenced community", commit(F), "CommunityNotWritable"),
-            ("a deleted community revived", f"SELECT outcome FROM lp_set_community_state({_u(D)}, 'active')",
-             "CommunityNotWritable"),
-            ("a deleted community created again", f"SELECT outcome FROM lp_create_community({_u(D)})",
-             "AlreadyExists"),
-            ("a workflow in a deleted community", f"SELECT outcome FROM lp_create_workflow({_u(D)}, {_u(DEFINED)})",
-             "CommunityNotWritable"),
+            (
+                "a deleted community revived",
+                f"SELECT outcome FROM lp_set_community_state({_u(D)}, 'active')",
+                "CommunityNotWritable",
+            ),
+            ("a deleted community created again", f"SELECT outcome FROM lp_create_community({_u(D)})", "AlreadyExists"),
+            (
+                "a workflow in a deleted community",
+                f"SELECT outcome FROM lp_create_workflow({_u(D)}, {_u(DEFINED)})",
+                "CommunityNotWritable",
+            ),
             ("an admission of a forged record", admit(hash_=_key(STRANGER)), "AdmissionRefused"),
             ("an admission in a fenced community", admit(F), "CommunityNotWritable"),
-            ("a resume of a run whose revision is gone", "SELECT outcome FROM lp_resume_run(<run_stale>)",
-             "ResumeRefused"),
+            (
+                "a resume of a run whose revision is gone",
+                "SELECT outcome FROM lp_resume_run(<run_stale>)",
+                "ResumeRefused",
+            ),
             ("a resume of an unknown run", "SELECT outcome FROM lp_resume_run(1000000)", "UnknownRun"),
             ("a save by another author", save(author=STRANGER), "NoAuthority"),
             ("a save before the cutoff", save(workflow=CUT, at="'2026-01-01T00:00:00Z'"), "BeforeCutoff"),
             ("a save older than the head", save(at="'2025-01-01T00:00:00Z'"), "Superseded"),
-            ("a deletion by another author", f"SELECT outcome FROM lp_delete_definition({_u(A)}, {_u(DEFINED)},"
-             f" {_key(STRANGER)}, '2026-06-01T00:00:00Z')", "NotAuthor"),
+            (
+                "a deletion by another author",
+                f"SELECT outcome FROM lp_delete_definition({_u(A)}, {_u(DEFINED)},"
+                f" {_key(STRANGER)}, '2026-06-01T00:00:00Z')",
+                "NotAuthor",
+            ),
         )
     ),
     # -- tenant isolation: tenant A, for community B ---------------------------------------------
@@ -862,8 +872,10 @@ ATTEMPTS: list[Attempt] = [
             ("SetAuthority", f"SELECT lp_set_authority({_u(B)}, {_u(CHANNEL)}, {_key(STRANGER)}, true)"),
             ("SetAuthority revoked", f"SELECT lp_set_authority({_u(B)}, {_u(CHANNEL)}, {_key(AUTHOR)}, false)"),
             ("SaveDefinition", save(B)),
-            ("DeleteDefinition", f"SELECT lp_delete_definition({_u(B)}, {_u(DEFINED)}, {_key(AUTHOR)},"
-             " '2026-06-01T00:00:00Z')"),
+            (
+                "DeleteDefinition",
+                f"SELECT lp_delete_definition({_u(B)}, {_u(DEFINED)}, {_key(AUTHOR)}, '2026-06-01T00:00:00Z')",
+            ),
             ("Fire (its start)", f"SELECT lp_fire_check({_u(B)})"),
             ("Fire (admission)", admit(B)),
             ("ResumeRun of B's run", "SELECT lp_resume_run(<run_b>)"),
@@ -988,8 +1000,9 @@ ATTEMPTS: list[Attempt] = [
         for attacker in ("app", "tenant A")
     ),
     *(
-        _attempt("every function", f"{name}() as the reaper", f"SELECT public.{name}()", errors=PRIVILEGE,
-                 attacker="reaper")
+        _attempt(
+            "every function", f"{name}() as the reaper", f"SELECT public.{name}()", errors=PRIVILEGE, attacker="reaper"
+        )
         for name in ("lp_now", "lp_enabled_records")
     ),
     _attempt("every function", "lp_claim as the reaper", claim(A), errors=PRIVILEGE, attacker="reaper"),
@@ -999,25 +1012,41 @@ ATTEMPTS: list[Attempt] = [
         for name, statement, errors in (
             ("mark it a test database", "ALTER DATABASE <db> SET leaseproof.test_hooks = on", PRIVILEGE),
             ("give it to the role", "ALTER DATABASE <db> OWNER TO CURRENT_USER", PRIVILEGE),
-            ("its sessions' isolation level", "ALTER DATABASE <db> SET default_transaction_isolation = 'serializable'",
-             PRIVILEGE),
+            (
+                "its sessions' isolation level",
+                "ALTER DATABASE <db> SET default_transaction_isolation = 'serializable'",
+                PRIVILEGE,
+            ),
             ("a grant of a table to itself", "GRANT ALL ON workflow_agent_deliveries TO CURRENT_USER", PRIVILEGE),
             ("a grant of a function to PUBLIC", "GRANT EXECUTE ON FUNCTION lp_sweep() TO PUBLIC", PRIVILEGE),
-            ("the advisory locks given back to PUBLIC",
-             "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO PUBLIC", PRIVILEGE),
+            (
+                "the advisory locks given back to PUBLIC",
+                "GRANT EXECUTE ON FUNCTION pg_advisory_lock(bigint) TO PUBLIC",
+                PRIVILEGE,
+            ),
             ("the reaper's role taken", "GRANT <reaper> TO CURRENT_USER", PRIVILEGE),
             ("the owner's role taken", "SET ROLE <owner>", PRIVILEGE),
-            ("another role's defaults (the reaper's lock_timeout)", "ALTER ROLE <reaper> SET lock_timeout = 0",
-             PRIVILEGE),
+            (
+                "another role's defaults (the reaper's lock_timeout)",
+                "ALTER ROLE <reaper> SET lock_timeout = 0",
+                PRIVILEGE,
+            ),
             ("the triggers switched off", "SET session_replication_role = replica", PRIVILEGE),
             ("a trigger disabled", "ALTER TABLE workflow_agent_deliveries DISABLE TRIGGER USER", PRIVILEGE),
-            ("a trigger dropped", "DROP TRIGGER workflow_agent_deliveries_retire ON workflow_agent_deliveries",
-             PRIVILEGE),
+            (
+                "a trigger dropped",
+                "DROP TRIGGER workflow_agent_deliveries_retire ON workflow_agent_deliveries",
+                PRIVILEGE,
+            ),
             ("a check dropped", "ALTER TABLE workflow_agent_deliveries DROP CONSTRAINT delivery_shape", PRIVILEGE),
             ("a function made the invoker's", "ALTER FUNCTION lp_claim SECURITY INVOKER", PRIVILEGE),
             ("a function's search_path changed", "ALTER FUNCTION lp_renew RESET search_path", PRIVILEGE),
-            ("lp_now() replaced", "CREATE OR REPLACE FUNCTION lp_now() RETURNS timestamptz LANGUAGE sql"
-             " AS $$ SELECT '2000-01-01T00:00:00Z'::timestamptz $$", PRIVILEGE),
+            (
+                "lp_now() replaced",
+                "CREATE OR REPLACE FUNCTION lp_now() RETURNS timestamptz LANGUAGE sql"
+                " AS $$ SELECT '2000-01-01T00:00:00Z'::timestamptz $$",
+                PRIVILEGE,
+            ),
             ("a domain widened", "ALTER DOMAIN lp_lease_seconds DROP CONSTRAINT lp_lease_seconds_check", PRIVILEGE),
             ("an index dropped", "DROP INDEX workflow_agent_deliveries_claim", PRIVILEGE),
             ("a table renamed", "ALTER TABLE communities RENAME TO old_communities", PRIVILEGE),
@@ -1029,8 +1058,7 @@ ATTEMPTS: list[Attempt] = [
             ("a reindex", "REINDEX TABLE workflow_agent_deliveries", PRIVILEGE),
             ("a cluster", "CLUSTER workflow_agent_deliveries USING workflow_agent_deliveries_pkey", PRIVILEGE),
             ("a publication", "CREATE PUBLICATION lp_leak FOR TABLE communities", PRIVILEGE),
-            ("an event trigger", "CREATE EVENT TRIGGER lp_e ON ddl_command_start EXECUTE FUNCTION lp_now()",
-             PRIVILEGE),
+            ("an event trigger", "CREATE EVENT TRIGGER lp_e ON ddl_command_start EXECUTE FUNCTION lp_now()", PRIVILEGE),
             ("a large object", "SELECT lo_create(0)", PRIVILEGE),
             ("a large object from bytes", "SELECT lo_from_bytea(0, '\\x00')", PRIVILEGE),
             ("a large object (lo_creat)", "SELECT lo_creat(-1)", PRIVILEGE),
