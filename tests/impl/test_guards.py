@@ -1,12 +1,16 @@
-"""The database guards its own invariants (migration 0004), whoever writes.
+"""The database guards its own invariants (migrations 0004 and 0006), whoever writes.
 
-Direct SQL, as the database's owner and as an application role with the
-ordinary grants (SELECT, INSERT, UPDATE, DELETE on every table), tries each
-invariant violation the issue found accepted and each one the CHECK
-constraints of 0001 already refused: each is refused with its own SQLSTATE
-and constraint name, and the database is unchanged afterwards. The same
-application role tries every way to move the clock, and `lp_now()` does not
-move. Roles are cluster-wide: each is named uniquely and dropped afterwards.
+The application role of a production database writes no table (impl/grants.sql: it
+executes the operation functions, and tests/impl/test_attacks.py attacks it). The guards
+are the next line: direct SQL, as the database's owner and as a role with far more than
+impl/grants.sql gives (SELECT, INSERT, UPDATE, DELETE on every table, EXECUTE on every
+function, a fleet role's scope), tries each invariant violation issue 10 found accepted and
+each one the CHECK constraints (now domains and one shape check) refuse: each is refused
+with its own SQLSTATE and constraint name, and the database is unchanged afterwards. The
+same role tries every way to move the clock, and `lp_now()` does not move. And a role that
+may even create temporary objects shadows every table and function the functions read:
+their fixed search_path finds the real ones. Roles are cluster-wide: each is named
+uniquely and dropped afterwards.
 """
 
 from __future__ import annotations
@@ -95,20 +99,23 @@ ORDINARY_GRANTS = (
 )
 
 
-def create_role(server: Server, dsn: str, grants: tuple[str, ...]) -> str:
-    """A uniquely named login role, granted `grants` in the database of `dsn`."""
+def create_role(server: Server, dsn: str, grants: tuple[str, ...], community: uuid.UUID | None = None) -> str:
+    """A uniquely named login role, granted `grants` in the database of `dsn`, acting for
+    `community` (lp_role_scope), or for every community when it is None."""
     name = f"lp_app_{secrets.token_hex(6)}"
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
     with psycopg.connect(dsn, autocommit=True) as conn:
         for grant in grants:
             conn.execute(sql.SQL(grant).format(role=sql.Identifier(name)))
+        conn.execute("INSERT INTO lp_role_scope (role_name, community_id) VALUES (%s, %s)", (name, community))
     return name
 
 
 def drop_role(server: Server, dsn: str, name: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute("DELETE FROM lp_role_scope WHERE role_name = %s", (name,))
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
@@ -190,9 +197,8 @@ ACCEPTED_BEFORE_0004 = {
     "lease_until before claimed_at": (
         _update(CLAIMED, "lease_until = claimed_at - interval '1 second'"),
         CHECK,
-        "delivery_lease_until_after_claimed_at",
+        "delivery_lease_until_after_claimed_at",  # raised by the delivery_shape check, under its old name
     ),
-    "created_at in the future": (_insert(created_at="lp_now() + interval '1 hour'"), GUARD, "delivery_created_now"),
     "change target_pubkey": (
         _update(PENDING, "target_pubkey = '\\x" + "02" * 32 + "'"),
         GUARD,
@@ -231,18 +237,11 @@ ACCEPTED_BEFORE_0004 = {
     "delete a live community": (f"DELETE FROM communities WHERE id = '{A}'", GUARD, "community_tombstone_kept"),
 }
 
+# The CHECKs of 0001, now the domains of 0006 (lp_step_id, lp_key, lp_whole_second) and its shape check.
 REFUSED_BY_0001 = {
-    "a blank step_id": (_insert(step_id="' \t'"), CHECK, "workflow_agent_deliveries_step_id_check"),
-    "a step_id of 65 characters": (
-        _insert(step_id="'" + "x" * 65 + "'"),
-        CHECK,
-        "workflow_agent_deliveries_step_id_check",
-    ),
-    "a target_pubkey of 31 bytes": (
-        _insert(target_pubkey="'\\x" + "01" * 31 + "'"),
-        CHECK,
-        "workflow_agent_deliveries_target_pubkey_check",
-    ),
+    "a blank step_id": (_insert(step_id="' \t'"), CHECK, "lp_step_id_check"),
+    "a step_id of 65 characters": (_insert(step_id="'" + "x" * 65 + "'"), CHECK, "lp_step_id_check"),
+    "a target_pubkey of 31 bytes": (_insert(target_pubkey="'\\x" + "01" * 31 + "'"), CHECK, "lp_key_check"),
     "a cause with two identity columns": (
         _insert(cause_scheduled_for="'2026-01-01T00:00:00Z'"),
         CHECK,
@@ -251,7 +250,7 @@ REFUSED_BY_0001 = {
     "a scheduled cause off the whole second": (
         _insert(cause_kind="'schedule'", cause_event_id="NULL", cause_scheduled_for="'2026-01-01T00:00:00.5Z'"),
         CHECK,
-        "workflow_agent_deliveries_cause_scheduled_for_check",
+        "lp_whole_second_check",
     ),
     "a negative generation": (
         _insert(lease_generation="-1"),
@@ -275,7 +274,7 @@ VIOLATIONS = {**ACCEPTED_BEFORE_0004, **REFUSED_BY_0001}
 
 def test_the_lists_hold_what_they_claim() -> None:
     assert len(REFUSED_BY_0001) == 8
-    assert len(ACCEPTED_BEFORE_0004) >= 12
+    assert len(ACCEPTED_BEFORE_0004) >= 12  # (a created_at off the clock: no guard since 0006, no INSERT either)
 
 
 @pytest.mark.parametrize("acting", ["owner", "application role"])
@@ -303,6 +302,91 @@ def test_a_revived_community_stays_unwritable(production: Roles) -> None:
     assert refused.value.rejection == m.CommunityNotWritable(B, m.CommunityState.DELETED)
 
 
+# -- shadowing: even a role that may create temporary objects finds the real ones --------------------
+
+SHADOWING_GRANTS = (
+    "GRANT USAGE ON SCHEMA public TO {role}",
+    "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO {role}",
+)
+
+
+@pytest.fixture(scope="module")
+def shadowers(pg_server: Server, production: Roles) -> Iterator[dict[str, str]]:
+    """Two roles that may create temporary objects (TEMP on the database, which impl/roles.sql
+    takes from PUBLIC), EXECUTE on every function, no table: a fleet role, and one acting for
+    community A alone."""
+    database = sql.Identifier(str(conninfo_to_dict(production.owner)["dbname"]))
+    names = {
+        "fleet": create_role(pg_server, production.owner, SHADOWING_GRANTS),
+        "tenant": create_role(pg_server, production.owner, SHADOWING_GRANTS, community=A),
+    }
+    with psycopg.connect(production.owner, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(sql.SQL("GRANT TEMP ON DATABASE {} TO {}").format(database, sql.Identifier(name)))
+    try:
+        yield {kind: as_role(production.owner, name) for kind, name in names.items()}
+    finally:
+        for name in names.values():
+            with psycopg.connect(production.owner, autocommit=True) as conn:
+                conn.execute(sql.SQL("REVOKE TEMP ON DATABASE {} FROM {}").format(database, sql.Identifier(name)))
+            drop_role(pg_server, production.owner, name)
+
+
+def _shadowed(conn: psycopg.Connection[Any], *statements: str) -> None:
+    """pg_temp first on the search_path, and a temporary object for each of `statements`."""
+    conn.execute("SET search_path = pg_temp, public")
+    for statement in statements:
+        conn.execute(statement.encode())
+
+
+def test_a_temporary_table_shadows_nothing_a_function_reads(production: Roles, shadowers: dict[str, str]) -> None:
+    """Temporary communities, retired_delivery_ids, workflow_agent_deliveries, lp_clock and
+    lp_role_scope, and temporary functions, found first on the session's search_path: the
+    functions (fixed search_path: pg_catalog, public, pg_temp) read the real ones, and the
+    database is unchanged."""
+    with psycopg.connect(production.owner, autocommit=True) as owner:
+        before = _dump(owner)
+    with connect(shadowers["fleet"]) as conn:
+        _shadowed(
+            conn,
+            "CREATE TEMP TABLE communities (id uuid PRIMARY KEY, state community_state)",
+            f"INSERT INTO communities VALUES ('{B}', 'active'), ('{A}', 'active')",
+            "CREATE TEMP TABLE retired_delivery_ids (community_id uuid, id uuid)",
+            "CREATE TEMP TABLE workflow_agent_deliveries (community_id uuid, id uuid, status text)",
+            f"INSERT INTO workflow_agent_deliveries VALUES ('{A}', '{PENDING}', 'finished')",
+            "CREATE TEMP TABLE lp_clock (singleton boolean, pinned_at timestamptz)",
+            "INSERT INTO lp_clock VALUES (true, '2000-01-01T00:00:00Z')",
+            "CREATE FUNCTION pg_temp.lp_now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT 'epoch'::timestamptz $$",
+            "CREATE FUNCTION pg_temp.lp_refusal(community_state) RETURNS text LANGUAGE sql AS $$ SELECT NULL::text $$",
+            "CREATE OPERATOR pg_temp.= (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = uuid_ne)",
+        )
+        store = PostgresDeliveryStore(conn)
+        # B is deleted: the temporary communities, which says active, is not what the fence reads.
+        with pytest.raises(Refused) as refused:
+            store.execute(m.CreateWorkflow(B, uuid.UUID(int=0x999)))
+        assert refused.value.rejection == m.CommunityNotWritable(B, m.CommunityState.DELETED)
+        # RETIRED is retired: the empty temporary retired_delivery_ids is not what the commit reads.
+        with pytest.raises(Refused) as refused:
+            store.execute(m.CommitDeliveries(A, RUN, "shadow", [m.NewDelivery(RETIRED, _binding(A, RUN, "shadow"))]))
+        assert refused.value.rejection == m.DeliveryIdTaken(A, RETIRED)
+        # PENDING is pending, whatever the temporary table says; and the clock is the statement's.
+        found = store.execute(m.GetDelivery(A, PENDING))
+        assert isinstance(found, m.Found) and found.delivery.status is m.Status.PENDING
+        assert conn.execute("SELECT public.lp_now() = statement_timestamp() AS now").fetchone() == {"now": True}
+    with connect(shadowers["tenant"]) as conn:
+        _shadowed(
+            conn,
+            "CREATE TEMP TABLE lp_role_scope (role_name name, community_id uuid)",
+            "INSERT INTO lp_role_scope VALUES (session_user, NULL)",
+            "CREATE FUNCTION pg_temp.lp_may_act(uuid) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$",
+        )
+        with pytest.raises(psycopg.DatabaseError) as forbidden:
+            conn.execute(f"SELECT * FROM lp_get_delivery('{B}', '{PENDING}')")
+        assert forbidden.value.sqlstate == "LP005"
+    with psycopg.connect(production.owner, autocommit=True) as owner:
+        assert _dump(owner) == before
+
+
 def test_truncate_is_refused_outside_a_test_database(production: Roles) -> None:
     with psycopg.connect(production.owner, autocommit=True) as owner:
         before = _dump(owner)
@@ -316,9 +400,9 @@ def test_truncate_is_refused_outside_a_test_database(production: Roles) -> None:
 # -- the clock authority -----------------------------------------------------------------------------
 
 
-def _clock_is_the_transaction_time(dsn: str) -> bool:
+def _clock_is_the_statement_time(dsn: str) -> bool:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT lp_now() = now(), lp_test_hooks()").fetchone()
+        row = conn.execute("SELECT lp_now() = statement_timestamp(), lp_test_hooks()").fetchone()
     return row == (True, False)
 
 
@@ -397,9 +481,9 @@ def test_the_application_role_cannot_move_the_clock_of_a_production_database(pro
     ):
         assert refused[what] == "42501", (what, refused[what])  # insufficient_privilege
     assert {state for _, state in outcomes} <= {"LP004", "42501"} | _HARMLESS, outcomes
-    # Whatever it did, the clock is the transaction time: for the owner, and for the role, in a new session.
-    assert _clock_is_the_transaction_time(production.owner)
-    assert _clock_is_the_transaction_time(production.app)
+    # Whatever it did, the clock is the statement time: for the owner, and for the role, in a new session.
+    assert _clock_is_the_statement_time(production.owner)
+    assert _clock_is_the_statement_time(production.app)
     with psycopg.connect(production.owner) as owner:
         assert owner.execute("SELECT count(*) FROM lp_clock").fetchone() == (0,)
         assert not is_test_database(owner)
@@ -410,7 +494,7 @@ def test_not_even_the_owner_pins_the_clock_of_a_production_database(production: 
         with pytest.raises(psycopg.DatabaseError) as refused:
             PinnedClock(owner).pin(T0)
         assert (refused.value.sqlstate, refused.value.diag.constraint_name) == ("LP004", "lp_clock_test_database_only")
-    assert _clock_is_the_transaction_time(production.owner)
+    assert _clock_is_the_statement_time(production.owner)
 
 
 @pytest.fixture
