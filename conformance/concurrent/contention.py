@@ -1,29 +1,37 @@
 """Contention schedules derived from a locking statement of either machine.
 
-A lock matters only while another transaction wants the same thing. For one
-statement that locks (a row lock, SKIP LOCKED, an advisory lock), every
-operation of a small catalogue that runs it is parked right after it,
-holding what it took, on a fixed scene; each operation of the catalogue then
-runs beside it on another connection, and the parked one is let go. Two
-things are judged:
+A lock matters only while another transaction wants the same thing. Every
+operation is one database function (impl/migrations/0006_database_api.sql),
+and a statement of one that locks (a row lock, SKIP LOCKED, an advisory lock,
+the write fence) is a point a schedule parks at: every operation of a small
+catalogue that runs it is parked right after it, inside its function, holding
+what it took (an `instrumented` variant of the functions has a point at every
+statement boundary, impl/hooks/gate.py), and then before the COMMIT of the call
+that ran it, holding everything, on a fixed scene; each operation of the
+catalogue then runs beside it on another connection, and the parked one is
+let go. Two things are judged:
 
 - some serial order of the model gives both outcomes and the final state
   (`Race.judgement`); a fault (a deadlock the server broke, a foreign key a
   lost lock let through) fails the schedule too;
 - operations do not wait where the spec says they do not. Delivery: a claim
-  waits only for a change of its community's state (the community row a
-  fence or deletion holds), a sweep only for that or for another sweep
-  (sweeps take turns); specs/delivery.md: "claimers never block each other",
-  the reaper skips rows others hold. Lifecycle: a cache refresh is a read,
-  which waits for nothing.
+  waits only for a change of its community's state (the write fence a fence or
+  deletion holds exclusively), a sweep only for another sweep (sweeps take
+  turns; a community whose fence is held exclusively it skips, and rows others
+  hold it leaves); specs/delivery.md: "claimers never block each other", the
+  reaper skips rows others hold. Lifecycle: a cache refresh is a read, which
+  waits for nothing.
 
 Pairs the spec names as known disagreements are not run: in the delivery
 machine, a claim beside a deletion or a read (specs/delivery.md,
 "Concurrency").
 
-The schedules are mechanical: nothing here names a mutant. `leaseproof
-mutants --generated` runs, for each race mutant, the schedules of the
-statement it changes (the check "contention");
+The schedules are mechanical: nothing here names a mutant. The locking
+statements are found in the shipped functions (`locking_statements`: those
+the machine's calls reach, named `function:ordinal`), and a variant (a
+generated race mutant) is parked at the same statement of its own functions.
+`leaseproof mutants --generated` runs, for each race mutant, the schedules of
+the function it changes (the check "contention");
 tests/conformance/concurrent/test_contention.py runs every locking
 statement's schedules against the bundled implementations, which must pass
 them all.
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -42,10 +51,21 @@ from leaseproof.conformance.concurrent import schedules as s
 from leaseproof.conformance.concurrent.schedules import CLAIM, LEASE, ONE_ROW, SECOND, C, Forced, Race, new
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.hooks.gate import Client, NotReached, Schedule
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
+from leaseproof.impl.hooks.gate import (
+    At,
+    Client,
+    NotReached,
+    Schedule,
+    Statement,
+    called,
+    instrumented,
+    points_of,
+    statements,
+)
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
-from leaseproof.impl.mutants.generated.catalogue import ROLES, statements
-from leaseproof.impl.mutants.generated.sql import Statement, try_advisory_lock
+from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
+from leaseproof.impl.migrate import functions
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 
@@ -132,13 +152,15 @@ def _sweep_beside_deletion(parked: str, beside: str) -> bool:
 
 def may_wait(parked: str, beside: str) -> bool:
     """Whether delivery's `beside` may wait for `parked`: always, unless it is a claim or a
-    sweep (a keyed claim waits for another claim under its key, too)."""
+    sweep. A claim waits for a change of its community's state (a keyed claim for another
+    claim under its key, too); a sweep for another sweep only (it skips a community whose
+    fence a change holds, and leaves the rows others hold)."""
     if beside == "claim":
         return parked in _COMMUNITY_CHANGES
     if beside == "keyed claim":
         return parked in _COMMUNITY_CHANGES | {"keyed claim"}
     if beside == "reap":
-        return parked in _COMMUNITY_CHANGES | {"reap"}
+        return parked == "reap"
     return True
 
 
@@ -213,31 +235,103 @@ LIFECYCLE = Machine(
 
 MACHINES: Mapping[str, Machine] = {m.name: m for m in (DELIVERY, LIFECYCLE)}
 
+# -- the locking statements ------------------------------------------------------------------
 
-def locking_statements(machine: str) -> dict[str, str]:
-    """The statements `machine` runs that lock something (a row-locking clause or a
-    blocking advisory lock, as the mutation operators' parser reads them), by attribute."""
+# The adapters' role classes, by keyword, in the order an adapter installs their functions.
+ROLES: Mapping[str, tuple[tuple[str, type], ...]] = {
+    "delivery": (("store_class", PostgresDeliveryStore),),
+    "lifecycle": (
+        ("store_class", LifecycleStore),
+        ("engine_class", ReplicaEngine),
+        ("resumer_class", RunResumer),
+        ("communities_class", PostgresDeliveryStore),
+    ),
+}
+# The statements of each role class the machine runs (None: all of them). The lifecycle
+# adapter creates communities and changes their state through the delivery store, and
+# runs nothing else of it.
+_RUNS: Mapping[tuple[str, str], frozenset[str]] = {
+    ("lifecycle", "communities_class"): frozenset({"SQL_CREATE_COMMUNITY", "SQL_SET_COMMUNITY_STATE"}),
+}
+# The calls that write nothing: an operation is parked before the COMMIT of its first call
+# that is not one of these (a fire's admission, not its check of the community).
+READS = frozenset({"lp_now", "lp_get_delivery", "lp_fire_check", "lp_enabled_records"})
+
+_LOCKING = re.compile(
+    r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)\b|\bpg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?\s*\(",
+    re.IGNORECASE,
+)
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def bundled(machine: str) -> dict[str, type]:
+    """The bundled implementation's role classes of `machine`, by the adapter's keyword."""
+    return dict(ROLES[machine])
+
+
+def functions_of(machine: str) -> tuple[str, ...]:
+    """The database functions `machine` runs: those its role classes' statements call, and
+    every function with points (`gate.statements`) they reach, in the migrations' order."""
+    shipped = functions()
+    called_names = {
+        name
+        for keyword, cls in ROLES[machine]
+        for attribute in dir(cls)
+        if attribute.startswith("SQL_") and attribute in _RUNS.get((machine, keyword), {attribute})
+        for name in re.findall(r"\b(lp_\w+)\s*\(", str(getattr(cls, attribute)))
+    }
+    reached, frontier = set(), [n for n in called_names if n in shipped]
+    while frontier:
+        name = frontier.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        frontier += [n for n in re.findall(r"\b(lp_\w+)\s*\(", shipped[name].body) if n in shipped]
+    return tuple(name for name in shipped if name in reached and statements(shipped[name]))
+
+
+def locking_statements(machine: str) -> dict[str, tuple[Statement, ...]]:
+    """The statements of `machine`'s functions (as shipped) that lock something: a
+    row-locking clause or an advisory lock, blocking or not; by function, each function
+    that has one."""
+    shipped = functions()
     found = {}
-    for named in statements(machine):
-        if isinstance(named.value, str):
-            statement = Statement(named.value)
-            if statement.locking_clauses or any(try_advisory_lock(statement)):
-                found[named.attribute] = named.value
+    for name in functions_of(machine):
+        locking = tuple(
+            s for s in statements(shipped[name]) if not s.compound and _LOCKING.search(_COMMENT.sub("", s.text))
+        )
+        if locking:
+            found[name] = locking
     return found
+
+
+def _named(machine: str, where: str) -> tuple[str, ...]:
+    """The locking statements `where` names: one (`lp_claim:7`), or every one a function
+    runs: its own, then those of the functions it calls (lp_enter's fence: a change of a
+    lock there shows where the function holds what the helper took)."""
+    locking = locking_statements(machine)
+    if any(s.name == where for each in locking.values() for s in each):
+        return (where,)
+    if where not in functions_of(machine):
+        raise ValueError(f"{where!r} is neither a function of {machine} nor one of its statements that lock something")
+    shipped = functions()
+    calls = re.findall(r"\b(lp_\w+)\s*\(", shipped[where].body)
+    reached = [where, *dict.fromkeys(name for name in calls if name != where and name in locking)]
+    return tuple(s.name for name in reached for s in locking.get(name, ()))
 
 
 @attrs.frozen
 class Verdict:
     parked: str  # the catalogue's name of the parked operation
     beside: str
-    statement: str  # the locking statement the schedule is derived from
-    where: str  # where the parked one waits: "after" the statement, "before commit" of its transaction
+    statement: str  # the locking statement the schedule is derived from (`lp_claim:7`)
+    where: str  # where the parked one waits: "after" the statement, "before commit" of its call
     ok: bool
     why: str
     fault: bool = False  # the implementation raised (a deadlock, a foreign key), rather than answered
     observer: str | None = None  # the read run after `beside` returned, while `parked` still waited
     waited: str = ""  # what `beside` did: "blocked" on the parked one's locks, or "finished"
-    ran: bool = True  # whether the parked one's transaction had run the statement (else: any commit)
+    ran: bool = True  # whether the parked one's call had run the statement (else: its first write)
 
 
 WHERE = ("after", "before commit")
@@ -245,51 +339,60 @@ WHERE = ("after", "before commit")
 
 @attrs.frozen
 class _Placement:
-    """Where one schedule parks: `parked` waits `where` (after `sql`, or before the COMMIT
-    of a transaction that ran `sql`, or of any if None) while `beside` runs, and then
-    `observer`, if given. `attribute` names the locking statement it is derived from."""
+    """Where one schedule parks: `parked` waits `where` (at the point `point`, right after
+    the statement, or before the COMMIT of its call that passed it, or, if None, of its
+    first call that writes) while `beside` runs, and then `observer`, if given.
+    `statement` names the locking statement it is derived from."""
 
-    attribute: str
+    statement: str
     parked: str
     beside: str
     where: str
-    sql: str | None
+    point: str | None
     observer: str | None = None
 
 
 def schedules(
-    dsn: str, machine: str, classes: Mapping[str, type], attribute: str, *, stop_at_first: bool = False
+    dsn: str, machine: str, classes: Mapping[str, type], where: str, *, stop_at_first: bool = False
 ) -> Iterator[Verdict]:
-    """Every schedule of `attribute` (a locking statement of `machine`, run by the adapter's
-    role `classes`, by keyword), judged.
+    """Every schedule of the locking statements `where` names (a function of `machine`:
+    each of its locking statements; or one, `lp_claim:7`), run against the adapter's role
+    `classes` (by keyword: the bundled ones, or a variant's), judged.
 
-    First each operation that runs the statement is parked, after it and then
-    before its transaction commits, while each operation runs beside it (one
-    that does not run the statement is skipped). Then each operation is parked
-    before it commits, holding everything it took, while each operation that
-    runs the statement runs beside it: where the statement waits shows there."""
-    with _adapter(dsn, machine, classes) as (spec, adapter):  # one for all the schedules: each resets it
-        yield from _schedules(dsn, spec, adapter, attribute, _text(classes, attribute), stop_at_first)
-
-
-def bundled(machine: str) -> dict[str, type]:
-    """The bundled implementation's role classes of `machine`, by the adapter's keyword."""
-    return {role.keyword: role.cls for role in ROLES[machine]}
+    For each statement, first each operation that runs it is parked right after it and
+    then before its call commits, while each operation runs beside it (one that does not
+    run the statement is skipped). Then each operation is parked before its first call
+    that writes commits, holding everything it took, while each operation that runs the
+    statement runs beside it: where the statement waits shows there."""
+    roles = _instrumented(machine, classes)
+    points = points_of(*roles.values())
+    with _adapter(dsn, machine, roles) as (spec, adapter):  # one for all the schedules: each resets it
+        for name in _named(machine, where):
+            statement = points.named(name)
+            failed = False
+            for verdict in _schedules(dsn, spec, adapter, name, statement.after, stop_at_first):
+                failed = failed or not verdict.ok
+                yield verdict
+            if stop_at_first and failed:
+                return
 
 
 def again(dsn: str, machine: str, classes: Mapping[str, type], verdict: Verdict) -> Verdict | None:
     """The schedule `verdict` judged, run once more against the implementation of `classes`
     (None if its parked operation did not get there this time)."""
-    sql = _text(classes, verdict.statement) if verdict.ran else None
-    placement = _Placement(verdict.statement, verdict.parked, verdict.beside, verdict.where, sql, verdict.observer)
-    with _adapter(dsn, machine, classes) as (spec, adapter):
+    roles = _instrumented(machine, classes)
+    point = points_of(*roles.values()).named(verdict.statement).after if verdict.ran else None
+    placement = _Placement(verdict.statement, verdict.parked, verdict.beside, verdict.where, point, verdict.observer)
+    with _adapter(dsn, machine, roles) as (spec, adapter):
         return _one(dsn, spec, adapter, placement)
 
 
-def _text(classes: Mapping[str, type], attribute: str) -> str:
-    """The statement `attribute` as the role classes run it (every role that has it has the same text)."""
-    text: str = next(getattr(c, attribute) for c in classes.values() if hasattr(c, attribute))
-    return text
+def _instrumented(machine: str, classes: Mapping[str, type]) -> dict[str, type]:
+    """`classes` (by keyword), in the order the adapter installs them, with every point."""
+    keywords = [keyword for keyword, _ in ROLES[machine]]
+    if set(classes) != set(keywords):
+        raise ValueError(f"the {machine} adapter takes {', '.join(keywords)}, not {', '.join(classes)}")
+    return dict(zip(keywords, instrumented(*(classes[k] for k in keywords)), strict=True))
 
 
 @contextlib.contextmanager
@@ -304,33 +407,34 @@ def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tu
 
 
 def _schedules(
-    dsn: str, spec: Machine, adapter: Any, attribute: str, sql: str, stop_at_first: bool
+    dsn: str, spec: Machine, adapter: Any, name: str, point: str | None, stop_at_first: bool
 ) -> Iterator[Verdict]:
     reachers: list[str] = []
-    for parked in spec.names:
-        for where in WHERE:
-            for beside in spec.names:
-                if spec.excluded(parked, beside):
-                    continue
-                placement = _Placement(attribute, parked, beside, where, sql)
-                verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
-                if not verdicts:
-                    break
+    if point is not None:
+        for parked in spec.names:
+            for where in WHERE:
+                for beside in spec.names:
+                    if spec.excluded(parked, beside):
+                        continue
+                    placement = _Placement(name, parked, beside, where, point)
+                    verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
+                    if not verdicts:
+                        break
+                    if parked not in reachers:
+                        reachers.append(parked)
+                    yield from verdicts
+                    if stop_at_first and not verdicts[-1].ok:
+                        return
                 if parked not in reachers:
-                    reachers.append(parked)
-                yield from verdicts
-                if stop_at_first and not verdicts[-1].ok:
-                    return
-            if parked not in reachers:
-                break
+                    break
     for parked in spec.names:
         for beside in reachers:
             if spec.excluded(parked, beside):
                 continue
-            placement = _Placement(attribute, parked, beside, "before commit", None)
+            placement = _Placement(name, parked, beside, "before commit", None)
             verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
             if not verdicts:
-                break  # the parked one commits no transaction
+                break  # the parked one commits no write
             yield from verdicts
             if stop_at_first and not verdicts[-1].ok:
                 return
@@ -370,24 +474,31 @@ def _one(dsn: str, spec: Machine, adapter: Any, placement: _Placement) -> Verdic
             engines[name].conn = conn
 
 
+def _writes(sql: str) -> bool:
+    """Whether the call `sql` may write (it calls a function that is not a read)."""
+    return called(sql) not in READS
+
+
 def _judged(spec: Machine, race: Race, placement: _Placement) -> Verdict | None:
-    attribute, parked, beside, sql, observer = (
-        placement.attribute,
+    name, parked, beside, point, observer = (
+        placement.statement,
         placement.parked,
         placement.beside,
-        placement.sql,
+        placement.point,
         placement.observer,
     )
     outcomes = race.setup(*spec.scene)
     first, second = spec.catalogue(outcomes, PARKED)[parked], spec.catalogue(outcomes, BESIDE)[beside]
     one, two = spec.client(race, PARKED, first), spec.client(race, BESIDE, second)
-    if placement.where == "after":
-        point = one.gate.pause_after(sql, label=attribute)
+    if point is None:
+        pause = one.gate.pause_before_commit(ran=_writes, label="its first write")
+    elif placement.where == "after":
+        pause = one.gate.pause_at(point, label=f"after {name}")
     else:
-        point = one.gate.pause_before_commit(ran=sql, label=attribute if sql else None)
+        pause = one.gate.pause_before_commit(ran=At(point), label=f"the call that ran {name}")
     race.start(one, first)
     try:
-        point.wait_parked()
+        pause.wait_parked()
     except NotReached:
         race.result(one)  # it ended without getting there: no schedule here
         return None
@@ -409,9 +520,9 @@ def _judged(spec: Machine, race: Race, placement: _Placement) -> Verdict | None:
                 race.start(three, third)
                 reads.append(three.wait_blocked_or_finished())
     finally:
-        point.release()
+        pause.release()
     verdict = functools.partial(
-        Verdict, parked, beside, attribute, placement.where, observer=observer, waited=waited, ran=sql is not None
+        Verdict, parked, beside, name, placement.where, observer=observer, waited=waited, ran=point is not None
     )
     for collect in (one, None if observing else two, three if reads else None):
         if collect is not None:
