@@ -1194,7 +1194,18 @@ class Database(Lab):
     def __init__(self, server: Server, pinned: bool) -> None:
         self.server, self.pinned = server, pinned
         self.stack = contextlib.ExitStack()
-        self.production = self.stack.enter_context(provision(server, TENANTS, test_database=pinned, prefix="lpa"))
+        try:
+            self._make()
+        except BaseException:
+            self.stack.close()  # the roles and the database go, made or half made
+            raise
+        self.dirty = False
+
+    def _make(self) -> None:
+        self.production = self.stack.enter_context(
+            provision(self.server, TENANTS, test_database=self.pinned, prefix="lpa")
+        )
+        pinned = self.pinned
         p = self.production
         self.superuser = self.stack.enter_context(psycopg.connect(p.superuser, autocommit=True))
         if pinned:
@@ -1226,7 +1237,6 @@ class Database(Lab):
             "fence_b": str(fence_b[0]),
         }
         self.baseline = self.fingerprint()
-        self.dirty = False
 
     def fingerprint(self) -> dict[str, str]:
         return fingerprint(self.superuser, self.production.names.roles())
@@ -1297,15 +1307,24 @@ class Databases:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.open: dict[bool, Database] = {}
+        self.broken: dict[bool, Exception] = {}
         self.tally: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 
     def database(self, pinned: bool) -> Database:
+        if pinned in self.broken:  # made once and failed: fail at once, not by making it again
+            raise RuntimeError(f"the {'pinned' if pinned else 'production'} database could not be made") from (
+                self.broken[pinned]
+            )
         current = self.open.get(pinned)
         if current is not None and current.dirty:
             current.close()
             current = None
         if current is None:
-            current = self.open[pinned] = Database(self.server, pinned)
+            try:
+                current = self.open[pinned] = Database(self.server, pinned)
+            except Exception as exc:
+                self.broken[pinned] = exc
+                raise
         return current
 
     def record(self, kind: str, verdict: Verdict) -> None:
