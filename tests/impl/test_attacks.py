@@ -656,6 +656,32 @@ ATTEMPTS: list[Attempt] = [
         errors=PRIVILEGE,
     ),
     _attempt("shadowing", "a temporary sequence", "CREATE TEMP SEQUENCE admitted_runs_id_seq", errors=PRIVILEGE),
+    # Every table and every function of the schema, shadowed by a temporary one of its name (and
+    # the session's search_path made to find it first), then an operation that reads it.
+    *(
+        _attempt(
+            "shadowing",
+            f"a temporary {table}",
+            "SET LOCAL search_path = pg_temp, public",
+            f"CREATE TEMP TABLE {table} (community_id uuid, id uuid, state text)",
+            claim(F, delivery=_u(PENDING_F)),
+            errors=PRIVILEGE,
+            attacker=attacker,
+        )
+        for table in TABLES
+        for attacker in ("app", "tenant A")
+    ),
+    *(
+        _attempt(
+            "shadowing",
+            f"a temporary {name}()",
+            f"CREATE FUNCTION pg_temp.{name}() RETURNS boolean LANGUAGE sql AS $$ SELECT true $$",
+            renew(B, CLAIMED_B),
+            errors=PRIVILEGE,
+            attacker="tenant A",
+        )
+        for name in (*HELPERS, *OPERATIONS)
+    ),
     _attempt(
         "shadowing",
         "a temporary lp_now()",

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import tuple_row
 
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
@@ -360,7 +361,41 @@ def test_a_temporary_table_shadows_nothing_a_function_reads(production: Roles, s
             "CREATE FUNCTION pg_temp.lp_refusal(community_state) RETURNS text LANGUAGE sql AS $$ SELECT NULL::text $$",
             "CREATE OPERATOR pg_temp.= (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = uuid_ne)",
         )
+        # ... and every other table and function of the schema, shadowed by an empty or a lying one.
+        for table in (
+            conn.cursor(row_factory=tuple_row)
+            .execute(
+                "SELECT relname::text FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'"
+                " AND relname NOT IN ('communities', 'retired_delivery_ids', 'workflow_agent_deliveries', 'lp_clock')"
+            )
+            .fetchall()
+        ):
+            conn.execute(sql.SQL("CREATE TEMP TABLE {} (community_id uuid, id uuid)").format(sql.Identifier(table[0])))
+        for function in (
+            conn.cursor(row_factory=tuple_row)
+            .execute(
+                "SELECT DISTINCT proname::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace"
+                " AND proname NOT IN ('lp_now', 'lp_refusal')"
+            )
+            .fetchall()
+        ):
+            conn.execute(
+                sql.SQL("CREATE FUNCTION pg_temp.{}() RETURNS boolean LANGUAGE sql AS $$ SELECT true $$").format(
+                    sql.Identifier(function[0])
+                )
+            )
         store = PostgresDeliveryStore(conn)
+        # A delivery's whole life, as the model has it (rolled back afterwards).
+        with conn.transaction(force_rollback=True):
+            fresh = uuid.UUID(int=0xF5)
+            committed = store.execute(
+                m.CommitDeliveries(A, RUN, "shadowed", [m.NewDelivery(fresh, _binding(A, RUN, "shadowed"))])
+            )
+            assert committed == m.Committed((fresh,), False)
+            claimed = store.execute(m.Claim(A, T1, 60, delivery_id=fresh))
+            assert isinstance(claimed, m.Claimed) and claimed.lease.lease_generation == 1
+            assert isinstance(store.execute(m.Renew(claimed.lease, 120)), m.Renewed)
+            assert store.execute(m.Finish(claimed.lease, m.Status.FAILED)) == m.Settled(m.Status.FAILED)
         # B is deleted: the temporary communities, which says active, is not what the fence reads.
         with pytest.raises(Refused) as refused:
             store.execute(m.CreateWorkflow(B, uuid.UUID(int=0x999)))
