@@ -24,7 +24,8 @@
 --   role granted SET on that parameter): from PostgreSQL 15 on, not even the owner may.
 -- * The api role (NOLOGIN) holds what performing the model's operations takes:
 --   EXECUTE on the operation functions of migration 0006 (SECURITY DEFINER, each with a
---   fixed search_path) and USAGE on the schema. No privilege on any table, sequence or
+--   fixed search_path) and on lp_now() (run as its owner since 0007), and USAGE on the
+--   schema. No privilege on any table, sequence or
 --   other function: every read and write goes through the functions, which check the
 --   caller's scope (lp_role_scope, keyed to the login role) and make exactly the model's
 --   transitions. Login roles hold it by membership, so that none of them is a member of
@@ -47,6 +48,9 @@
 -- * The database: PUBLIC may neither connect, nor create a schema, nor create a temporary
 --   object in it (so nothing a session makes can shadow a table, view, function or
 --   operator the functions use); api and the reaper may connect.
+-- * The server: keep max_prepared_transactions = 0 (its default). Any role may PREPARE
+--   TRANSACTION where it is not, and a prepared transaction keeps its locks (a
+--   community's fence) past its session and every timeout, until a superuser ends it.
 
 \set ON_ERROR_STOP on
 
