@@ -12,7 +12,7 @@
 -- role any other community (SQLSTATE LP005), whatever it passes, because the scope is
 -- keyed to the session's login role (session_user), which no statement of a session
 -- changes. Run again with another community, it binds the same role to that one too.
--- The community need not exist yet: the tenant may create it (CreateCommunity).
+-- The community need not exist yet; the application role (a fleet role) creates it.
 --
 -- Never bind a tenant with an empty community: a row of lp_role_scope without one makes
 -- a fleet role, which acts for every community.

@@ -38,6 +38,8 @@ DELIVERY = {A: uuid.UUID(int=0xDA), B: uuid.UUID(int=0xDB)}
 EXPIRING = {A: uuid.UUID(int=0xEA), B: uuid.UUID(int=0xEB)}
 CHANNEL, AUTHOR = uuid.UUID(int=0x300), b"\x06" * 32
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+# LP005, from lp_require_scope (or lp_require_fleet, for a community's own life: see test_attacks.py)
+OUTSIDE_SCOPE = "does not act for community|not for the fleet"
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +63,14 @@ def _event(community: uuid.UUID, at: dt.datetime, *actions: str) -> lc.SaveDefin
     )
 
 
-def _run_both_machines(dsn: str, community: uuid.UUID) -> dict[str, Any]:
-    """Everything a tenant does on its own community, through the stores as its own role."""
-    with connect(dsn) as conn:
+def _run_both_machines(production: Production, community: uuid.UUID) -> dict[str, Any]:
+    """Everything a tenant does on its own community, through the stores as its own role (the
+    community made by the application role: a community's life is the fleet's)."""
+    with connect(production.app) as conn:
+        assert PostgresDeliveryStore(conn).execute(m.CreateCommunity(community)) == m.Ok()
+    with connect(production.tenant(community)) as conn:
         store = PostgresDeliveryStore(conn)
         for command in (
-            m.CreateCommunity(community),
             m.CreateWorkflow(community, WORKFLOW),
             m.CreateRun(community, WORKFLOW, RUN),
             m.PublishEvent(community, MESSAGE),
@@ -97,7 +101,7 @@ def _run_both_machines(dsn: str, community: uuid.UUID) -> dict[str, Any]:
 
 
 def test_each_tenant_runs_both_machines_on_its_own_community(fresh: Production) -> None:
-    done = {community: _run_both_machines(fresh.tenant(community), community) for community in (A, B)}
+    done = {community: _run_both_machines(fresh, community) for community in (A, B)}
     # A replica's cache holds the records of the communities its role acts for, and no other.
     assert set(done[A]["cache"].records) == {(A, WORKFLOW)}
     assert set(done[B]["cache"].records) == {(B, WORKFLOW)}
@@ -161,7 +165,7 @@ def _commands_for(community: uuid.UUID, lease: m.Lease) -> dict[str, Callable[[p
 def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
     """Tenant A sends every operation for B (and B for A), through the stores: each is
     Forbidden, and the database is unchanged; a resume of the other's run too."""
-    done = {community: _run_both_machines(fresh.tenant(community), community) for community in (A, B)}
+    done = {community: _run_both_machines(fresh, community) for community in (A, B)}
     roles = fresh.names.roles()
     with psycopg.connect(fresh.superuser, autocommit=True) as superuser:
         before = fingerprint(superuser, roles)
@@ -169,10 +173,10 @@ def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
             with connect(fresh.tenant(attacker)) as conn:
                 commands = _commands_for(victim, done[victim]["lease"])
                 for name, command in commands.items():
-                    with pytest.raises(Forbidden, match="does not act for community"):
+                    with pytest.raises(Forbidden, match=OUTSIDE_SCOPE):
                         command(conn)
                     assert fingerprint(superuser, roles) == before, name
-                with pytest.raises(Forbidden, match="does not act for community"):
+                with pytest.raises(Forbidden, match=OUTSIDE_SCOPE):
                     typed(RunResumer, functools.partial(RunResumer.resume, c=lc.ResumeRun(done[victim]["run"])))(conn)
         assert fingerprint(superuser, roles) == before
     assert len(commands) == 18
@@ -180,7 +184,7 @@ def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
 
 def test_the_reaper_sweeps_every_tenant_and_no_tenant_sweeps(fresh: Production) -> None:
     for community in (A, B):
-        _run_both_machines(fresh.tenant(community), community)
+        _run_both_machines(fresh, community)
     with connect(fresh.superuser) as superuser:
         PinnedClock(superuser).advance(dt.timedelta(seconds=60))  # both 30 s leases expired
     for dsn in (fresh.tenant(A), fresh.tenant(B), fresh.app):
