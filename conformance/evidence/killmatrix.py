@@ -38,7 +38,6 @@ within a few dozen programs, and both checks of the fault mutants.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import statistics
 import tempfile
 import time
@@ -62,6 +61,7 @@ from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 SEED = 20261129  # the kill tests' seed
 SEQUENTIAL, RACE, FAULT = "sequential", "race", "fault"
@@ -130,23 +130,6 @@ class Subject:
         return (FORCED,) if fast else (STRESS, FORCED, *profile)
 
 
-def _race_mutants() -> tuple[tuple[Mutant | LifecycleMutant, ...], str]:
-    """The race mutants (impl/mutants/race.py), and '' ; or none, and why, while that module
-    does not import.
-
-    TODO(race port): impl/mutants/race.py still edits the statements the stores had before
-    the database API (migration 0006: FENCE_CTE, SQL_LOCK_IDENTITY, ...), so it fails to
-    import, and the matrix runs the sequential and fault mutants without it (its summary
-    says so). Import it plainly once it is ported. (Imported by name, so that a type
-    check of this module does not report that module's errors as its own.)"""
-    try:
-        race = importlib.import_module("leaseproof.impl.mutants.race")
-    except (ImportError, AttributeError, ValueError) as exc:
-        return (), f"impl/mutants/race.py does not import ({type(exc).__name__}: {exc})"
-    return tuple(race.RACE_MUTANTS), ""
-
-
-RACE_MUTANTS, RACE_MUTANTS_MISSING = _race_mutants()
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
@@ -160,10 +143,7 @@ def select(names: Sequence[str] = (), machine: str | None = None, kind: str | No
     `kind` (sequential, race or fault; all if None), in registry order."""
     unknown = [name for name in names if name not in {s.name for s in SUBJECTS}]
     if unknown:
-        missing = f" (the race mutants are not among them: {RACE_MUTANTS_MISSING})" if RACE_MUTANTS_MISSING else ""
-        raise ValueError(
-            f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}{missing}"
-        )
+        raise ValueError(f"no mutant named {', '.join(unknown)}; the mutants are {', '.join(s.name for s in SUBJECTS)}")
     chosen = tuple(
         s
         for s in SUBJECTS
@@ -241,8 +221,6 @@ class KillMatrix:
             text += "\n" + search_alone_summary(search)
         if self.survivors:
             text += f"\nSURVIVED: {', '.join(self.survivors)}"
-        if RACE_MUTANTS_MISSING:
-            text += f"\nthe race mutants are not in the matrix: {RACE_MUTANTS_MISSING}"
         return text
 
     def to_json(self) -> dict[str, Any]:

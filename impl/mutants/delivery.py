@@ -24,15 +24,6 @@ from leaseproof.impl.migrate import Addition, Patch, functions, patched
 from leaseproof.model import delivery as m
 
 
-def _swap(sql: str, old: str, new: str) -> str:
-    """`sql` with `old` replaced; refuses to build a mutant identical to the original.
-    (A text helper for variants that still edit statement text; the mutants of this
-    module edit the database functions instead, with `Patch`.)"""
-    if old not in sql:
-        raise ValueError(f"mutant fragment not found in statement: {old!r}")
-    return sql.replace(old, new)
-
-
 def edits(*patches: Patch | Addition) -> tuple[Patch | Addition, ...]:
     """`patches` as a store class lists them (`FUNCTIONS`), checked now: each applies to the
     shipped functions (its text occurs exactly once, after the patches before it) and

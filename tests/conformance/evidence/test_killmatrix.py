@@ -19,12 +19,7 @@ from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
-
-RACE_MUTANTS = km.RACE_MUTANTS
-# TODO(race port): the race mutants and the forced schedules (impl/mutants/race.py,
-# conformance/concurrent/schedules.py) still name the statements the stores had before
-# migration 0006; until they are ported, the tests that run them are skipped.
-needs_race = pytest.mark.skipif(bool(km.RACE_MUTANTS_MISSING), reason=km.RACE_MUTANTS_MISSING)
+from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 # The correct store, dressed as a mutant: nothing can kill it.
 BUNDLED = Mutant("bundled-store", "nothing: this is the bundled store", PostgresDeliveryStore)
@@ -48,8 +43,7 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.FAULT} == {mu.name for mu in FAULT_MUTANTS}
     forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
-    if RACE_MUTANTS:
-        assert forced == set(INTERLEAVINGS) == {"reconcile-outside-transaction", "sweeps-overlap"}
+    assert forced == set(INTERLEAVINGS) == {"reconcile-outside-transaction", "sweeps-overlap"}
     for subject in km.SUBJECTS:
         full, fast = subject.checks(fast=False), subject.checks(fast=True)
         assert set(fast) <= set(full) and fast, subject.name
@@ -97,8 +91,7 @@ def test_selection_by_name_and_machine() -> None:
 
 
 def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server: Server) -> None:
-    races = ["reconcile-outside-transaction", "sweeps-overlap"] if RACE_MUTANTS else []  # TODO(race port)
-    subjects = km.select(["reconcile-unfenced", "cutoff-ignored", *races])
+    subjects = km.select(["reconcile-unfenced", "cutoff-ignored", "reconcile-outside-transaction", "sweeps-overlap"])
     heard: list[km.Row] = []
     matrix = km.run_matrix(pg_server, subjects, fast=True, on_row=heard.append)
     assert list(matrix.rows) == heard  # one progress call per finished check
@@ -106,7 +99,8 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     assert set(rows) == {
         ("reconcile-unfenced", km.SCENARIOS_AND_SEARCH),
         ("cutoff-ignored", km.SCENARIOS_AND_SEARCH),
-        *((name, km.FORCED) for name in races),
+        ("reconcile-outside-transaction", km.FORCED),
+        ("sweeps-overlap", km.FORCED),
     }
     # The review's finding 1 dies in the fixed scenario written for it, before any search.
     fenced = rows[("reconcile-unfenced", km.SCENARIOS_AND_SEARCH)]
@@ -116,17 +110,14 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     assert fenced.finding.startswith("review finding 1") and fenced.kind == km.SEQUENTIAL
     assert 0 < fenced.seconds <= fenced.check_seconds < 60
     assert rows[("cutoff-ignored", km.SCENARIOS_AND_SEARCH)].scenario == "delayed_and_replayed_saves"
-    assert matrix.survivors == ()
-    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (len(races), len(races)), km.FAULT: (0, 0)}
-    if not races:
-        assert matrix.summary().startswith("2 of 2 sequential mutants killed (fast subset")
-        return
     # The forced schedules: one each, judged on their concurrent operations.
     reconcile = rows[("reconcile-outside-transaction", km.FORCED)]
     sweeps = rows[("sweeps-overlap", km.FORCED)]
     assert reconcile.killed and (reconcile.examples, reconcile.unit, reconcile.shrunk_length) == (1, "schedules", 2)
     assert "no serial order of the model gives this history" in reconcile.detail
-    assert sweeps.killed and sweeps.shrunk_length == 5 and "not linearizable" in sweeps.detail
+    assert sweeps.killed and sweeps.shrunk_length == 4 and "not linearizable" in sweeps.detail
+    assert matrix.survivors == ()
+    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2), km.FAULT: (0, 0)}
     assert matrix.summary().startswith("2 of 2 sequential mutants killed, 2 of 2 race mutants killed (fast subset")
 
 
@@ -151,23 +142,20 @@ def test_a_search_kill_is_counted_in_examples_and_shrunk_to_a_short_program(pg_s
 
 
 def test_the_correct_implementation_survives_every_check(pg_server: Server) -> None:
-    raced = [BUNDLED_RACE] if RACE_MUTANTS else []  # TODO(race port): the forced schedules are not yet ported
-    matrix = km.run_matrix(pg_server, [BUNDLED_SEQUENTIAL, *raced], fast=False, budgets=TINY)
+    matrix = km.run_matrix(pg_server, [BUNDLED_SEQUENTIAL, BUNDLED_RACE], fast=False, budgets=TINY)
     rows = _rows(matrix)
     assert set(rows) == {
         ("bundled-store", km.SCENARIOS_AND_SEARCH),
         ("bundled-store", km.SEARCH_ALONE),
         ("bundled-store", km.GUARANTEES),
-        *(("bundled-store-raced", check) for check in (km.STRESS, km.FORCED, km.GUARANTEES) if raced),
+        ("bundled-store-raced", km.STRESS),
+        ("bundled-store-raced", km.FORCED),
+        ("bundled-store-raced", km.GUARANTEES),
     }
     assert not any(row.killed for row in rows.values())
     assert rows[("bundled-store", km.GUARANTEES)].detail == "holds every guarantee in 5 programs and 60 races"
     # Every program generated; those that repeat one already sent are not sent (nor counted) again.
     assert 0 < rows[("bundled-store", km.SEARCH_ALONE)].examples <= TINY.search
-    if not raced:
-        assert matrix.survivors == ("bundled-store",)
-        assert all("| NO |" in line for line in km.table(matrix).splitlines()[2:5])
-        return
     assert rows[("bundled-store-raced", km.STRESS)].examples == TINY.stress
     assert "linearizable" in rows[("bundled-store-raced", km.FORCED)].detail
     assert matrix.survivors == ("bundled-store", "bundled-store-raced")
@@ -175,7 +163,6 @@ def test_the_correct_implementation_survives_every_check(pg_server: Server) -> N
     assert all("| NO |" in line for line in km.table(matrix).splitlines()[2:8])
 
 
-@needs_race
 def test_the_json_document(pg_server: Server) -> None:
     matrix = km.run_matrix(pg_server, (*km.select(["sweeps-overlap"]), BUNDLED_RACE), fast=True)
     document = json.loads(json.dumps(matrix.to_json()))
@@ -192,14 +179,13 @@ def test_the_json_document(pg_server: Server) -> None:
     assert (
         killed["mutant"] == "sweeps-overlap" and killed["check"] == "forced interleaving" and killed["killed"] is True
     )
-    assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 5)
+    assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 4)
     assert survived["killed"] is False and survived["shrunk_length"] is None
 
 
 # -- the command -------------------------------------------------------------------------------------
 
 
-@needs_race  # the command line imports the race mutants
 def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys: pytest.CaptureFixture[str]) -> None:
     status = main(
         ["mutants", "--fast", "--dsn", pg_server.dsn, "--mutant", "reconcile-unfenced", "--mutant", "sweeps-overlap"]
@@ -217,7 +203,7 @@ def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys:
         lines[3].startswith("| sweeps-overlap | delivery |")
         and "| forced interleaving | - | yes | 1 schedule |" in lines[3]
     )
-    assert lines[3].endswith("| 5 operations |")
+    assert lines[3].endswith("| 4 operations |")
     assert "1 of 1 sequential mutants killed, 1 of 1 race mutants killed (fast subset, seed 20261129" in captured.out
     progress = [line for line in captured.err.splitlines() if line.startswith("  ") and " · " in line]
     assert (
@@ -226,7 +212,6 @@ def test_mutants_command_prints_the_table_and_exits_0(pg_server: Server, capsys:
     )
 
 
-@needs_race
 def test_a_surviving_mutant_makes_the_command_exit_1_naming_it(
     pg_server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,7 +229,6 @@ def test_a_surviving_mutant_makes_the_command_exit_1_naming_it(
     assert "survived every check that ran: bundled-store-raced" in captured.err
 
 
-@needs_race  # the command line imports the race mutants
 def test_usage_and_provisioning_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["mutants", "--mutant", "no-such-mutant"]) == 2
     assert "no mutant named no-such-mutant" in capsys.readouterr().err
@@ -255,7 +239,6 @@ def test_usage_and_provisioning_errors_exit_2(capsys: pytest.CaptureFixture[str]
     assert "--dsn" in capsys.readouterr().err
 
 
-@needs_race  # the command line imports the race mutants
 def test_mutants_json_from_a_real_process(pg_server: Server) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "leaseproof.conformance.frontends.cli", "mutants", "--fast", "--json", "--seed", "7",
