@@ -512,16 +512,88 @@ def a_second_sweep_then_a_claim(race: Race) -> Forced:
     return Forced(intervals={"change": (1, 3), "one": (2, 5), "two": (4, 8), "claimer": (6, 7)})
 
 
+# -- the lifecycle schedules the kill matrix runs ------------------------------------------------
+
+
+def a_later_admission_exposes_a_stale_one(race: LifecycleRace, change: tuple[Any, ...] = (save(2, NEW),)) -> Forced:
+    """Replica r1 selects the first revision R1 and its admission is parked before the
+    statement of lp_admit that inserts the run (the bundled one: its one locking INSERT ...
+    SELECT; an admission that matched the row by a read of its own: after that read). The
+    writer makes `change` to the coordinate; a fresh replica r2 then admits the current
+    revision and gets run id 1. Then r1 goes on.
+
+    Run ids are 1..n in admission order, and a run pins the revision it was admitted
+    for. A run pinned to R1 can only be admitted while R1 is current, before the writer's
+    first change (R1 never becomes current again: a re-enable, a recreation, even an
+    identical one, is a new revision or incarnation). The observer's admission needs the
+    changed coordinate, so it comes after the writer, hence after any R1 admission, which
+    would therefore have id 1: "Admitted(2, R1)" is in no serial order. The bundled
+    admission, matching at its statement, is refused."""
+    admission, writer, observer = race.replica("admission", "r1"), race.client("writer"), race.client("observer")
+    at_insert = admission.gate.pause_at(race.points.before("lp_admit", "INSERT INTO admitted_runs"))
+    race.start(admission, fire("r1"))
+    at_insert.wait_parked()
+    for command in change:
+        race.run(writer, command)
+    race.run(observer, lc.RefreshCache("r2"))
+    admitted = race.run(observer, fire("r2"))
+    if not isinstance(admitted, lc.Admitted):
+        raise ScheduleError(f"the fresh replica was to admit the changed coordinate: {w.describe(admitted)}")
+    at_insert.release()
+    race.result(admission)
+    writes = " ".join("writer" for _ in change)
+    return Forced(implied=f"{writes} observer observer admission")
+
+
+REVOKE = lc.SetAuthority(C, GENERAL, ALICE, False)
+
+
+def a_save_racing_the_revocation_of_its_authority(race: LifecycleRace) -> Forced:
+    """A save has checked its author's channel authority and is parked right after that
+    statement of lp_save_definition, before it writes; the authority is revoked, and then
+    replica r2 reloads its cache. The bundled check share-locks the authority row, so the
+    revocation waits for the save. A check without the lock lets the revocation and the
+    reload both finish first, and the save then lands after the revocation that forbids
+    it: its `Updated` puts it before the revocation, so the reload, which came after the
+    revocation, would have seen it.
+
+    Every serial order of the three commands explains those outcomes; only real time
+    rules them out (the reload began after the revocation returned), so the history is
+    judged by the checker, with the order of events the schedule fixes: ticks 1 and 2
+    the save's and the revocation's invocations."""
+    writer, revoker, reader = race.client("writer"), race.client("revoker"), race.client("reader")
+    at_check = writer.gate.pause_at(race.points.after("lp_save_definition", "FROM channel_authority a"))
+    race.start(writer, save(2, NEW))
+    at_check.wait_parked()
+    race.start(revoker, REVOKE)
+    if (waited := revoker.wait_blocked_or_finished()) == "blocked":
+        at_check.release()
+        race.result(writer)
+        race.result(revoker)
+        race.run(reader, lc.RefreshCache("r2"))
+        return Forced(intervals={"writer": (1, 3), "revoker": (2, 4), "reader": (5, 6)}, waited=waited)
+    race.result(revoker)
+    race.run(reader, lc.RefreshCache("r2"))
+    at_check.release()
+    race.result(writer)
+    return Forced(intervals={"writer": (1, 6), "revoker": (2, 3), "reader": (4, 5)}, waited=waited)
+
+
 @attrs.frozen
 class Interleaving:
-    """A forced schedule that catches one race mutant."""
+    """A forced schedule that catches one race mutant, of the delivery machine (its
+    schedule takes a delivery `Race`) or the lifecycle one (a `LifecycleRace`)."""
 
     name: str
-    run: Callable[[Race], Forced]
+    run: Callable[[Any], Forced]
+    machine: str = "delivery"
 
 
 # Race mutants that random scheduling does not catch reliably, each with the
-# schedule that does (keyed by the race mutant's name, impl/mutants/race.py).
+# schedule that does (keyed by the race mutant's name, impl/mutants/race.py): of
+# the delivery machine (the kill matrix runs them), and of the lifecycle machine,
+# whose races inside one function stress no longer meets (a window of a few
+# statements, where it was a round trip between the client's statements).
 INTERLEAVINGS: dict[str, Interleaving] = {
     "reconcile-outside-transaction": Interleaving(
         "reconciliation races a community deletion",
@@ -529,10 +601,36 @@ INTERLEAVINGS: dict[str, Interleaving] = {
     ),
     "sweeps-overlap": Interleaving("a second sweep, then a claim", a_second_sweep_then_a_claim),
 }
+LIFECYCLE_INTERLEAVINGS: dict[str, Interleaving] = {
+    "admission-without-row-lock": Interleaving(
+        "a later admission exposes a stale one", a_later_admission_exposes_a_stale_one, "lifecycle"
+    ),
+    "authority-check-unlocked": Interleaving(
+        "a save races the revocation of its author's authority",
+        a_save_racing_the_revocation_of_its_authority,
+        "lifecycle",
+    ),
+}
 
 
-def run_interleaving(interleaving: Interleaving, dsn: str, store_class: type[PostgresDeliveryStore]) -> Judgement:
-    """Run `interleaving` against `store_class` on the database `dsn` and judge its history."""
-    with Schedule(dsn) as schedule, delivery_races(dsn, schedule) as make:
-        race = make(store_class)
-        return race.judgement(interleaving.run(race))
+def run_interleaving(interleaving: Interleaving, dsn: str, variant: Any) -> Judgement:
+    """Run `interleaving` against `variant` on the database `dsn` and judge its history.
+    `variant`: a delivery store class; for a lifecycle schedule, the mutant's record
+    (`LifecycleMutant`: its store, engine and resumer) or the adapter's role classes by
+    keyword (`store_class`, `engine_class`, `resumer_class`)."""
+    with Schedule(dsn) as schedule:
+        if interleaving.machine == "lifecycle":
+            with lifecycle_races(dsn, schedule) as make:
+                race: Race = make(**_lifecycle_roles(variant))
+                return race.judgement(interleaving.run(race))
+        with delivery_races(dsn, schedule) as make_delivery:
+            race = make_delivery(variant)
+            return race.judgement(interleaving.run(race))
+
+
+def _lifecycle_roles(variant: Any) -> dict[str, type]:
+    if isinstance(variant, Mapping):
+        return dict(variant)
+    if all(hasattr(variant, role) for role in ("store", "engine", "resumer")):
+        return {"store_class": variant.store, "engine_class": variant.engine, "resumer_class": variant.resumer}
+    raise TypeError(f"a lifecycle schedule runs a LifecycleMutant or role classes by keyword, not {variant!r}")

@@ -54,6 +54,8 @@ from leaseproof.conformance.concurrent.schedules import (
     C,
     LifecycleRace,
     Race,
+    a_later_admission_exposes_a_stale_one,
+    a_save_racing_the_revocation_of_its_authority,
     a_second_sweep_then_a_claim,
     delete,
     delivery_races,
@@ -831,33 +833,13 @@ STALE_CHANGES = {
 def test_a_later_admission_exposes_a_stale_one(
     lifecycle_race: Callable[..., LifecycleRace], impl: Impl, change: str
 ) -> None:
-    """Replica r1 selects the first revision R1 and its admission is parked before the
-    statement that inserts the run (the bundled lp_admit: before its one locking
-    INSERT ... SELECT; the mutant's: after its unlocked read). The writer changes the
-    coordinate and commits; a fresh replica r2 then admits the current revision and
-    gets run id 1. Then r1 goes on.
-
-    Why that exposes a stale admission: run ids are 1..n in admission order, and a
-    run pins the revision it was admitted for. A run pinned to R1 can only be admitted
-    while R1 is current, i.e. before the writer's first change (R1 never becomes
-    current again: a re-enable, a recreation, even an identical one, is a new
-    revision or incarnation). The observer's admission needs the changed coordinate,
-    so it comes after the writer, hence after any R1 admission, which would therefore
-    have id 1. "Admitted(2, R1)" is in no serial order; the bundled engine, matching
+    """The schedule `a_later_admission_exposes_a_stale_one` (conformance/concurrent/schedules.py,
+    where the kill matrix can run it too), for each change that leaves the coordinate
+    enabled again: "Admitted(2, R1)" is in no serial order; the bundled engine, matching
     at its statement, refuses it."""
     race = lifecycle_race(impl.cls)
-    admission, writer, observer = race.replica("admission", "r1"), race.client("writer"), race.client("observer")
-    at_insert = admission.gate.pause_at(race.points.before("lp_admit", "INSERT INTO admitted_runs"))
-    race.start(admission, fire("r1"))
-    at_insert.wait_parked()
-    for command in STALE_CHANGES[change]:
-        race.run(writer, command)
-    race.run(observer, lc.RefreshCache("r2"))
-    assert isinstance(race.run(observer, fire("r2")), lc.Admitted)
-    at_insert.release()
-    race.result(admission)
-    writes = " ".join("writer" for _ in STALE_CHANGES[change])
-    race.judge(f"{writes} observer observer admission", impl.conforms)
+    forced = a_later_admission_exposes_a_stale_one(race, STALE_CHANGES[change])
+    race.judge(forced.implied, impl.conforms)
 
 
 # -- where the bundled implementation is not linearizable against the model -------------------------
@@ -938,37 +920,16 @@ def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable
 def test_a_save_racing_the_revocation_of_its_authors_authority(
     lifecycle_race: Callable[..., LifecycleRace], impl: Impl
 ) -> None:
-    """A save has checked its author's channel authority and is parked before it
-    writes; the authority is revoked, and then replica r2 reloads its cache. The
-    revocation must wait for the save (the check share-locks the authority row);
-    otherwise the revocation and the reload both finish first, and the save then
-    lands after the revocation that forbids it: the save's `Updated` puts it
-    before the revocation, so the reload, which came after the revocation, would
-    have seen it. Found by `leaseproof stress`."""
+    """The schedule `a_save_racing_the_revocation_of_its_authority` (conformance/concurrent/schedules.py):
+    the revocation must wait for the save, whose check share-locks the authority row;
+    otherwise the save lands after the revocation that forbids it. Found by `leaseproof
+    stress` when the check and the write were statements the client sent one by one."""
     race = lifecycle_race(store_class=impl.cls)
-    writer, revoker, reader = race.client("writer"), race.client("revoker"), race.client("reader")
-    at_check = writer.gate.pause_at(race.points.after("lp_save_definition", "FROM channel_authority a"))
-    race.start(writer, save(2, NEW))
-    at_check.wait_parked()
-    race.start(revoker, lc.SetAuthority(C, GENERAL, ALICE, False))
-    # Every serial order of three commands explains the mutant's outcomes; only
-    # real time rules them out (the reload began after the revocation returned),
-    # so this race is judged by the linearizability checker on the intervals the
-    # schedule fixes: ticks 1 and 2 the writer's and the revoker's invocations.
+    forced = a_save_racing_the_revocation_of_its_authority(race)
     if impl.conforms:
-        revoker.wait_blocked()
-        at_check.release()
-        race.result(writer)
-        race.result(revoker)
-        race.run(reader, lc.RefreshCache("r2"))
-        intervals = {"writer": (1, 3), "revoker": (2, 4), "reader": (5, 6)}
-    else:
-        race.result(revoker)
-        race.run(reader, lc.RefreshCache("r2"))
-        at_check.release()
-        race.result(writer)
-        intervals = {"writer": (1, 6), "revoker": (2, 3), "reader": (4, 5)}
-    race.judge_in_real_time(intervals, impl.conforms)
+        assert forced.waited == "blocked", "the revocation waits for the save that relied on the authority"
+    assert forced.intervals is not None
+    race.judge_in_real_time(forced.intervals, impl.conforms)
 
 
 @pytest.mark.xfail(
