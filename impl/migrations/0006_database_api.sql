@@ -15,9 +15,10 @@
 --   caller's scope (lp_role_scope), the community's write fence, and then
 --   makes exactly the model's transition; impl/grants.sql gives the
 --   application role EXECUTE on these and no privilege on any table;
--- * the clock is read once per operation, at the statement's start
---   (statement_timestamp()), not at its transaction's: a lease is judged
---   when the operation takes effect;
+-- * the clock is read once per operation, after its locks are taken
+--   (clock_timestamp()), not at its transaction's or its statement's start: a
+--   lease is judged when the operation takes effect; and the operations run at
+--   READ COMMITTED only;
 -- * the reaper skips, and reports, a community whose fence another session
 --   holds, instead of waiting for it; sweeps take turns on a row lock of a
 --   table no other role can lock.
@@ -152,9 +153,10 @@ $$;
 -- is not inlined, as none with a SET clause is, costs about 50 µs a call to set up,
 -- a plpgsql one under 1 µs.)
 --
--- The instant an operation takes effect: the start of the statement that
--- called it, whatever transaction it runs in (a session that opened its
--- transaction before a lease's deadline cannot act on the lease after it).
+-- The instant an operation takes effect: the moment it reads the clock, once,
+-- after it took its locks, whatever transaction or statement it runs in (a
+-- session that opened its transaction, or began a statement that waits, before
+-- a lease's deadline cannot act on the lease after it).
 -- A pinned clock (lp_clock) is honoured only in a test database; the table is
 -- read first, so a production database (where it is always empty) never
 -- reads the catalog.
@@ -167,7 +169,7 @@ BEGIN
     IF pinned IS NOT NULL AND lp_test_hooks() THEN
         RETURN pinned;
     END IF;
-    RETURN statement_timestamp();
+    RETURN clock_timestamp();
 END
 $$;
 
@@ -356,6 +358,7 @@ CREATE TABLE lp_role_scope (
 CREATE FUNCTION lp_is_fleet() RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
+    PERFORM lp_require_read_committed();
     RETURN EXISTS (SELECT 1 FROM lp_role_scope WHERE role_name = session_user AND community_id IS NULL)
             OR pg_has_role(session_user, 'pg_database_owner', 'MEMBER');
 END
@@ -423,10 +426,24 @@ BEGIN
 END
 $$;
 
+-- The operations run at READ COMMITTED only: each reads the community's state,
+-- the clock and the rows after it took its locks, which a snapshot kept from the
+-- transaction's start (REPEATABLE READ, SERIALIZABLE) would not show.
+CREATE FUNCTION lp_require_read_committed() RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'the operations run at read committed, not %', current_setting('transaction_isolation')
+            USING ERRCODE = '25001';
+    END IF;
+END
+$$;
+
 -- Whether the session's role acts for `p_community` (see lp_role_scope).
 CREATE FUNCTION lp_may_act(p_community uuid) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
+    PERFORM lp_require_read_committed();
     IF pg_has_role(session_user, 'pg_database_owner', 'MEMBER') THEN
         RETURN true;
     END IF;
@@ -473,7 +490,7 @@ INSERT INTO lp_reaper VALUES (true);
 CREATE FUNCTION lp_create_community(p_community uuid, OUT outcome text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
-    PERFORM lp_require_scope(p_community);
+    PERFORM lp_require_fleet();
     PERFORM lp_require(p_community IS NOT NULL, 'a community id');
     INSERT INTO communities (id) VALUES (p_community) ON CONFLICT DO NOTHING;
     outcome := CASE WHEN FOUND THEN 'Ok' ELSE 'AlreadyExists' END;
@@ -485,7 +502,7 @@ CREATE FUNCTION lp_set_community_state(p_community uuid, p_state community_state
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     PERFORM lp_require(p_state IN ('active', 'quiescing', 'fenced'), 'a state of active, quiescing or fenced');
-    PERFORM lp_require_scope(p_community);
+    PERFORM lp_require_fleet();
     PERFORM pg_advisory_xact_lock(lp_change_key(p_community));
     SELECT e.state INTO state FROM lp_enter(p_community) AS e;
     IF state IS NULL THEN
@@ -507,7 +524,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp 
 DECLARE
     current community_state;
 BEGIN
-    PERFORM lp_require_scope(p_community);
+    PERFORM lp_require_fleet();
     PERFORM pg_advisory_xact_lock(lp_change_key(p_community));
     SELECT e.state INTO current FROM lp_enter(p_community) AS e;
     IF current IS NULL THEN
@@ -1256,7 +1273,8 @@ DECLARE
     pinned record;
 BEGIN
     PERFORM lp_require(p_run >= 1, 'a run id of 1 or more');
-    SELECT r.community_id INTO c FROM admitted_runs r WHERE r.id = p_run;
+    -- A run of a community the caller does not act for is unknown to it.
+    SELECT r.community_id INTO c FROM admitted_runs r WHERE r.id = p_run AND lp_may_act(r.community_id);
     IF NOT FOUND THEN
         outcome := 'UnknownRun';
         RETURN;

@@ -315,6 +315,7 @@ HELPERS = {
     "lp_refusal": 1,
     "lp_require": 2,
     "lp_require_fleet": 0,
+    "lp_require_read_committed": 0,
     "lp_require_scope": 1,
     "lp_retire_delivery_id": 0,
     "lp_retired_delivery_id_guard": 0,
@@ -904,8 +905,14 @@ ATTEMPTS: list[Attempt] = [
             ),
             ("Fire (its start)", f"SELECT lp_fire_check({_u(B)})"),
             ("Fire (admission)", admit(B)),
-            ("ResumeRun of B's run", "SELECT lp_resume_run(<run_b>)"),
         )
+    ),
+    _attempt(
+        "another tenant's community",
+        "ResumeRun of B's run: unknown to A, as a run that does not exist",
+        "SELECT outcome FROM lp_resume_run(<run_b>)",
+        outcomes=frozenset({"UnknownRun"}),
+        attacker="tenant A",
     ),
     _attempt(
         "another tenant's community",
@@ -961,9 +968,6 @@ ATTEMPTS: list[Attempt] = [
         errors=SCOPE,
         outcomes=frozenset({"CommunityNotWritable"}),
         attacker="tenant F",
-        flaw="0006: lp_set_community_state takes any role that acts for the community (lp_require_scope), so a "
-        "tenant lifts its own fence (and may delete its community): the community's lifecycle is the fleet's "
-        "(fix: lp_require_fleet() in lp_create_community, lp_set_community_state and lp_delete_community)",
     ),
     # -- signals: no role of the application ends or cancels another's session ----------------
     *(
@@ -1150,12 +1154,8 @@ ATTEMPTS: list[Attempt] = [
             outcomes=frozenset({"LeaseLost"}),
             pinned=True,
             isolation=isolation,
-            flaw=None
-            if isolation == "READ COMMITTED"
-            else "0006: in a test database lp_now() reads the pinned clock in the transaction's snapshot, which a "
-            f"{isolation.lower()} transaction keeps from its first statement: it carries the clock of its start "
-            "(fix: the operation functions refuse an isolation level above read committed, "
-            "current_setting('transaction_isolation'), or lp_now() honours no pinned clock there)",
+            # The operations run at read committed only: at another level they refuse to run.
+            errors=frozenset() if isolation == "READ COMMITTED" else frozenset({"25001"}),
         )
         for isolation in ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
         for what, call in (("a renew", renew()), ("a finish", finish()))
@@ -1475,12 +1475,13 @@ def test_a_role_may_change_only_its_own_entries(databases: Databases, name: str)
     }
 
 
-# -- the clock: statement_timestamp(), not the transaction's; and what a statement carries ----------
+# -- the clock: the moment it is read, not the transaction's or the statement's start ----------------
 
 
-def test_the_clock_is_the_statements_not_the_transactions(databases: Databases) -> None:
+def test_the_clock_is_the_moment_it_is_read_not_the_transactions_start(databases: Databases) -> None:
     """On the real clock, the second statement of a transaction (at each isolation level) reads
-    lp_now() = statement_timestamp() > transaction_timestamp(), as the application role."""
+    transaction_timestamp() < statement_timestamp() <= lp_now() <= clock_timestamp(), as the
+    application role."""
     database = databases.database(False)
     conn = database.attackers["app"]
     for isolation in ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"):
@@ -1488,21 +1489,15 @@ def test_the_clock_is_the_statements_not_the_transactions(databases: Databases) 
         try:
             conn.execute("SELECT 1")
             row = conn.execute(
-                "SELECT lp_now() AS now, statement_timestamp() AS statement, transaction_timestamp() AS began"
+                "SELECT lp_now() AS now, statement_timestamp() AS statement, transaction_timestamp() AS began,"
+                " clock_timestamp() AS after"
             ).fetchone()
         finally:
             conn.execute("ROLLBACK")
         assert row is not None
-        assert row["now"] == row["statement"] > row["began"], (isolation, row)
+        assert row["began"] < row["statement"] <= row["now"] <= row["after"], (isolation, row)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="0006: lp_now() is statement_timestamp(), the start of the client's top-level statement: a DO block "
-    "(or any statement of the client's that waits, or works, before it calls a function) carries that instant "
-    "past a lease's deadline, as a transaction carried it before (fix: clock_timestamp(), read once per "
-    "operation where it is read now)",
-)
 def test_a_statement_carries_no_clock_past_a_deadline(databases: Databases) -> None:
     """A finish sent after its lease's deadline settles nothing, even from inside a statement
     that began before it. The application role's DO block waits (for a change of another

@@ -30,6 +30,7 @@ from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunRe
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.binding import Binding, EventCause
+from leaseproof.model.errors import Refused
 
 A, B = uuid.UUID(int=0xA), uuid.UUID(int=0xB)
 WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
@@ -164,7 +165,8 @@ def _commands_for(community: uuid.UUID, lease: m.Lease) -> dict[str, Callable[[p
 
 def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
     """Tenant A sends every operation for B (and B for A), through the stores: each is
-    Forbidden, and the database is unchanged; a resume of the other's run too."""
+    Forbidden, and the database is unchanged; a resume of the other's run is answered as one of a
+    run that does not exist (UnknownRun), so it tells nothing of the other's runs."""
     done = {community: _run_both_machines(fresh, community) for community in (A, B)}
     roles = fresh.names.roles()
     with psycopg.connect(fresh.superuser, autocommit=True) as superuser:
@@ -176,8 +178,9 @@ def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
                     with pytest.raises(Forbidden, match=OUTSIDE_SCOPE):
                         command(conn)
                     assert fingerprint(superuser, roles) == before, name
-                with pytest.raises(Forbidden, match=OUTSIDE_SCOPE):
+                with pytest.raises(Refused) as unknown:
                     typed(RunResumer, functools.partial(RunResumer.resume, c=lc.ResumeRun(done[victim]["run"])))(conn)
+                assert unknown.value.rejection == lc.UnknownRun(done[victim]["run"])
         assert fingerprint(superuser, roles) == before
     assert len(commands) == 18
 

@@ -223,8 +223,8 @@ def test_the_wheel_installed_outside_the_checkout_runs_the_readme_commands(tmp_p
     stress = shell("leaseproof stress --machine delivery --workers 2 --duration 1 --seed 1", timeout=240)
     assert stress.returncode == 0 and "verdict: LINEARIZABLE" in stress.stdout, stress.stdout + stress.stderr
 
-    # The production database's scripts (impl/roles.sql, impl/grants.sql) ship beside the package.
-    for script in ("roles.sql", "grants.sql"):
+    # The production database's scripts (impl/roles.sql, grants.sql, tenants.sql) ship beside the package.
+    for script in ("roles.sql", "grants.sql", "tenants.sql"):
         assert (site / "leaseproof" / "impl" / script).read_bytes() == (REPO / "impl" / script).read_bytes()
 
     # The Node.js example, as the README runs it (no npm install: Node's own modules alone).
