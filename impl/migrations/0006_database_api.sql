@@ -37,10 +37,10 @@
 
 CREATE DOMAIN lp_key AS bytea CHECK (octet_length(VALUE) = 32);
 CREATE DOMAIN lp_step_id AS text
-    CHECK (btrim(VALUE, E' \t\n\r\f\v') <> '' AND char_length(VALUE) <= 64);
+    CHECK (btrim(VALUE, E' \t\n\r\f\x0b') <> '' AND char_length(VALUE) <= 64);
 -- Python's str.strip() (the model's) strips every Unicode space; so does this.
 CREATE DOMAIN lp_request_key AS text
-    CHECK (char_length(VALUE) BETWEEN 1 AND 64 AND VALUE !~ E'^[\t\n\v\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|[\t\n\v\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$');
+    CHECK (char_length(VALUE) BETWEEN 1 AND 64 AND VALUE !~ E'^[\t\n\x0b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]|[\t\n\x0b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]$');
 -- model/binding.py: LATEST_INSTANT
 CREATE DOMAIN lp_instant AS timestamptz CHECK (isfinite(VALUE) AND VALUE <= '9999-01-01 00:00:00+00');
 CREATE DOMAIN lp_whole_second AS timestamptz CHECK (VALUE = date_trunc('second', VALUE));
@@ -1039,7 +1039,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT cardinality(p_actions) BETWEEN 1 AND 8
        AND array_ndims(p_actions) = 1
        AND NOT EXISTS (SELECT 1 FROM unnest(p_actions) AS a
-                       WHERE a IS NULL OR a ~ E'^[\t\n\v\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$' OR char_length(a) > 64)
+                       WHERE a IS NULL OR a ~ E'^[\t\n\x0b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$' OR char_length(a) > 64)
 $$;
 
 CREATE FUNCTION lp_coordinate_key(p_community uuid, p_workflow uuid) RETURNS bigint
