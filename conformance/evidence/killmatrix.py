@@ -15,8 +15,9 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   reap-ignores-fence a fenced tenant), and the lockstep, which compares the
   full state after every step, already kills each one in about a second;
 - race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
-  for the two that random scheduling does not meet reliably, the forced
-  interleaving that catches them (conformance/concurrent/schedules.py);
+  for those that random scheduling does not meet reliably (two of each
+  machine), the forced interleaving that catches them
+  (conformance/concurrent/schedules.py: INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS);
 - fault mutants, an operation spread over two transactions, which pass the
   sequential lockstep: stress with connections cut (`stress --terminate`) and
   the lease-queue profile, whose race rounds cut them too.
@@ -30,7 +31,7 @@ runs: its figures are what this run observed.
 
 The fast subset (`fast=True`) keeps the checks that take seconds: the
 lockstep with scenarios (each sequential mutant dies in a fixed scenario),
-the forced interleavings (instead of stress, for the two mutants that need
+the forced interleavings (instead of stress, for the four mutants that need
 them), stress for the other race mutants, which it usually kills
 within a few dozen programs, and both checks of the fault mutants.
 """
@@ -48,7 +49,12 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, Interleaving, run_interleaving
+from leaseproof.conformance.concurrent.schedules import (
+    INTERLEAVINGS,
+    LIFECYCLE_INTERLEAVINGS,
+    Interleaving,
+    run_interleaving,
+)
 from leaseproof.conformance.concurrent.stress import StressFault, stress
 from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
 from leaseproof.conformance.lockstep.core import Coverage
@@ -131,9 +137,10 @@ class Subject:
 
 
 _SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
+_FORCED_SCHEDULES: dict[str, Interleaving] = {**INTERLEAVINGS, **LIFECYCLE_INTERLEAVINGS}
 SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
-    *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, INTERLEAVINGS.get(mu.name)) for mu in RACE_MUTANTS),
+    *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, _FORCED_SCHEDULES.get(mu.name)) for mu in RACE_MUTANTS),
     *(Subject(mu.name, mu.machine, FAULT, mu.stands_for, mu) for mu in FAULT_MUTANTS),
 )
 
@@ -345,10 +352,10 @@ def _forced(subject: Subject, dsn: str) -> Row:
     assert subject.interleaving is not None
     started = time.monotonic()
     base = _row(subject, FORCED, budget=1, unit="schedules", check_seconds=0.0, seed=None)
-    if isinstance(subject.variant, LifecycleMutant):
-        raise ValueError(f"{subject.name}: the forced interleavings drive the delivery store")
+    # A delivery schedule drives the mutant's store class; a lifecycle one, its classes (the record).
+    variant = subject.variant if isinstance(subject.variant, LifecycleMutant) else subject.variant.store
     try:
-        judgement = run_interleaving(subject.interleaving, dsn, subject.variant.store)
+        judgement = run_interleaving(subject.interleaving, dsn, variant)
     except Exception as exc:  # noqa: BLE001 - a schedule that breaks judges nothing
         seconds = time.monotonic() - started
         return attrs.evolve(

@@ -11,7 +11,7 @@ import sys
 import attrs
 import pytest
 
-from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS
 from leaseproof.conformance.evidence import killmatrix as km
 from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.harness.provision import Server, scratch_database
@@ -43,7 +43,11 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.FAULT} == {mu.name for mu in FAULT_MUTANTS}
     forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
-    assert forced == set(INTERLEAVINGS) == {"reconcile-outside-transaction", "sweeps-overlap"}
+    assert forced == set(INTERLEAVINGS) | set(LIFECYCLE_INTERLEAVINGS)
+    assert forced == {
+        "reconcile-outside-transaction", "sweeps-overlap", "admission-without-row-lock", "authority-check-unlocked",
+    }  # fmt: skip
+    assert {s.machine for s in km.SUBJECTS if s.interleaving is not None} == {"delivery", "lifecycle"}
     for subject in km.SUBJECTS:
         full, fast = subject.checks(fast=False), subject.checks(fast=True)
         assert set(fast) <= set(full) and fast, subject.name
@@ -91,7 +95,8 @@ def test_selection_by_name_and_machine() -> None:
 
 
 def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server: Server) -> None:
-    subjects = km.select(["reconcile-unfenced", "cutoff-ignored", "reconcile-outside-transaction", "sweeps-overlap"])
+    races = ["reconcile-outside-transaction", "sweeps-overlap", "admission-without-row-lock"]
+    subjects = km.select(["reconcile-unfenced", "cutoff-ignored", *races])
     heard: list[km.Row] = []
     matrix = km.run_matrix(pg_server, subjects, fast=True, on_row=heard.append)
     assert list(matrix.rows) == heard  # one progress call per finished check
@@ -101,6 +106,7 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
         ("cutoff-ignored", km.SCENARIOS_AND_SEARCH),
         ("reconcile-outside-transaction", km.FORCED),
         ("sweeps-overlap", km.FORCED),
+        ("admission-without-row-lock", km.FORCED),
     }
     # The review's finding 1 dies in the fixed scenario written for it, before any search.
     fenced = rows[("reconcile-unfenced", km.SCENARIOS_AND_SEARCH)]
@@ -116,9 +122,12 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     assert reconcile.killed and (reconcile.examples, reconcile.unit, reconcile.shrunk_length) == (1, "schedules", 2)
     assert "no serial order of the model gives this history" in reconcile.detail
     assert sweeps.killed and sweeps.shrunk_length == 4 and "not linearizable" in sweeps.detail
+    # A lifecycle race: its schedule runs the mutant's classes (a stale admission, parked inside lp_admit).
+    admission = rows[("admission-without-row-lock", km.FORCED)]
+    assert admission.killed and admission.machine == "lifecycle" and admission.shrunk_length == 4, admission.detail
     assert matrix.survivors == ()
-    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (2, 2), km.FAULT: (0, 0)}
-    assert matrix.summary().startswith("2 of 2 sequential mutants killed, 2 of 2 race mutants killed (fast subset")
+    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (3, 3), km.FAULT: (0, 0)}
+    assert matrix.summary().startswith("2 of 2 sequential mutants killed, 3 of 3 race mutants killed (fast subset")
 
 
 def test_a_search_kill_is_counted_in_examples_and_shrunk_to_a_short_program(pg_server: Server) -> None:
