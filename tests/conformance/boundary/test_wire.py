@@ -33,7 +33,7 @@ from leaseproof.conformance.boundary.wire import (
     SubprocessAdapter,
     serve,
 )
-from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS
+from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS
 from leaseproof.conformance.concurrent.stress import stress
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
@@ -1112,7 +1112,7 @@ def test_serve_refuses_instants_and_clock_moves_the_model_does_not_know() -> Non
 # mutant that stress catches in process, stress catches through serve's sessions too.
 @pytest.mark.evidence
 @pytest.mark.parametrize(
-    "mutant", [mu for mu in RACE_MUTANTS if mu.name not in set(INTERLEAVINGS)], ids=lambda mu: mu.name
+    "mutant", [mu for mu in RACE_MUTANTS if mu.name not in {*INTERLEAVINGS, *LIFECYCLE_INTERLEAVINGS}], ids=lambda mu: mu.name
 )
 def test_stress_over_the_wire_catches_every_race_mutant_stress_catches_in_process(
     pg_server: Server, mutant: Any
