@@ -3,6 +3,7 @@ checks that each subject did all its jobs; it asserts no speed (figures are in t
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 
@@ -72,14 +73,14 @@ def test_the_peer_versions_are_named() -> None:
 
 
 def _not_installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-    real = throughput.importlib.metadata.version
+    real = importlib.metadata.version
 
     def version(name: str) -> str:
         if name in names:
-            raise throughput.importlib.metadata.PackageNotFoundError(name)
+            raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
 
-    monkeypatch.setattr(throughput.importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "version", version)
 
 
 def test_without_a_peers_driver_the_default_run_measures_the_rest_and_says_in_one_line_what_it_left_out(
