@@ -13,7 +13,9 @@ that can see it:
   at a time), through `leaseproof stress` on every seed, and through the
   contention schedules of the function it changes, where
   `conformance/concurrent/contention.py` derives some
-  (`contention.locking_statements` names the function).
+  (`contention.locking_statements` names the function);
+- a *scope* mutant (of the code that decides who may call: the model has no
+  roles), through the scope check (`conformance/evidence/scopes.py`), once.
 
 A mutant that survives every check is either *equivalent* (no program can
 tell it from the bundled implementation: `impl/mutants/generated/equivalent.py` says
@@ -49,6 +51,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.concurrent import contention
 from leaseproof.conformance.concurrent.stress import StressFault, stress
+from leaseproof.conformance.evidence import scopes
 from leaseproof.conformance.harness.provision import (
     Server,
     databases_named,
@@ -68,7 +71,9 @@ SEARCH_ALONE = "search alone"
 SCENARIOS = "scenarios"
 STRESS = "stress"
 CONTENTION = "contention"  # conformance/concurrent/contention.py: the race mutants
-CHECKS = (SEARCH_ALONE, SCENARIOS, STRESS, CONTENTION)
+SCOPE = "scope"  # conformance/evidence/scopes.py: the scope mutants
+CHECKS = (SEARCH_ALONE, SCENARIOS, STRESS, CONTENTION, SCOPE)
+UNSEEDED = (SCENARIOS, CONTENTION, SCOPE)  # the checks that take no seed
 
 
 @attrs.frozen
@@ -119,10 +124,13 @@ def _locking(machine: str) -> frozenset[str]:
 def tasks(mutants: Sequence[GeneratedMutant], seeds: Sequence[int]) -> list[Task]:
     """Every check of every mutant: the search on each seed and the scenarios once
     (sequential mutants), stress on each seed and, where there are some, the contention
-    schedules of the function they change once (race mutants)."""
+    schedules of the function they change once (race mutants), the scope check once
+    (scope mutants)."""
     found: list[Task] = []
     for mutant in mutants:
-        if mutant.kind == "race":
+        if mutant.kind == "scope":
+            found.append(Task(mutant.name, SCOPE, None))
+        elif mutant.kind == "race":
             found += [Task(mutant.name, STRESS, seed) for seed in seeds]
             if contended(mutant):
                 found.append(Task(mutant.name, CONTENTION, None))
@@ -138,6 +146,12 @@ def run_task(task: Task, dsn: str, budget: Budget) -> Result:
     started = time.monotonic()
     if task.check == CONTENTION:
         return _contention(task, mutant, dsn, started)
+    if task.check == SCOPE:
+        broken = scopes.judge(dsn, mutant.classes())
+        seconds = time.monotonic() - started
+        return Result(
+            task.mutant, SCOPE, None, broken is not None, 0, seconds, "divergence" if broken else "", broken or ""
+        )
     if task.check == STRESS:
         adapter = mutant.adapter(dsn)
         try:
@@ -294,7 +308,7 @@ class Score:
         """(check, seed, killed, non-equivalent, examples until the kill: median / max) per check and seed."""
         rows = []
         for check in CHECKS:
-            seeds: Sequence[int | None] = (None,) if check in (SCENARIOS, CONTENTION) else self.seeds
+            seeds: Sequence[int | None] = (None,) if check in UNSEEDED else self.seeds
             for seed in seeds:
                 results = [
                     r for r in self.results
@@ -330,10 +344,11 @@ class Score:
 
 def report(score: Score) -> str:
     """The score as text: per check, then the survivors and the equivalent mutants with their reasons."""
-    kinds = {kind: sum(m.kind == kind for m in score.mutants) for kind in ("sequential", "race")}
+    kinds = {kind: sum(m.kind == kind for m in score.mutants) for kind in ("sequential", "race", "scope")}
     equivalent = [m for m in score.mutants if score.equivalent(m)]
     lines = [
-        f"generated mutants: {len(score.mutants)} ({kinds['sequential']} sequential, {kinds['race']} race), "
+        f"generated mutants: {len(score.mutants)} ({kinds['sequential']} sequential, {kinds['race']} race, "
+        f"{kinds['scope']} scope), "
         f"{len(equivalent)} equivalent; seeds {', '.join(map(str, score.seeds))}; "
         f"search budget {score.budget.examples} programs of up to {score.budget.steps} steps; "
         f"stress budget {score.budget.stress_programs} programs or {score.budget.stress_seconds:g}s; "
@@ -446,7 +461,8 @@ class Plan:
 # is caught; every FAST_STRIDE-th of the other sequential ones, on the default
 # budget (only a survivor spends it all); and every FAST_STRIDE-th of the
 # other race ones the contention schedules know, through those alone (and the
-# race mutants listed as equivalent through them too, beside stress).
+# race mutants listed as equivalent through them too, beside stress); and every
+# scope mutant, through the scope check (a tenth of a second each).
 # Not stress: it kills some of the race mutants, and not the same ones twice
 # (its timing is not the seed's), so CI would fail at random.
 FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 15
@@ -480,11 +496,12 @@ def plan(
     others = [m for m in chosen if m.name not in EQUIVALENT and m.kind == "sequential"]
     races = [m for m in chosen if m.name not in EQUIVALENT and contended(m)]
     sampled = {m.name for m in others[::FAST_STRIDE]}
-    contended = {m.name for m in races[::FAST_STRIDE]}
-    subset = tuple(m for m in chosen if m.name in EQUIVALENT or m.name in sampled | contended)
+    raced = {m.name for m in races[::FAST_STRIDE]}
+    scoped = {m.name for m in chosen if m.kind == "scope"}
+    subset = tuple(m for m in chosen if m.name in EQUIVALENT or m.name in sampled | raced | scoped)
     work: list[Task] = []
     for task in tasks(subset, run_seeds):
-        if task.mutant in contended and task.check != CONTENTION:
+        if task.mutant in raced and task.check != CONTENTION:
             continue  # stress kills are not repeatable: CI runs the contention schedules alone
         if task.check == SEARCH_ALONE:
             small = FAST_EQUIVALENT_EXAMPLES if task.mutant in EQUIVALENT else FAST_EXAMPLES

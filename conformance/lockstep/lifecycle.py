@@ -33,6 +33,22 @@ CONTENTS = {
     "a-off": m.Definition(("post-summary",), enabled=False),
     "b": m.Definition(("post-summary", "page-oncall")),
 }
+# Beside the named contents, a save may carry one drawn from the model's whole domain
+# (`m.Definition`): 1 to MAX_ACTIONS actions, each non-blank text of at most 64
+# characters of any character a signed (UTF-8) event carries, the bounds themselves
+# drawn as often as the sizes inside them. What the hash, the stored actions and
+# their order must get right for every content, not only for ASCII words.
+DRAWN = "drawn"
+_CHARACTERS = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+_ACTION = st.one_of(st.text(_CHARACTERS, min_size=1, max_size=64), st.text(_CHARACTERS, min_size=64, max_size=64))
+drawn_contents = st.builds(
+    m.Definition,
+    st.one_of(
+        st.lists(_ACTION.filter(str.strip), min_size=1, max_size=m.MAX_ACTIONS),
+        st.lists(_ACTION.filter(str.strip), min_size=m.MAX_ACTIONS, max_size=m.MAX_ACTIONS),
+    ).map(tuple),
+    enabled=st.booleans(),
+)
 WHENS = ("newer", "same", "older", "at-cutoff", "after-cutoff")
 SECOND = dt.timedelta(seconds=1)
 
@@ -138,7 +154,8 @@ FEATURES = (
     # which then does nothing: see `advance_clock`)
     "save", "delete", "recreate", "tenant", "grants", "refresh", "fire", "resume", "advance_clock",
     # values
-    "community-B", "community-Z", "workflow-W2", "author-bob", "channel-ops", "other-contents", "replays",
+    "community-B", "community-Z", "workflow-W2", "author-bob", "channel-ops", "other-contents", "drawn-contents",
+    "replays",
     "unknown-replica", "long-moves", "authority", "fences", "alternate-deletions",
 )  # fmt: skip
 SWARM = swarm_of(FEATURES, key="lifecycle swarm")
@@ -153,7 +170,7 @@ workflows = _among(*weighted(["W1"], ["W2"], 3, "workflow-W2"))
 authors = _among(*weighted(["alice"], ["bob"], 3, "author-bob"))
 channels = _among(*weighted(["general"], ["ops"], 3, "channel-ops"))
 replicas = _among(*weighted(list(w.REPLICAS), ["r9"], 6, "unknown-replica"))
-contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"))
+contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"), (DRAWN, "drawn-contents"))
 # Newer saves are common; replays, delayed saves and saves at the cutoff rarer.
 save_times = _among(*weighted(["newer"], list(WHENS[1:]), 4, "replays"))
 delete_times = _among(*weighted(["newer"], ["same", "older"], 3, "replays"))
@@ -210,10 +227,22 @@ class LifecycleConformance(LockstepMachine):
         channel=channels,
         content=contents,
         when=save_times,
+        drawn=drawn_contents,
     )
     @precondition(_on("save"))
-    def save(self, community: str, workflow: str, author: str, channel: str, content: str, when: str) -> None:
-        self.run(save_command(community, workflow, author, channel, content, self._at(community, workflow, when)))
+    def save(
+        self,
+        community: str,
+        workflow: str,
+        author: str,
+        channel: str,
+        content: str | m.Definition,
+        when: str,
+        drawn: m.Definition | None = None,
+    ) -> None:
+        """A signed save of `content` (a name of CONTENTS, or DRAWN: the `drawn` one)."""
+        chosen = drawn if content == DRAWN and drawn is not None else content
+        self.run(save_command(community, workflow, author, channel, chosen, self._at(community, workflow, when)))
 
     @rule(community=communities, workflow=workflows, author=authors, when=delete_times)
     @precondition(_on("delete"))
@@ -221,14 +250,15 @@ class LifecycleConformance(LockstepMachine):
         at = self._at(community, workflow, when)
         self.run(m.DeleteDefinition(w.COMMUNITIES[community], w.WORKFLOWS[workflow], w.AUTHORS[author], at))
 
-    @rule(community=communities, workflow=workflows, content=contents)
+    @rule(community=communities, workflow=workflows, content=contents, drawn=drawn_contents)
     @precondition(_on("save"))
-    def revise(self, community: str, workflow: str, content: str) -> None:
+    def revise(self, community: str, workflow: str, content: str, drawn: m.Definition) -> None:
         """The owner saves a new revision of a live coordinate (the same content
         again is a new revision too), in its channel, newer than the head."""
         head = self.model.heads.get((w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
         if head is not None:
-            self.save(community, workflow, w.name_of(head.author), w.name_of(head.channel_id), content, "newer")
+            author, channel = w.name_of(head.author), w.name_of(head.channel_id)
+            self.save(community, workflow, author, channel, content, "newer", drawn)
 
     @rule(community=communities, workflow=workflows, identical=st.booleans())
     @precondition(_on("recreate"))
@@ -239,7 +269,9 @@ class LifecycleConformance(LockstepMachine):
         if head is None:
             return
         author, channel = w.name_of(head.author), w.name_of(head.channel_id)
-        same = next(name for name, definition in CONTENTS.items() if definition == head.definition)
+        same: str | m.Definition = next(
+            (name for name, definition in CONTENTS.items() if definition == head.definition), head.definition
+        )
         content = same if identical else ("b" if same != "b" else "a")
         self.delete(community, workflow, author, "newer")
         self.save(community, workflow, author, channel, content, "after-cutoff")
@@ -329,10 +361,12 @@ def event_time(state: m.LifecycleSystem, community: str, workflow: str, when: st
 
 
 def save_command(
-    community: str, workflow: str, author: str, channel: str, content: str, at: dt.datetime
+    community: str, workflow: str, author: str, channel: str, content: str | m.Definition, at: dt.datetime
 ) -> m.SaveDefinition:
-    """A signed save in world names; its event id is derived from everything it says."""
-    identity = f"{community}/{workflow}/{author}/{channel}/{content}/{at.isoformat()}"
+    """A signed save in world names (`content`: a name of CONTENTS, or the definition
+    itself); its event id is derived from everything it says."""
+    named = content if isinstance(content, str) else repr(content)
+    identity = f"{community}/{workflow}/{author}/{channel}/{named}/{at.isoformat()}"
     return m.SaveDefinition(
         m.DefinitionEvent(
             event_id=hashlib.sha256(identity.encode()).digest(),
@@ -341,7 +375,7 @@ def save_command(
             author=w.AUTHORS[author],
             channel_id=w.CHANNELS[channel],
             created_at=at,
-            definition=CONTENTS[content],
+            definition=CONTENTS[content] if isinstance(content, str) else content,
         )
     )
 

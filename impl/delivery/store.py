@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
@@ -178,7 +179,8 @@ class FencedWriter:
     def _call(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
         """The one row of `sql`, a call of a database function. Outside a transaction it
         is its own (autocommit): a connection lost while it ran leaves its outcome
-        unknown, as a lost COMMIT does."""
+        unknown, as a lost COMMIT does. An outcome the function does not answer
+        (`ANSWERS`) is an error: the store reads no answer it does not know as success."""
         alone = self.conn.info.transaction_status == pq.TransactionStatus.IDLE
         try:
             row = self.conn.execute(sql, params).fetchone()
@@ -187,6 +189,9 @@ class FencedWriter:
                 raise _Committing(exc) from exc
             raise
         assert row is not None, "a call of a database function returns one row"
+        known = ANSWERS.get(_called(sql))
+        if known is not None and row["outcome"] not in known:
+            raise UnknownAnswer(f"{_called(sql)} answered {row['outcome']!r}, none of {', '.join(sorted(known))}")
         return row
 
     @contextlib.contextmanager
@@ -208,6 +213,46 @@ class FencedWriter:
             raise typed from exc
         except _Committing as exc:
             raise ConnectionLost(operation, None, exc.cause) from exc.cause
+
+
+class UnknownAnswer(Exception):
+    """A database function answered an outcome it does not give: a bug of the function."""
+
+
+_COMMUNITY_REFUSALS = ("UnknownCommunity", "CommunityNotWritable")
+# Every outcome each function with one answers (a community's refusals beside the rest).
+ANSWERS: dict[str, frozenset[str]] = {
+    name: frozenset(outcomes) | frozenset(_COMMUNITY_REFUSALS)
+    for name, outcomes in {
+        "lp_create_community": ("Ok", "AlreadyExists"),
+        "lp_set_community_state": ("Ok",),
+        "lp_delete_community": ("Ok",),
+        "lp_create_workflow": ("Ok", "AlreadyExists"),
+        "lp_delete_workflow": ("Ok", "NotFound"),
+        "lp_create_run": ("Ok", "AlreadyExists", "NotFound"),
+        "lp_delete_run": ("Ok", "NotFound"),
+        "lp_publish_event": ("Ok", "AlreadyExists"),
+        "lp_delete_event": ("Ok", "NotFound"),
+        "lp_commit_deliveries": ("Committed", "DeliveryIdTaken", "NotFound", "WorkflowMismatch"),
+        "lp_claim": ("Claimed", "ClaimMiss"),
+        "lp_renew": ("Renewed", "LeaseLost"),
+        "lp_finish": ("Settled", "AlreadyTerminal", "LeaseLost"),
+        "lp_get_delivery": ("Found", "NotFound"),
+        "lp_set_authority": ("Ok",),
+        "lp_save_definition": ("Created", "Updated", "Superseded", "BeforeCutoff", "NoAuthority", "NotAuthor"),
+        "lp_delete_definition": ("Deleted", "Superseded", "NotFound", "NoAuthority", "NotAuthor"),
+        "lp_fire_check": ("Ok",),
+        "lp_admit": ("Admitted", "AdmissionRefused"),
+        "lp_resume_run": ("Resumed", "ResumeRefused", "UnknownRun"),
+    }.items()
+}
+
+
+@functools.cache
+def _called(sql: str) -> str:
+    """The database function a call statement calls."""
+    found = re.search(r"\bFROM\s+(lp_\w+)\s*\(", sql)
+    return found.group(1) if found else ""
 
 
 class _Committing(Exception):

@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="only the checks that take seconds (the CI subset)")
     parser.add_argument(
         "--kind",
-        choices=killmatrix.KINDS,
-        help="only the sequential or only the race mutants (default: both)",
+        choices=(*killmatrix.KINDS, "scope"),
+        help="only the mutants of this kind (default: all); scope (who may call) with --generated only",
     )
     parser.add_argument("--json", action="store_true", help="print the matrix as a JSON document instead of a table")
     parser.add_argument(

@@ -40,13 +40,49 @@ from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
 from leaseproof.impl.migrate import Function, Patch
 from leaseproof.impl.migrate import functions as shipped_functions
-from leaseproof.impl.mutants.generated.sql import Kind, Mutation, collapse_whitespace, mutations, tokenize
+from leaseproof.impl.mutants.generated.sql import (
+    Kind,
+    Mutation,
+    collapse_whitespace,
+    lock_only_spans,
+    mutations,
+    tokenize,
+)
 
 MACHINES = ("delivery", "lifecycle")
 
 # The lock operators change nothing one operation at a time: only a forced
-# interleaving (two transactions at the lock) can tell such a mutant apart.
+# interleaving (two transactions at the lock) can tell such a mutant apart. So
+# does any other operator's change of what only chooses a lock (an advisory
+# lock's key, the condition that says whether to take it: `sql.lock_only_spans`).
 RACE_OPERATORS = frozenset({"drop-lock", "drop-skip-locked", "try-advisory-lock"})
+
+
+# The functions that decide who may call what (`lp_role_scope`, the isolation level). The
+# model has no roles, so no lockstep program can see a mutant of them, or of a condition
+# that calls one or reads session_user: the scope check judges those
+# (`conformance/evidence/scopes.py`).
+SCOPE_FUNCTIONS = frozenset(
+    {
+        "lp_may_act",
+        "lp_is_fleet",
+        "lp_require_scope",
+        "lp_require_fleet",
+        "lp_scope_refused",
+        "lp_require_read_committed",
+    }
+)
+
+
+def kind_of(mutation: Mutation, function: str, body: str) -> str:
+    """ "scope" for a mutation of who may call, "race" for one that changes only locking,
+    "sequential" for any other."""
+    if mutation.operator in RACE_OPERATORS:
+        return "race"
+    if function in SCOPE_FUNCTIONS or any(name in mutation.before for name in (*SCOPE_FUNCTIONS, "session_user")):
+        return "scope"
+    site = next((k for k, (a, b) in enumerate(zip(body, mutation.sql, strict=False)) if a != b), len(body))
+    return "race" if any(start <= site < end for start, end in lock_only_spans(body)) else "sequential"
 
 
 @attrs.frozen
@@ -177,7 +213,7 @@ class GeneratedMutant:
     machine: str
     function: str
     mutation: Mutation
-    kind: str  # "race" (visible only under concurrency) or "sequential"
+    kind: str  # "race" (visible only under concurrency), "scope" (who may call) or "sequential"
     stands_for: str
 
     @property
@@ -250,7 +286,7 @@ def _generated(machine: str) -> tuple[GeneratedMutant, ...]:
                 machine=machine,
                 function=name,
                 mutation=mutation,
-                kind="race" if mutation.operator in RACE_OPERATORS else "sequential",
+                kind=kind_of(mutation, name, body),
                 stands_for=f"{name}: {describe(mutation, body)}",
             )
             for mutation in mutations(body)
@@ -341,6 +377,7 @@ __all__ = [
     "MACHINES",
     "RACE_OPERATORS",
     "ROLES",
+    "SCOPE_FUNCTIONS",
     "GeneratedMutant",
     "NamedStatement",
     "Role",
@@ -348,6 +385,7 @@ __all__ = [
     "describe",
     "functions_of",
     "generated_mutants",
+    "kind_of",
     "not_mutated",
     "statements",
 ]

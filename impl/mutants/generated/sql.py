@@ -882,6 +882,40 @@ _TRY_LOCKS = {
 }
 
 
+def lock_only_spans(sql: str) -> list[tuple[int, int]]:
+    """The text spans of what only chooses a lock: each item of a PERFORM's select list
+    that is a blocking advisory-lock call, or a CASE whose every result is one. A change
+    there (the key's seed, the condition that says whether to lock) alters only which
+    transactions exclude each other, which one operation at a time cannot show."""
+    s = Statement(sql, enums={})
+    spans = []
+    for i in range(len(s.sig)):
+        if s.word(i) != "PERFORM":
+            continue
+        stop = s.scan(i + 1, lambda j: s.word(j) in ("FROM", "WHERE"))
+        for first, end in s.split(i + 1, stop, lambda j: s.at(j).kind is Kind.COMMA):
+            if _locks_only(s, first, end):
+                spans.append(s.span(first, end))
+    return spans
+
+
+def _is_lock_call(s: Statement, first: int, stop: int) -> bool:
+    return s.word(first) in _TRY_LOCKS and s.opens(first + 1) and s.partner[first + 1] == stop - 1
+
+
+def _locks_only(s: Statement, first: int, stop: int) -> bool:
+    if _is_lock_call(s, first, stop):
+        return True
+    if s.word(first) != "CASE" or s.partner.get(first) != stop - 1:
+        return False
+    results = [j for j in range(first + 1, stop - 1) if s.parent[j] == first and s.word(j) in ("THEN", "ELSE")]
+    for j in results:
+        after = s.scan(j + 1, lambda k: s.word(k) in ("WHEN", "ELSE"))
+        if not _is_lock_call(s, j + 1, after):
+            return False
+    return bool(results)
+
+
 def try_advisory_lock(s: Statement) -> Iterator[_Edit]:
     """A blocking advisory lock made a try-lock, whose result is ignored: when contended
     it takes no lock, so the statements it serialised run together."""
@@ -1139,6 +1173,7 @@ __all__ = [
     "Statement",
     "Token",
     "collapse_whitespace",
+    "lock_only_spans",
     "mutations",
     "schema_enums",
     "server_text",
