@@ -118,6 +118,15 @@ def _event(community: uuid.UUID, at: dt.datetime, *actions: str) -> lc.SaveDefin
     )
 
 
+def _answered(what: str, call: Callable[[], Any], wanted: object) -> None:
+    """`call()` answers `wanted`; a refusal of the role (Forbidden) is what the check saw too."""
+    try:
+        got = call()
+    except Forbidden as forbidden:
+        raise ScopeBroken(f"{what}: Forbidden ({forbidden})") from forbidden
+    _expect(what, got, wanted)
+
+
 def _expect(what: str, got: object, wanted: object) -> None:
     if got != wanted:
         raise ScopeBroken(f"{what}: {got!r}, not {wanted!r}")
@@ -325,9 +334,9 @@ def _check(conn: psycopg.Connection[Any], probe: _Probe, roles: _Roles) -> None:
     _expect("the fleet: DeleteCommunity(C)", probe.delivery.execute(m.DeleteCommunity(C)), m.Ok())
     # The database's owner (a superuser here) acts for the fleet without a row of its own.
     _become(conn, None)
-    _expect("the owner: Reap", probe.delivery.execute(m.Reap()), m.Reaped(0))
-    _expect("the owner: SetCommunityState(A, quiescing)",
-            probe.delivery.execute(m.SetCommunityState(A, m.CommunityState.QUIESCING)), m.Ok())  # fmt: skip
+    _answered("the owner: Reap", lambda: probe.delivery.execute(m.Reap()), m.Reaped(0))
+    quiesce = m.SetCommunityState(A, m.CommunityState.QUIESCING)
+    _answered("the owner: SetCommunityState(A, quiescing)", lambda: probe.delivery.execute(quiesce), m.Ok())
 
 
 __all__ = ["judge"]

@@ -21,6 +21,7 @@ from leaseproof.impl.mutants.generated.catalogue import (
     by_name,
     functions_of,
     generated_mutants,
+    kind_of,
     not_mutated,
     statements,
 )
@@ -507,10 +508,17 @@ def test_catalogue_names_kinds_and_patches() -> None:
     assert mutants == generated_mutants("delivery") + generated_mutants("lifecycle")
     shared = set(functions_of("delivery")) & set(functions_of("lifecycle"))
     for m in mutants:
-        assert m.kind == ("race" if m.mutation.operator in RACE_OPERATORS else "sequential")
+        assert m.kind == kind_of(m.mutation, m.function, body(m.function))
+        if m.mutation.operator in RACE_OPERATORS:
+            assert m.kind == "race"
         prefix = "lifecycle:" if m.machine == "lifecycle" and m.function in shared else ""
         assert m.name == f"{prefix}{m.function}/{m.mutation.operator}/{m.mutation.site}"
         assert "\n" not in m.stands_for and m.stands_for.startswith(m.function + ": ")
+    # What only chooses a lock (a key's seed, whether to take the request key's lock) is a race site.
+    assert {m.name for m in mutants if m.kind == "race" and m.mutation.operator not in RACE_OPERATORS} == {
+        "lp_commit_deliveries/off-by-one/3", "lp_claim/flip-comparison/1", "lp_claim/off-by-one/1",
+        "lp_claim/negate-condition/1",
+    }  # fmt: skip
     mutant = by_name("lifecycle:lp_enter/drop-not/1")
     assert (mutant.machine, mutant.function) == ("lifecycle", "lp_enter")
     assert by_name("lp_enter/drop-not/1").machine == "delivery"

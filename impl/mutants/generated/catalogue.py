@@ -79,10 +79,33 @@ def kind_of(mutation: Mutation, function: str, body: str) -> str:
     "sequential" for any other."""
     if mutation.operator in RACE_OPERATORS:
         return "race"
-    if function in SCOPE_FUNCTIONS or any(name in mutation.before for name in (*SCOPE_FUNCTIONS, "session_user")):
-        return "scope"
     site = next((k for k, (a, b) in enumerate(zip(body, mutation.sql, strict=False)) if a != b), len(body))
+    start, end = _group_around(body, site)
+    if function in SCOPE_FUNCTIONS or any(
+        name in text for name in (*SCOPE_FUNCTIONS, "session_user") for text in (mutation.before, body[start:end])
+    ):
+        return "scope"
     return "race" if any(start <= site < end for start, end in lock_only_spans(body)) else "sequential"
+
+
+def _group_around(body: str, site: int) -> tuple[int, int]:
+    """The span of the innermost parenthesised group of `body` that holds `site` (outside
+    string literals); the empty span at `site` if none does."""
+    opened: list[int] = []
+    around = (site, site)
+    quoted = False
+    for k, char in enumerate(body):
+        if char == "'":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char == "(":
+            opened.append(k)
+        elif char == ")" and opened:
+            start = opened.pop()
+            if start < site <= k and (around == (site, site) or start > around[0]):
+                around = (start, k + 1)
+    return around
 
 
 @attrs.frozen

@@ -1,143 +1,181 @@
-"""Generated mutants that no program can tell from the bundled implementation.
+"""Generated mutants that no program of the model can tell from the bundled implementation.
 
-Each entry names a mutant (`impl/mutants/generated/catalogue.py`) and says why it is
-equivalent: which constraint, cascade, earlier statement or later check makes
-the changed site unable to change any outcome or persisted field. The
-mutation score leaves them out of its denominator and reports an entry here
-that a check kills as a false claim. The facts the reasons rest on are
-tested in `tests/conformance/evidence/test_mutation_score.py`.
+Each entry names a mutant (`impl/mutants/generated/catalogue.py`: one site of the
+body of one database function changed) and says why it is equivalent: which
+constraint, cascade, earlier statement or later check makes the changed site
+unable to change any outcome or persisted field the model states. The
+mutation score leaves them out of its denominator, runs each on a small budget
+in CI, and reports an entry here that a check kills as a false claim. The facts
+the reasons rest on are tested in `tests/conformance/evidence/test_mutation_score.py`.
 
-Lock-only differences (a statement that locks more rows than it needs, or a
-differently seeded advisory-lock key) are equivalent here where they can make
-a transaction wait but never change what it does. A wait can close a cycle
-(a deadlock: the server rolls one transaction back), so a mutant that makes
-a transaction wait on rows another holds while holding rows that one needs is
-not listed.
+Three families are equivalent *to the model* rather than to every observer,
+and say where else they are checked: the sweep's report of what it left or
+skipped (the model's Reap answers a count), the argument bounds the model
+refuses to construct (no command carries them), and the test clock's own path.
+A lock-only difference (a differently seeded advisory-lock key) is listed only
+where every caller takes the same key.
 """
 
 from __future__ import annotations
 
+from leaseproof.impl.migrate import functions as _shipped
+from leaseproof.impl.mutants.generated.catalogue import generated_mutants
+
 _SEED = (
-    "the advisory-lock key's hash seed: every caller of this statement takes the same (other) key, "
-    "so the statement still excludes exactly its own callers"
+    "the advisory-lock key's hash seed: every caller takes its key from this one function (or this one "
+    "statement), so the same transactions still exclude each other"
 )
-_EXISTS_LIST = "EXISTS (SELECT 1 …) ignores its select list"
-_ONLY_NONE = "the store only asks whether a row came back, never reads the selected constant"
-_LEASE_IFF_CLAIMED = (
-    "`lease_until` is set exactly while a row is claimed (CHECK delivery_lease_iff_claimed), and "
-    "`lease_until` compared with NULL is not true, so the remaining comparison already requires 'claimed'"
+_SWEEP_REPORT = (
+    "changes only the sweep's report of what it left or skipped (Sweep.left, Sweep.skipped), or the order of "
+    "the communities it tries (any order locks the same set): the model's Reap answers how many it reaped, "
+    "which this does not change; tests/impl/test_store.py and test_reaper_under_locks.py check the report"
 )
-_FENCE_TRIGGER = (
-    "the write's gate on the community's state: without it a write to a community that is not active is "
-    "refused by the fence trigger (lp_community_write_fence), with the same refusal the gate's store raises, "
-    "and where no row matches nothing is written and the store refuses from the fence's state as before"
+_NULL_HEAD = (
+    "when no head was found, SELECT INTO leaves the record's fields (and `cutoff`) NULL, and a comparison "
+    "with NULL is not true, so the condition is false without FOUND as it is with it"
 )
-_REAP_RECHECKS = (
-    "only widens the `expired`/`writable` CTEs, which choose the communities to lock, to more active ones; "
-    "`due` re-checks every row (claimed, lease_until < now) and keeps only rows of those active communities, "
-    "so the same rows are reaped"
-)
-_MEMBERSHIP = (
-    "the query then returns every such id of the community; the store tests each wanted id for membership "
-    "in what came back, which a superset answers the same"
+_CUTOFF_BEHIND_HEAD = (
+    "with a head, the cutoff (if any) is older than it: a save at or before a cutoff is refused "
+    "(BeforeCutoff), and a deletion's cutoff is at or after the head it deletes; the update reached here "
+    "is newer than the head, so it is never at or before the cutoff"
 )
 _REVISION = (
-    "`d.revision = %(revision)s` stays, and a revision (the head's event id, a hash of community, workflow, "
-    "author, channel, content and time) names one save: the row it names has the pinned record's every field"
+    "`d.revision = pinned.revision` stays, and a revision is the id of the signed save that wrote the row, "
+    "a hash of everything it says (content, enabled, author, channel, time): the row it names has the "
+    "pinned run's every field"
 )
+_ENABLED_IN_HASH = (
+    "`enabled` is hashed with the actions (lp_definition_hash), and a replica caches and admits enabled "
+    "records only (lp_enabled_records), so a row whose hash matches the admitted or pinned record is enabled"
+)
+_ORDINALITY = (
+    "unnest() WITH ORDINALITY is a function scan that yields the elements in order, and nothing between it "
+    "and the INSERT or aggregate (no join, no sort, no parallel plan) reorders them"
+)
+_BOUNDS = (
+    "accepts actions the model refuses to construct (m.Definition: 1 to 8 actions, each non-blank text of at "
+    "most 64 characters), which no command carries; tests/impl/test_api.py checks that the database refuses "
+    "each such argument as the model does"
+)
+_TEST_CLOCK = (
+    "differs only where lp_clock holds a pinned instant in a database that is not a test database, or is "
+    "unpinned in one that is: lp_clock_guard refuses a pinned clock outside a test database, and every check "
+    "pins the clock of its test database before its first operation"
+)
+_COMMIT_STATE_FIRST = (
+    "the verdict answers the community's refusal before it reads the run, the events or the targets, and the "
+    "insert needs a Committed verdict: the gate on the state only spares reading (and key-share locking) rows "
+    "of a community that is not active"
+)
+
+
+def _sweep_report() -> dict[str, str]:
+    """lp_sweep's mutants of its last statement (the report of rows left) and of the
+    order and the skipped half of its communities' aggregates."""
+    body = _shipped()["lp_sweep"].body
+    report_starts = body.index("SELECT coalesce(array_agg(d.community_id")
+    claims = {}
+    for mutant in generated_mutants("delivery"):
+        if mutant.function != "lp_sweep":
+            continue
+        site = next(k for k, (a, b) in enumerate(zip(body, mutant.mutation.sql, strict=False)) if a != b)
+        about_c = mutant.mutation.before.strip(", ") in ("ORDER BY c", "c")
+        if site >= report_starts or about_c or mutant.mutation.before == "NOT got":
+            claims[mutant.name] = _SWEEP_REPORT
+    return claims
+
+
+def _where(function: str, operator: str, before: str) -> list[str]:
+    return [
+        m.name
+        for m in generated_mutants()
+        if m.function == function and m.mutation.operator == operator and m.mutation.before == before
+    ]
+
+
+def _seeds() -> list[str]:
+    keys = ("lp_fence_key", "lp_change_key", "lp_deletions_key", "lp_coordinate_key")
+    return [m.name for m in generated_mutants() if m.function in keys and m.mutation.operator == "off-by-one"]
+
 
 EQUIVALENT: dict[str, str] = {
     # -- delivery --------------------------------------------------------------------
-    "PostgresDeliveryStore.SQL_LOCK_IDENTITY/off-by-one/1": _SEED,
-    "PostgresDeliveryStore.SQL_ONE_SWEEP_AT_A_TIME/off-by-one/1": _SEED,
-    "PostgresDeliveryStore.SQL_LOCK_CLAIM_KEY/off-by-one/1": _SEED,
-    "PostgresDeliveryStore.SQL_CLAIM_RETRIED/drop-conjunct/4": (
-        "a row keeps a claim key only while it is claimed (CHECK delivery_claim_key_only_while_claimed), so "
-        "`claim_key = %(request_key)s` already requires 'claimed'"
+    **dict.fromkeys(_seeds(), _SEED),
+    "lp_commit_deliveries/off-by-one/3": _SEED,
+    **_sweep_report(),
+    "lp_delete_community/drop-conjunct/2": (
+        "deleting a community already deleted again: its rows were purged when it was deleted and every write "
+        "to a deleted community is refused, so the purge deletes nothing and the tombstone is written as it was"
     ),
-    "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/1": _EXISTS_LIST,
-    "PostgresDeliveryStore.SQL_IDENTITY_EXISTS/off-by-one/2": _EXISTS_LIST,
-    "PostgresDeliveryStore.SQL_IDENTITY_TAKEN/off-by-one/1": _ONLY_NONE,
-    "PostgresDeliveryStore.SQL_IDENTITY_TAKEN/off-by-one/2": _ONLY_NONE,
-    "PostgresDeliveryStore.SQL_WORKFLOW_EXISTS/off-by-one/1": _ONLY_NONE,
-    "PostgresDeliveryStore.SQL_WORKFLOW_EXISTS/off-by-one/2": _ONLY_NONE,
-    "PostgresDeliveryStore.SQL_KNOWN_EVENTS/drop-conjunct/2": _MEMBERSHIP,
-    "PostgresDeliveryStore.SQL_RETIRED_IDS/drop-conjunct/2": _MEMBERSHIP,
-    "PostgresDeliveryStore.SQL_CLAIM/drop-conjunct/14": (
-        "the cause kind follows from which identity column is set (CHECK delivery_cause_exactly_one), and "
-        "the three IS NOT DISTINCT FROM comparisons that stay match that column pattern exactly"
+    "lp_delete_community/drop-statement/2": (
+        "the next statement deletes the community's runs, and their deliveries go with them (ON DELETE CASCADE "
+        "from workflow_runs); the retired ids the cascade's deletions write are deleted last, as before"
     ),
-    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/2": _FENCE_TRIGGER,
-    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/2": _FENCE_TRIGGER,
-    "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7": _LEASE_IFF_CLAIMED,
-    "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/7": _LEASE_IFF_CLAIMED,
-    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/6": _LEASE_IFF_CLAIMED,
-    "PostgresDeliveryStore.SQL_LOCK_DELETIONS/off-by-one/1": _SEED,
-    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/1": _REAP_RECHECKS,
-    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/2": _REAP_RECHECKS,
-    "PostgresDeliveryStore.SQL_REAP/drop-conjunct/3": _REAP_RECHECKS,
-    "PostgresDeliveryStore.SQL_REAP/flip-comparison/2": _REAP_RECHECKS,
-    "PostgresDeliveryStore.SQL_REAP/shift-clock/1": _REAP_RECHECKS,
-    "PostgresDeliveryStore.SQL_REAP/drop-distinct/1": (
-        _REAP_RECHECKS + "; a row joined to several copies of its community is updated once"
+    **dict.fromkeys(
+        [
+            *_where("lp_commit_deliveries", "drop-conjunct", "(SELECT e.state = 'active' FROM env e) AND"),
+            *_where("lp_commit_deliveries", "drop-conjunct", "(SELECT e.state = 'active' FROM env e)"),
+        ],
+        _COMMIT_STATE_FIRST,
     ),
-    "PostgresDeliveryStore.SQL_REAP/left-join/1": _REAP_RECHECKS,
-    # Not SQL_REAP/drop-lock/2 or /drop-skip-locked/1, once listed here as a sweep
-    # that only waits where the bundled one skips: a sweep waiting on an expired
-    # row a deletion's cascade holds, while the cascade waits on a row the sweep
-    # locked, is a deadlock, and stress with deletions raced against the
-    # reaper found it (the server rolled the deletion back).
-    "PostgresDeliveryStore.SQL_REAP/off-by-one/3": "count(*) counts the returned rows, whatever each returns",
-    "PostgresDeliveryStore.SQL_REAP/off-by-one/4": "count(*) counts the returned rows, whatever each returns",
-    "PostgresDeliveryStore.SQL_PURGE_COMMUNITY[0]/drop-statement/1": (
-        "the next statements delete the community's runs and events, and deliveries go with them "
-        "(ON DELETE CASCADE from workflow_runs and from events); the community is already marked deleted, "
-        "so the write fence admits the cascade and no id is retired"
+    "lp_commit_deliveries/drop-conjunct/12": (
+        "the known events are then every event of the community; the verdict asks whether each target's "
+        "message is among them, which a superset answers the same (the extra key-share locks only make a "
+        "deletion of another event wait)"
     ),
-    "PostgresDeliveryStore.SQL_PURGE_COMMUNITY[1]/drop-statement/1": (
-        "the next statement deletes the community's workflows, and their runs go with them "
-        "(ON DELETE CASCADE from workflows)"
+    "lp_commit_deliveries/reverse-order-key/1": (
+        "counting a repeated id's occurrences from the last flags another occurrence of the same id: the "
+        "verdict reports the id (DeliveryIdTaken), the same for every occurrence, and inserts nothing"
     ),
+    **dict.fromkeys(
+        ["lp_commit_deliveries/drop-order-key/3", "lp_commit_deliveries/drop-order-key/4"],
+        "the target CTE is materialised in unnest's order (a function scan WITH ORDINALITY), and a scan of it "
+        "returns its rows in that order, so LIMIT 1 takes the first target in order without ORDER BY too",
+    ),
+    "lp_claim/drop-conjunct/5": (
+        "a foreign wake's answer joined to every row instead of none: every row says ClaimMiss, and the store "
+        "reads the outcome of the first row only (a miss carries no row)"
+    ),
+    "lp_claim/drop-conjunct/7": (
+        "without a request key, `d.claim_key = p_request_key` compares with NULL, which is not true: no row "
+        "is found either way"
+    ),
+    **dict.fromkeys(
+        [*_where("lp_set_community_state", "drop-conjunct", "state <> p_state")],
+        "a change to the state the community already has then takes the fence exclusively and writes the same "
+        "state again: nothing a later operation reads differs",
+    ),
+    **dict.fromkeys(_where("lp_now", "drop-conjunct", "pinned IS NOT NULL AND"), _TEST_CLOCK),
+    **dict.fromkeys(_where("lp_now", "drop-conjunct", "AND lp_test_hooks()"), _TEST_CLOCK),
     # -- lifecycle -------------------------------------------------------------------
-    "LifecycleStore.SQL_LOCK_COORDINATE/off-by-one/1": _SEED,
-    "LifecycleStore.SQL_HAS_AUTHORITY/off-by-one/1": _ONLY_NONE,
-    "LifecycleStore.SQL_HAS_AUTHORITY/off-by-one/2": _ONLY_NONE,
-    "RunResumer.SQL_STILL_CURRENT/off-by-one/1": _ONLY_NONE,
-    "RunResumer.SQL_STILL_CURRENT/off-by-one/2": _ONLY_NONE,
-    "LifecycleStore.SQL_DELETE[0]/drop-statement/1": (
-        "the next statement deletes the head, and the runtime row goes with it "
-        "(ON DELETE CASCADE from definition_heads)"
+    **dict.fromkeys(
+        [
+            *_where("lp_save_definition", "drop-conjunct", "FOUND AND"),
+        ],
+        _NULL_HEAD,
     ),
-    "ReplicaEngine.SQL_ADMIT/drop-conjunct/6": (
-        "`enabled` is part of the hashed content and a replica caches enabled records only, so a row whose "
-        "hash matches the cached record's is enabled"
+    "lp_save_definition/drop-conjunct/12": _CUTOFF_BEHIND_HEAD,
+    "lp_delete_definition/drop-statement/1": (
+        "the next statement deletes the head, and the runtime row goes with it (ON DELETE CASCADE from "
+        "definition_heads)"
     ),
-    "ReplicaEngine.SQL_ADMIT/drop-conjunct/8": (
-        "a save by another author or in another channel is refused while a head lives (NotAuthor), and a "
-        "recreation is a new incarnation (its time is after the cutoff, itself at or after the old head), so "
-        "(coordinate, incarnation), which stay matched, fix the owner"
-    ),
-    "ReplicaEngine.SQL_ADMIT/drop-conjunct/9": (
-        "a save by another author or in another channel is refused while a head lives (NotAuthor), and a "
-        "recreation is a new incarnation, so (coordinate, incarnation), which stay matched, fix the channel"
-    ),
-    **{f"RunResumer.SQL_STILL_CURRENT/drop-conjunct/{site}": _REVISION for site in range(4, 12)},
-    # Race mutants: the contention schedules of their statement pass (conformance/concurrent/contention.py).
-    "PostgresDeliveryStore.SQL_FINISH/drop-lock/1": (
-        "without the community's share lock a change of its state still lands before or after the finish: "
-        "a write to a community no longer active is refused by the fence trigger (lp_community_write_fence, "
-        "which reads the committed state), and a row a deletion purged while the finish waited for it leaves "
-        "the finish to its reconciliation read, a statement of its own that reads the state with the rows and "
-        "refuses it"
-    ),
-    "LifecycleStore.SQL_HEAD/drop-lock/1": (
-        "every writer of a head (a save, a deletion) takes the coordinate's advisory lock (SQL_LOCK_COORDINATE) "
-        "before it reads the head, and the only other way to a head, a community's deletion (a cascade), is not "
-        "a lifecycle command; so the head's row lock never excludes a writer the advisory lock let through"
-    ),
-    "lifecycle:PostgresDeliveryStore.SQL_COMMUNITY_FOR_UPDATE/drop-lock/1": (
-        "the lock keeps a deletion from landing between a state change's read and its update (which would "
-        "revive a deleted community); the lifecycle machine never deletes a community, and the UPDATE itself "
-        "still row-locks the community, so every writer's share lock still orders it against the change"
+    "lp_admit/drop-conjunct/7": _ENABLED_IN_HASH,
+    "lp_resume_run/drop-conjunct/11": _ENABLED_IN_HASH,
+    "lp_resume_run/drop-conjunct/12": _REVISION,
+    "lp_resume_run/drop-conjunct/15": _REVISION,
+    "lp_resume_run/drop-conjunct/16": _REVISION,
+    "lp_admit/drop-order-key/1": _ORDINALITY,
+    "lp_resume_run/drop-order-key/1": _ORDINALITY,
+    "lp_definition_hash/drop-order-key/1": _ORDINALITY,
+    **dict.fromkeys(
+        [
+            "lp_valid_actions/drop-disjunct/1",
+            "lp_valid_actions/drop-disjunct/2",
+            "lp_valid_actions/drop-disjunct/3",
+            "lp_valid_actions/off-by-one/2",
+            "lp_valid_actions/off-by-one/3",
+            "lp_valid_actions/off-by-one/7",
+        ],
+        _BOUNDS,
     ),
 }

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from leaseproof.conformance.evidence import score as ms
@@ -21,8 +22,9 @@ from leaseproof.conformance.harness.provision import Server
 from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutants
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 
-KILLED = "PostgresDeliveryStore.SQL_CLAIM/flip-arithmetic/1"  # a claim lowers the generation: dies at once
-EQUIVALENT_ONE = "PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7"
+KILLED = "lp_claim/flip-arithmetic/1"  # a claim lowers the generation: dies at once
+EQUIVALENT_ONE = "lp_claim/drop-conjunct/7"  # a request key compared with NULL
+SCOPED = "lp_claim/drop-conjunct/1"  # a claim for a community the role does not act for
 
 
 def test_every_equivalence_claim_names_a_generated_mutant_and_gives_a_reason() -> None:
@@ -36,7 +38,9 @@ def test_the_full_plan_runs_every_check_of_every_mutant_on_every_seed() -> None:
     assert plan.seeds == ms.SEEDS and len(plan.mutants) == len(generated_mutants())
     checks = {(t.mutant, t.check, t.seed) for t in plan.tasks}
     for mutant in plan.mutants:
-        if mutant.kind == "race":
+        if mutant.kind == "scope":
+            assert {(n, c) for n, c, _ in checks if n == mutant.name} == {(mutant.name, ms.SCOPE)}
+        elif mutant.kind == "race":
             assert {(mutant.name, ms.STRESS, seed) for seed in ms.SEEDS} <= checks
             assert (mutant.name, ms.CONTENTION, None) in checks
         else:
@@ -51,8 +55,10 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     others = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "sequential"]
     races = [m for m in generated_mutants() if m.name not in EQUIVALENT and m.kind == "race"]
     contended = {m.name for m in races[:: ms.FAST_STRIDE]}
+    scoped = {m.name for m in generated_mutants() if m.kind == "scope"}
     assert {by_name(name).machine for name in contended} == {"delivery", "lifecycle"}
-    assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]} | contended
+    assert chosen - set(EQUIVALENT) == {m.name for m in others[:: ms.FAST_STRIDE]} | contended | scoped
+    assert {(t.mutant, t.check) for t in plan.tasks if t.mutant in scoped} == {(n, ms.SCOPE) for n in scoped}
     assert contended and {(t.mutant, t.check) for t in plan.tasks if t.mutant in contended} == {
         (name, ms.CONTENTION) for name in contended
     }  # the contention schedules alone: stress kills are not repeatable
@@ -65,23 +71,24 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     # a race mutant listed as equivalent passes stress on a small budget, and every contention schedule
     claimed = {m.name for m in generated_mutants() if m.name in EQUIVALENT and m.kind == "race"}
     contention = {t.mutant for t in plan.tasks if t.check == ms.CONTENTION}
-    assert claimed and claimed <= {t.mutant for t in stress} & contention
+    assert claimed <= {t.mutant for t in stress} & contention
 
 
 def test_a_plan_of_unknown_names_or_of_the_wrong_machine_is_refused() -> None:
     with pytest.raises(ValueError, match="no generated mutant named"):
-        ms.plan(["PostgresDeliveryStore.SQL_RENEW/nope/1"])
+        ms.plan(["lp_renew/nope/1"])
     with pytest.raises(ValueError, match="lifecycle machine"):
         ms.plan([KILLED], machine="lifecycle")
 
 
 def test_a_score_kills_what_it_can_and_leaves_equivalent_mutants_out_of_its_denominator(pg_server: Server) -> None:
-    mutants = [by_name(KILLED), by_name(EQUIVALENT_ONE)]
+    mutants = [by_name(KILLED), by_name(EQUIVALENT_ONE), by_name(SCOPED)]
     score = ms.run_score(pg_server, mutants, seeds=[1], budget=ms.Budget(examples=20), jobs=1)
-    assert score.killed(KILLED) and not score.killed(EQUIVALENT_ONE)
+    assert score.killed(KILLED) and not score.killed(EQUIVALENT_ONE) and score.killed(SCOPED)
     assert score.survivors == [] and score.disproved == []
     rows = {(check, seed): (killed, total) for check, seed, killed, total, _ in score.by_check()}
-    assert rows == {(ms.SEARCH_ALONE, "1"): (1, 1), (ms.SCENARIOS, "-"): (1, 1)}
+    assert rows == {(ms.SEARCH_ALONE, "1"): (1, 1), (ms.SCENARIOS, "-"): (1, 1), (ms.SCOPE, "-"): (1, 1)}
+    assert "Claim was answered ClaimMiss(), not Forbidden" in score.of(SCOPED)[0].detail
     text = ms.report(score)
     assert "SURVIVED" not in text and f"  {EQUIVALENT_ONE}: " in text
 
@@ -150,40 +157,13 @@ def _delivery(status: str, lease: str, cause: str = "'event', '\\x" + "22" * 32 
     """
 
 
-def test_a_lease_deadline_exists_exactly_while_a_row_is_claimed(delivery_dsn: str) -> None:
-    """The fact behind the `status = 'claimed'` drops in renew, finish and reap."""
+def test_a_pinned_clock_is_refused_outside_a_test_database(delivery_dsn: str) -> None:
+    """The fact behind the test clock's claims (lp_now's `pinned IS NOT NULL`, `lp_test_hooks()`)."""
     with psycopg.connect(delivery_dsn, autocommit=True) as conn:
-        conn.execute(_SETUP)
-        # Created pending and then claimed, as the database allows (migration 0004).
-        conn.execute(_delivery("pending", "NULL"))
-        conn.execute(
-            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = 1,"
-            " claimed_at = now(), lease_until = now() + interval '30 seconds'"
-        )
-    assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("pending", "now()"))
-    assert "delivery_lease_iff_claimed" in _refused(delivery_dsn, _delivery("claimed", "NULL"))
-
-
-def test_a_claim_key_is_kept_only_while_a_row_is_claimed(delivery_dsn: str) -> None:
-    """The fact behind dropping `status = 'claimed'` from the retried claim's lookup."""
-    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
-        conn.execute(_SETUP)
-        conn.execute(_delivery("pending", "NULL"))
-    keyed = "UPDATE workflow_agent_deliveries SET claim_key = 'k1'"
-    assert "delivery_claim_key_only_while_claimed" in _refused(delivery_dsn, keyed)
-    with psycopg.connect(delivery_dsn, autocommit=True) as conn:  # while claimed, it may
-        conn.execute(
-            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = 1, claim_key = 'k1',"
-            " claimed_at = now(), lease_until = now() + interval '30 seconds'"
-        )
-
-
-def test_the_cause_kind_follows_from_its_one_identity_column(delivery_dsn: str) -> None:
-    """The fact behind dropping `cause_kind = …` from the claim's match."""
-    with psycopg.connect(delivery_dsn, autocommit=True) as conn:
-        conn.execute(_SETUP)
-    wrong_kind = "'schedule', '\\x" + "22" * 32 + "', NULL, NULL"
-    assert "delivery_cause_exactly_one" in _refused(delivery_dsn, _delivery("pending", "NULL", wrong_kind))
+        database = psycopg.sql.Identifier(conn.info.dbname)
+        conn.execute(psycopg.sql.SQL("ALTER DATABASE {} RESET leaseproof.test_hooks").format(database))
+        with pytest.raises(psycopg.DatabaseError, match="cannot be pinned"):
+            conn.execute("INSERT INTO lp_clock (pinned_at) VALUES (now())")
 
 
 def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: str) -> None:
@@ -202,7 +182,7 @@ def test_purged_runs_and_deleted_heads_take_their_rows_with_them(delivery_dsn: s
 
 # -- faults: the run ends cleanly however it is stopped --------------------------------------
 
-_LONG = ["PostgresDeliveryStore.SQL_RENEW/drop-conjunct/7", "PostgresDeliveryStore.SQL_FINISH/drop-conjunct/7"]
+_LONG = ["lp_claim/drop-conjunct/7", "lp_resume_run/drop-conjunct/12"]  # equivalent: each runs its whole budget
 
 
 def _databases(server: Server, run: subprocess.Popen[str]) -> set[str]:

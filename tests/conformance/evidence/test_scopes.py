@@ -45,11 +45,12 @@ def test_a_mutant_of_who_may_call_is_caught_with_what_it_let_through(
 def test_the_scope_mutants_are_those_of_who_may_call() -> None:
     scoped = [m for m in generated_mutants() if m.kind == "scope"]
     assert {m.function for m in scoped} >= SCOPE_FUNCTIONS - {"lp_scope_refused"}
-    assert all(
-        m.function in SCOPE_FUNCTIONS or "session_user" in m.mutation.before or "lp_may_act" in m.mutation.before
-        or "lp_is_fleet" in m.mutation.before
-        for m in scoped
-    )  # fmt: skip
+    elsewhere = {m.function for m in scoped if m.function not in SCOPE_FUNCTIONS}
+    # a condition that calls lp_may_act, or a site inside a group that reads session_user
+    assert elsewhere == {
+        "lp_commit_deliveries", "lp_claim", "lp_renew", "lp_finish", "lp_enter", "lp_enabled_records", "lp_resume_run"
+    }  # fmt: skip
+    assert by_name("lp_enabled_records/drop-conjunct/4").kind == "scope"  # s.community_id = r.community_id
     assert by_name("lp_claim/drop-conjunct/1").kind == "scope"
     assert by_name("lp_claim/flip-arithmetic/1").kind == "sequential"
 
