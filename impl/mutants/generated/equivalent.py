@@ -160,6 +160,22 @@ EQUIVALENT: dict[str, str] = {
         "definition_heads)"
     ),
     "lp_admit/drop-conjunct/7": _ENABLED_IN_HASH,
+    "lp_admit/drop-conjunct/10": (
+        "`d.incarnation = p_incarnation` stays: while a head lives, a save by another author or in another "
+        "channel is refused (NotAuthor), and a recreation after a deletion is a new incarnation (its time is "
+        "after the cutoff, itself at or after the old head), so (coordinate, incarnation) fix the channel"
+    ),
+    "lp_resume_run/drop-conjunct/14": _REVISION,
+    "lifecycle:lp_set_community_state/drop-assignment/2": (
+        "the lifecycle machine never deletes a community (its commands create, activate, quiesce and fence "
+        "them), so the branch for a deleted community is never taken; the delivery machine's mutant of the "
+        "same line is not claimed"
+    ),
+    "lp_sweep/drop-distinct/1": (
+        "without DISTINCT a community appears once per expired row: its fence is try-locked again (an "
+        "advisory lock is taken again by the transaction that holds it), and `= ANY (fenced)` answers the same "
+        "for a repeated element; only the report of skipped communities would repeat one"
+    ),
     "lp_resume_run/drop-conjunct/11": _ENABLED_IN_HASH,
     "lp_resume_run/drop-conjunct/12": _REVISION,
     "lp_resume_run/drop-conjunct/15": _REVISION,
