@@ -39,7 +39,12 @@ CONTENTS = {
 # drawn as often as the sizes inside them. What the hash, the stored actions and
 # their order must get right for every content, not only for ASCII words.
 DRAWN = "drawn"
-_CHARACTERS = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+# Characters are drawn as code points (st.characters() made the number of programs a
+# failing run shrinks through vary from run to run in one process; integers do not):
+# printable ASCII half the time, else any code point but NUL and the surrogates.
+_CHARACTERS = st.one_of(
+    st.integers(0x20, 0x7E), st.integers(0x01, 0x10FFFF).filter(lambda c: not 0xD800 <= c <= 0xDFFF)
+).map(chr)
 _ACTION = st.one_of(st.text(_CHARACTERS, min_size=1, max_size=64), st.text(_CHARACTERS, min_size=64, max_size=64))
 drawn_contents = st.builds(
     m.Definition,
@@ -170,7 +175,11 @@ workflows = _among(*weighted(["W1"], ["W2"], 3, "workflow-W2"))
 authors = _among(*weighted(["alice"], ["bob"], 3, "author-bob"))
 channels = _among(*weighted(["general"], ["ops"], 3, "channel-ops"))
 replicas = _among(*weighted(list(w.REPLICAS), ["r9"], 6, "unknown-replica"))
-contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"), (DRAWN, "drawn-contents"))
+# A drawn content is drawn only when the choice is DRAWN, so that a program whose
+# failure needs none shrinks it away with the choice.
+contents = _among(*weighted(["a"], ["a-on", "a-off", "b"], 2, "other-contents"), (DRAWN, "drawn-contents")).flatmap(
+    lambda name: drawn_contents if name == DRAWN else st.just(name)
+)
 # Newer saves are common; replays, delayed saves and saves at the cutoff rarer.
 save_times = _among(*weighted(["newer"], list(WHENS[1:]), 4, "replays"))
 delete_times = _among(*weighted(["newer"], ["same", "older"], 3, "replays"))
@@ -227,7 +236,6 @@ class LifecycleConformance(LockstepMachine):
         channel=channels,
         content=contents,
         when=save_times,
-        drawn=drawn_contents,
     )
     @precondition(_on("save"))
     def save(
@@ -238,11 +246,9 @@ class LifecycleConformance(LockstepMachine):
         channel: str,
         content: str | m.Definition,
         when: str,
-        drawn: m.Definition | None = None,
     ) -> None:
-        """A signed save of `content` (a name of CONTENTS, or DRAWN: the `drawn` one)."""
-        chosen = drawn if content == DRAWN and drawn is not None else content
-        self.run(save_command(community, workflow, author, channel, chosen, self._at(community, workflow, when)))
+        """A signed save of `content` (a name of CONTENTS, or a drawn definition)."""
+        self.run(save_command(community, workflow, author, channel, content, self._at(community, workflow, when)))
 
     @rule(community=communities, workflow=workflows, author=authors, when=delete_times)
     @precondition(_on("delete"))
@@ -250,15 +256,15 @@ class LifecycleConformance(LockstepMachine):
         at = self._at(community, workflow, when)
         self.run(m.DeleteDefinition(w.COMMUNITIES[community], w.WORKFLOWS[workflow], w.AUTHORS[author], at))
 
-    @rule(community=communities, workflow=workflows, content=contents, drawn=drawn_contents)
+    @rule(community=communities, workflow=workflows, content=contents)
     @precondition(_on("save"))
-    def revise(self, community: str, workflow: str, content: str, drawn: m.Definition) -> None:
+    def revise(self, community: str, workflow: str, content: str | m.Definition) -> None:
         """The owner saves a new revision of a live coordinate (the same content
         again is a new revision too), in its channel, newer than the head."""
         head = self.model.heads.get((w.COMMUNITIES[community], w.WORKFLOWS[workflow]))
         if head is not None:
             author, channel = w.name_of(head.author), w.name_of(head.channel_id)
-            self.save(community, workflow, author, channel, content, "newer", drawn)
+            self.save(community, workflow, author, channel, content, "newer")
 
     @rule(community=communities, workflow=workflows, identical=st.booleans())
     @precondition(_on("recreate"))

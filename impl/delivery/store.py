@@ -19,7 +19,7 @@ import contextlib
 import functools
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -161,64 +161,6 @@ def refuse_community(row: dict[str, Any], community_id: uuid.UUID) -> None:
         refuse_unless_active(community_id, row["state"])
 
 
-class FencedWriter:
-    """What every writer of a community's rows shares: one connection, calls of the
-    database's functions (each its own transaction), and the typed errors."""
-
-    # How the database functions this store calls differ from the shipped ones: not at
-    # all. A variant of the store (a mutant, `impl/mutants/`) lists its edits here;
-    # the test adapters put them in their database (`impl/hooks/functions.py`).
-    FUNCTIONS: ClassVar[tuple[Patch | Addition, ...]] = ()
-
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
-        self.conn = conn
-
-    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        return self.conn.execute(sql, params).fetchone()
-
-    def _call(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The one row of `sql`, a call of a database function. Outside a transaction it
-        is its own (autocommit): a connection lost while it ran leaves its outcome
-        unknown, as a lost COMMIT does. An outcome the function does not answer
-        (`ANSWERS`) is an error: the store reads no answer it does not know as success."""
-        alone = self.conn.info.transaction_status == pq.TransactionStatus.IDLE
-        try:
-            row = self.conn.execute(sql, params).fetchone()
-        except psycopg.OperationalError as exc:
-            if alone and (self.conn.closed or self.conn.broken):
-                raise _Committing(exc) from exc
-            raise
-        assert row is not None, "a call of a database function returns one row"
-        known = ANSWERS.get(_called(sql))
-        if known is not None and row["outcome"] not in known:
-            raise UnknownAnswer(f"{_called(sql)} answered {row['outcome']!r}, none of {', '.join(sorted(known))}")
-        return row
-
-    @contextlib.contextmanager
-    def typed_errors(self, operation: str, community_id: uuid.UUID | None = None) -> Iterator[None]:
-        """Raise what a failure of the store call `operation` on this connection means:
-        `Refused` for the database's own fence (when the call acts for `community_id`),
-        the typed errors of `leaseproof.impl.errors` (`Unavailable`, `ConnectionLost`,
-        `Forbidden`), or the error itself (a bug)."""
-        try:
-            yield
-        except psycopg.errors.DatabaseError as exc:
-            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
-                # The database's own fence fired: the same refusal.
-                state = m.CommunityState(exc.diag.message_detail or "deleted")
-                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
-            typed = typed_error(operation, exc, self.conn)
-            if typed is None:
-                raise
-            raise typed from exc
-        except _Committing as exc:
-            raise ConnectionLost(operation, None, exc.cause) from exc.cause
-
-
-class UnknownAnswer(Exception):
-    """A database function answered an outcome it does not give: a bug of the function."""
-
-
 _COMMUNITY_REFUSALS = ("UnknownCommunity", "CommunityNotWritable")
 # Every outcome each function with one answers (a community's refusals beside the rest).
 ANSWERS: dict[str, frozenset[str]] = {
@@ -246,6 +188,66 @@ ANSWERS: dict[str, frozenset[str]] = {
         "lp_resume_run": ("Resumed", "ResumeRefused", "UnknownRun"),
     }.items()
 }
+
+
+class FencedWriter:
+    """What every writer of a community's rows shares: one connection, calls of the
+    database's functions (each its own transaction), and the typed errors."""
+
+    # How the database functions this store calls differ from the shipped ones: not at
+    # all. A variant of the store (a mutant, `impl/mutants/`) lists its edits here;
+    # the test adapters put them in their database (`impl/hooks/functions.py`).
+    FUNCTIONS: ClassVar[tuple[Patch | Addition, ...]] = ()
+    # Every outcome each function answers (a variant whose functions answer more says so).
+    ANSWERS: ClassVar[Mapping[str, frozenset[str]]] = ANSWERS
+
+    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+        self.conn = conn
+
+    def _one(self, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        return self.conn.execute(sql, params).fetchone()
+
+    def _call(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The one row of `sql`, a call of a database function. Outside a transaction it
+        is its own (autocommit): a connection lost while it ran leaves its outcome
+        unknown, as a lost COMMIT does. An outcome the function does not answer
+        (`ANSWERS`) is an error: the store reads no answer it does not know as success."""
+        alone = self.conn.info.transaction_status == pq.TransactionStatus.IDLE
+        try:
+            row = self.conn.execute(sql, params).fetchone()
+        except psycopg.OperationalError as exc:
+            if alone and (self.conn.closed or self.conn.broken):
+                raise _Committing(exc) from exc
+            raise
+        assert row is not None, "a call of a database function returns one row"
+        known = self.ANSWERS.get(_called(sql))
+        if known is not None and row["outcome"] not in known:
+            raise UnknownAnswer(f"{_called(sql)} answered {row['outcome']!r}, none of {', '.join(sorted(known))}")
+        return row
+
+    @contextlib.contextmanager
+    def typed_errors(self, operation: str, community_id: uuid.UUID | None = None) -> Iterator[None]:
+        """Raise what a failure of the store call `operation` on this connection means:
+        `Refused` for the database's own fence (when the call acts for `community_id`),
+        the typed errors of `leaseproof.impl.errors` (`Unavailable`, `ConnectionLost`,
+        `Forbidden`), or the error itself (a bug)."""
+        try:
+            yield
+        except psycopg.errors.DatabaseError as exc:
+            if exc.sqlstate == FENCE_SQLSTATE and community_id is not None:
+                # The database's own fence fired: the same refusal.
+                state = m.CommunityState(exc.diag.message_detail or "deleted")
+                raise Refused(m.CommunityNotWritable(community_id, state)) from exc
+            typed = typed_error(operation, exc, self.conn)
+            if typed is None:
+                raise
+            raise typed from exc
+        except _Committing as exc:
+            raise ConnectionLost(operation, None, exc.cause) from exc.cause
+
+
+class UnknownAnswer(Exception):
+    """A database function answered an outcome it does not give: a bug of the function."""
 
 
 @functools.cache

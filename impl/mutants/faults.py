@@ -12,7 +12,8 @@ one tenant is never fenced, sees it only in the rounds with a cut.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, refuse_community
 from leaseproof.impl.migrate import Addition, Patch
@@ -73,6 +74,11 @@ class ClaimThenDeadline(Store):
         ),
         Addition(_SET_DEADLINE),
     )
+
+    ANSWERS: ClassVar[Mapping[str, frozenset[str]]] = {
+        **Store.ANSWERS,
+        "lp_claim": Store.ANSWERS["lp_claim"] | {_PLACEHOLDER},
+    }
 
     SQL_SET_DEADLINE = """
         SELECT outcome, state, lease_until FROM lp_test_set_deadline(

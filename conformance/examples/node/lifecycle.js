@@ -40,11 +40,12 @@ function definition(value, path) {
   return { type: "Definition", actions: actions(value.actions, `${path}.actions`), enabled };
 }
 
-// SHA-256 of the content's canonical JSON (sorted keys, no spaces, non-ASCII
-// escaped as \uXXXX), as specs/lifecycle.md defines the definition hash.
+// SHA-256 of the content's canonical JSON (sorted keys, no spaces, every
+// character from DEL (0x7f) on escaped as \uXXXX, an astral one as its
+// surrogate pair), as specs/lifecycle.md defines the definition hash.
 function hash(def) {
   const json = JSON.stringify({ actions: def.actions, enabled: def.enabled }).replace(
-    /[\u0080-\uffff]/g,
+    /[\u007f-\uffff]/g,
     (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
   );
   return crypto.createHash("sha256").update(json, "utf8").digest("hex");

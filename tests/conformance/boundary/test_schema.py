@@ -120,6 +120,12 @@ def _logged(tmp_path: Path, command: str) -> tuple[str, Path]:
 _cli = leaseproof
 
 
+def _lines(log: Path) -> list[str]:
+    """The log's lines, split at newlines only: JSON text may carry U+2028 or U+0085 raw
+    (JavaScript's JSON.stringify does not escape them), which str.splitlines() splits at."""
+    return [line for line in log.read_text(encoding="utf-8").split("\n") if line]
+
+
 def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Path, pg_server: Server) -> None:
     serve = f"{PYTHON} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(pg_server.dsn)}"
     command, log = _logged(tmp_path, serve)
@@ -128,7 +134,7 @@ def test_every_message_of_verify_and_stress_over_the_wire_is_valid(tmp_path: Pat
     args = ("--seed", "1", "--duration", "1", "--workers", "3", "--machine", "delivery")
     run = _cli("stress", "--adapter-cmd", command, *args)
     assert run.returncode == 0, run.stdout + run.stderr
-    lines = log.read_text().splitlines()
+    lines = _lines(log)
     methods = {json.loads(line[2:]).get("method") for line in lines if line.startswith("> ")}
     assert methods == set(schema.RESULTS), methods  # every method crossed the wire
     machines = {json.loads(line[2:])["params"].get("machine") for line in lines if line.startswith("> {")}
@@ -142,7 +148,7 @@ def test_every_message_of_the_node_adapter_is_valid(tmp_path: Path) -> None:
     command, log = _logged(tmp_path, f"{shlex.quote(str(shutil.which('node')))} {shlex.quote(str(node))}")
     run = _cli("verify", "--adapter-cmd", command, "--seed", "1", "--max-examples", "3")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert check_exchange(log.read_text().splitlines()) > 500
+    assert check_exchange(_lines(log)) > 500
 
 
 def test_a_hello_announces_only_what_its_version_has() -> None:
