@@ -282,9 +282,10 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if missing and named is not None:
         err.write(f"leaseproof: not installed: {why} (pip install -e '.[bench]')\n")
         return 2
+    left_out = ""
     if missing:  # the default set: measure what can be, and say in one line what was left out
         subjects = [s for s in subjects if s not in missing]
-        err.write(
+        left_out = (
             f"leaseproof: not measuring {', '.join(missing)}: not installed ({why}; the bench extra installs them)\n"
         )
 
@@ -293,6 +294,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.flush()
 
     with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
+        err.write(left_out)  # after the server: a DSN that does not parse is the one line said
         say(f"throughput: {', '.join(subjects)}; {args.workers} workers, {args.jobs} jobs, {args.rounds} rounds")
         try:
             results = measure(
