@@ -132,8 +132,12 @@ def _expect(what: str, got: object, wanted: object) -> None:
         raise ScopeBroken(f"{what}: {got!r}, not {wanted!r}")
 
 
-class _Probe:
-    def __init__(self, conn: psycopg.Connection[Any], classes: Mapping[str, type[Any]]) -> None:
+class Probe:
+    """Both machines' operations through the stores on one connection, as whoever its
+    session is (`classes`: an adapter's keyword arguments; the bundled ones if None)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], classes: Mapping[str, type[Any]] | None = None) -> None:
+        classes = _by_role(classes)
         self.conn = conn
         self.delivery: PostgresDeliveryStore = classes["store_class"](conn)
         self.lifecycle: LifecycleStore = classes["lifecycle_class"](conn)
@@ -284,7 +288,7 @@ def judge(dsn: str, classes: Mapping[str, type[Any]] | None = None) -> str | Non
         install(conn, patches_of(*chosen.values()))
         reset_database(conn, T0)
         with _roles(conn) as roles:
-            probe = _Probe(conn, chosen)
+            probe = Probe(conn, chosen)
             try:
                 _check(conn, probe, roles)
             except ScopeBroken as broken:
@@ -296,7 +300,7 @@ def judge(dsn: str, classes: Mapping[str, type[Any]] | None = None) -> str | Non
     return None
 
 
-def _check(conn: psycopg.Connection[Any], probe: _Probe, roles: _Roles) -> None:
+def _check(conn: psycopg.Connection[Any], probe: Probe, roles: _Roles) -> None:
     _become(conn, roles.fleet)
     for community in (A, B):
         _expect(
@@ -339,4 +343,4 @@ def _check(conn: psycopg.Connection[Any], probe: _Probe, roles: _Roles) -> None:
     _answered("the owner: SetCommunityState(A, quiescing)", lambda: probe.delivery.execute(quiesce), m.Ok())
 
 
-__all__ = ["judge"]
+__all__ = ["Probe", "judge"]

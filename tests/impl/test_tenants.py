@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from production import Production, fingerprint, provision
 
+from leaseproof.conformance.evidence.scopes import Probe
 from leaseproof.conformance.harness.provision import Server
 from leaseproof.impl.delivery.adapter import reset_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
@@ -125,44 +126,6 @@ def typed(
     return run
 
 
-def _commands_for(community: uuid.UUID, lease: m.Lease) -> dict[str, Callable[[psycopg.Connection[Any]], Any]]:
-    """Every operation of both machines, for `community` (the lease is one of its)."""
-    binding = Binding(community, WORKFLOW, RUN, "s9", TARGET, DEFINITION, MESSAGE, EventCause(CAUSE))
-
-    def delivery(command: Any) -> Callable[[psycopg.Connection[Any]], Any]:
-        return lambda conn: PostgresDeliveryStore(conn).execute(command)
-
-    return {
-        "CreateCommunity": delivery(m.CreateCommunity(community)),
-        "SetCommunityState": delivery(m.SetCommunityState(community, m.CommunityState.FENCED)),
-        "DeleteCommunity": delivery(m.DeleteCommunity(community)),
-        "CreateWorkflow": delivery(m.CreateWorkflow(community, uuid.UUID(int=0x101))),
-        "DeleteWorkflow": delivery(m.DeleteWorkflow(community, WORKFLOW)),
-        "CreateRun": delivery(m.CreateRun(community, WORKFLOW, uuid.UUID(int=0x201))),
-        "DeleteRun": delivery(m.DeleteRun(community, RUN)),
-        "PublishEvent": delivery(m.PublishEvent(community, b"\x09" * 32)),
-        "DeleteEvent": delivery(m.DeleteEvent(community, MESSAGE)),
-        "CommitDeliveries": delivery(
-            m.CommitDeliveries(community, RUN, "s9", [m.NewDelivery(uuid.UUID(int=0x999), binding)])
-        ),
-        "Claim": delivery(m.Claim(community, TARGET, 60)),
-        "Renew": delivery(m.Renew(lease, 3600)),
-        "Finish": delivery(m.Finish(lease, m.Status.FAILED)),
-        "GetDelivery": delivery(m.GetDelivery(community, lease.delivery_id)),
-        "SetAuthority": typed(
-            LifecycleStore, lambda w: w.set_authority(lc.SetAuthority(community, CHANNEL, AUTHOR, False))
-        ),
-        "SaveDefinition": typed(LifecycleStore, lambda w: w.save(_event(community, T0 + dt.timedelta(hours=1), "x"))),
-        "DeleteDefinition": typed(
-            LifecycleStore,
-            lambda w: w.delete(lc.DeleteDefinition(community, WORKFLOW, AUTHOR, T0 + dt.timedelta(hours=1))),
-        ),
-        "Fire": typed(
-            lambda conn: ReplicaEngine(conn, "r9"), lambda e: e.fire(lc.Fire("r9", "manual", community, WORKFLOW))
-        ),
-    }
-
-
 def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
     """Tenant A sends every operation for B (and B for A), through the stores: each is
     Forbidden, and the database is unchanged; a resume of the other's run is answered as one of a
@@ -173,10 +136,14 @@ def test_no_tenant_acts_for_the_others_community(fresh: Production) -> None:
         before = fingerprint(superuser, roles)
         for attacker, victim in ((A, B), (B, A)):
             with connect(fresh.tenant(attacker)) as conn:
-                commands = _commands_for(victim, done[victim]["lease"])
+                # Every operation of both machines for the victim's community (the scope
+                # check's list: conformance/evidence/scopes.py), the sweep apart (below).
+                probe = Probe(conn)
+                life = {name: call for name, call in probe.community_life(victim).items() if name != "Sweep"}
+                commands = {**life, **probe.commands_for(victim, done[victim]["lease"])}
                 for name, command in commands.items():
                     with pytest.raises(Forbidden, match=OUTSIDE_SCOPE):
-                        command(conn)
+                        command()
                     assert fingerprint(superuser, roles) == before, name
                 with pytest.raises(Refused) as unknown:
                     typed(RunResumer, functools.partial(RunResumer.resume, c=lc.ResumeRun(done[victim]["run"])))(conn)

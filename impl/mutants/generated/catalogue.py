@@ -79,13 +79,19 @@ def kind_of(mutation: Mutation, function: str, body: str) -> str:
     "sequential" for any other."""
     if mutation.operator in RACE_OPERATORS:
         return "race"
-    site = next((k for k, (a, b) in enumerate(zip(body, mutation.sql, strict=False)) if a != b), len(body))
-    start, end = _group_around(body, site)
+    site = site_of(mutation, body)
+    group_start, group_end = _group_around(body, site)
+    around = (mutation.before, body[group_start:group_end])
     if function in SCOPE_FUNCTIONS or any(
-        name in text for name in (*SCOPE_FUNCTIONS, "session_user") for text in (mutation.before, body[start:end])
+        name in text for name in (*SCOPE_FUNCTIONS, "session_user") for text in around
     ):
         return "scope"
     return "race" if any(start <= site < end for start, end in lock_only_spans(body)) else "sequential"
+
+
+def site_of(mutation: Mutation, body: str) -> int:
+    """The offset in `body` (the function's shipped body) where `mutation` first changes it."""
+    return next((k for k, (a, b) in enumerate(zip(body, mutation.sql, strict=False)) if a != b), len(body))
 
 
 def _group_around(body: str, site: int) -> tuple[int, int]:
@@ -410,5 +416,6 @@ __all__ = [
     "generated_mutants",
     "kind_of",
     "not_mutated",
+    "site_of",
     "statements",
 ]

@@ -19,7 +19,7 @@ where every caller takes the same key.
 from __future__ import annotations
 
 from leaseproof.impl.migrate import functions as _shipped
-from leaseproof.impl.mutants.generated.catalogue import generated_mutants
+from leaseproof.impl.mutants.generated.catalogue import generated_mutants, site_of
 
 _SEED = (
     "the advisory-lock key's hash seed: every caller takes its key from this one function (or this one "
@@ -78,7 +78,7 @@ def _sweep_report() -> dict[str, str]:
     for mutant in generated_mutants("delivery"):
         if mutant.function != "lp_sweep":
             continue
-        site = next(k for k, (a, b) in enumerate(zip(body, mutant.mutation.sql, strict=False)) if a != b)
+        site = site_of(mutant.mutation, body)
         about_c = mutant.mutation.before.strip(", ") in ("ORDER BY c", "c")
         if site >= report_starts or about_c or mutant.mutation.before == "NOT got":
             claims[mutant.name] = _SWEEP_REPORT
