@@ -22,11 +22,11 @@ DESCRIPTION = (
     "seconds, and how short the counterexample was. Exit 1 if a mutant survives every check that ran."
 )
 EXITS = (
-        "exit status: 0 every mutant killed by a check that ran (with --generated: the score reached "
-        "--min-score and every equivalence claim held); 1 a mutant survived (with --generated: the score is "
-        "below --min-score, or a mutant listed as equivalent was killed); 2 usage or provisioning error; "
-        + INTERRUPTED_EXITS
-    )
+    "exit status: 0 every mutant killed by a check that ran (with --generated: the score reached "
+    "--min-score and every equivalence claim held); 1 a mutant survived (with --generated: the score is "
+    "below --min-score, or a mutant listed as equivalent was killed); 2 usage or provisioning error; "
+    + INTERRUPTED_EXITS
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +101,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     if args.jobs is not None or args.max_examples is not None:
         err.write("leaseproof: --jobs and --max-examples apply to --generated\n")
+        return EXIT_USAGE
+    if args.kind == "scope":
+        err.write("leaseproof: --kind scope applies to --generated (the shipped mutants have no scope kind)\n")
         return EXIT_USAGE
     seeds = tuple(args.seed or (killmatrix.SEED,))
     try:
@@ -202,5 +205,3 @@ def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         err.write(f"leaseproof: the score {score.score:.1%} is below --min-score {args.min_score:.0%}\n")
         return EXIT_NONCONFORMING
     return EXIT_CONFORMS
-
-

@@ -66,3 +66,13 @@ def test_a_role_that_is_not_a_superuser_is_told_what_the_check_needs(delivery_ds
     finally:
         with psycopg.connect(delivery_dsn, autocommit=True) as conn:
             conn.execute("DROP ROLE lp_scope_test_plain")
+
+
+def test_kind_scope_without_generated_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from leaseproof.conformance.frontends.cli import main
+
+    assert main(["mutants", "--kind", "scope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "leaseproof: --kind scope applies to --generated (the shipped mutants have no scope kind)\n"
+    )
