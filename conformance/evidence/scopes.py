@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
-import secrets
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -85,7 +83,9 @@ class _Roles:
 
 @contextlib.contextmanager
 def _roles(conn: psycopg.Connection[Any]) -> Iterator[_Roles]:
-    roles = _Roles(f"lp_scope_{os.getpid()}_{secrets.token_hex(3)}")
+    """The check's roles, named after its database (`role_prefix`): a run killed before its
+    `finally` leaves roles whose names say which database, and so which run, made them."""
+    roles = _Roles(role_prefix(conn.info.dbname))
     try:
         for name in roles.all():
             conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(name)))
@@ -99,8 +99,26 @@ def _roles(conn: psycopg.Connection[Any]) -> Iterator[_Roles]:
     finally:
         conn.execute("RESET SESSION AUTHORIZATION")
         conn.execute("DELETE FROM lp_role_scope WHERE role_name = ANY(%s)", (list(roles.all()),))
-        for name in roles.all():
+        made = conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", (list(roles.all()),)).fetchall()
+        for name in (row["rolname"] for row in made):
             conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))  # its grants
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def role_prefix(database: str) -> str:
+    """The names of the roles a check on `database` makes start with this."""
+    prefix = f"lp_scope_{database}"
+    if len(prefix.encode()) > 63 - len("_nobody"):
+        raise ValueError(f"database name {database!r} too long to name the scope check's roles after it")
+    return prefix
+
+
+def drop_roles(dsn: str, database_prefix: str) -> None:
+    """Drop every role a scope check on a database whose name starts with `database_prefix`
+    made and left (a worker killed mid-check); run after those databases are dropped."""
+    pattern = role_prefix(database_prefix).replace("_", "\\_") + "\\_%"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        for (name,) in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s", (pattern,)).fetchall():
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
@@ -343,4 +361,4 @@ def _check(conn: psycopg.Connection[Any], probe: Probe, roles: _Roles) -> None:
     _answered("the owner: SetCommunityState(A, quiescing)", lambda: probe.delivery.execute(quiesce), m.Ok())
 
 
-__all__ = ["Probe", "judge"]
+__all__ = ["Probe", "drop_roles", "judge", "role_prefix"]

@@ -439,6 +439,7 @@ def _databases(server: Server, count: int) -> Iterator[list[str]]:
         # of its drop would leave that database behind: drop whatever bears the name.
         for name in databases_named(server, prefix):
             drop_database(server, name)
+        scopes.drop_roles(server.dsn, prefix)  # a scope check's roles, if a worker was killed inside one
 
 
 def default_jobs() -> int:

@@ -5,15 +5,19 @@ and the roles the check makes are gone afterwards."""
 from __future__ import annotations
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from leaseproof.conformance.evidence import scopes
+from leaseproof.conformance.harness.provision import Server
 from leaseproof.impl.mutants.generated.catalogue import SCOPE_FUNCTIONS, by_name, generated_mutants
 
 
 def _roles_left(dsn: str) -> list[str]:
+    """The roles a check on this database made and left (other tests' checks name theirs apart)."""
     with psycopg.connect(dsn) as conn:
-        return [r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'lp\\_scope\\_%'")]
+        pattern = scopes.role_prefix(conn.info.dbname).replace("_", "\\_") + "\\_%"
+        return [r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE %s", (pattern,))]
 
 
 def test_the_bundled_functions_keep_every_scope_and_leave_no_role(delivery_dsn: str) -> None:
@@ -76,3 +80,26 @@ def test_kind_scope_without_generated_is_a_usage_error(capsys: pytest.CaptureFix
     assert captured.out == "" and captured.err == (
         "leaseproof: --kind scope applies to --generated (the shipped mutants have no scope kind)\n"
     )
+
+
+def test_the_roles_a_killed_check_left_are_dropped_by_the_runs_prefix(pg_server: Server) -> None:
+    """A worker killed inside a check leaves its roles; they are named after its database, so the
+    score's clean-up (`drop_roles` with the run's database prefix) finds them, and no other run's."""
+    ours, theirs = (
+        scopes.role_prefix("lp_mutation_1_ab") + "_tenant",
+        scopes.role_prefix("lp_mutation_12_ab") + "_fleet",
+    )
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        for name in (ours, theirs):
+            conn.execute(psycopg.sql.SQL("CREATE ROLE {}").format(psycopg.sql.Identifier(name)))
+    try:
+        scopes.drop_roles(pg_server.dsn, "lp_mutation_1")
+        with psycopg.connect(pg_server.dsn) as conn:
+            left = {
+                r[0] for r in conn.execute("SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)", ([ours, theirs],))
+            }
+        assert left == {theirs}
+    finally:
+        with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+            for name in (ours, theirs):
+                conn.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(name)))
