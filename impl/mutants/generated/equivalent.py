@@ -171,6 +171,10 @@ EQUIVALENT: dict[str, str] = {
         "them), so the branch for a deleted community is never taken; the delivery machine's mutant of the "
         "same line is not claimed"
     ),
+    "lp_sweep/left-join/1": (
+        "the WHERE clause keeps `c.state = 'active'`, which is not true of a row the LEFT JOIN extends with "
+        "NULLs, and every delivery has its community (a foreign key): the same rows are reaped"
+    ),
     "lp_sweep/drop-distinct/1": (
         "without DISTINCT a community appears once per expired row: its fence is try-locked again (an "
         "advisory lock is taken again by the transaction that holds it), and `= ANY (fenced)` answers the same "
