@@ -18,8 +18,10 @@ where every caller takes the same key.
 
 from __future__ import annotations
 
+import re
+
 from leaseproof.impl.migrate import functions as _shipped
-from leaseproof.impl.mutants.generated.catalogue import generated_mutants, site_of
+from leaseproof.impl.mutants.generated.catalogue import by_name, functions_of, generated_mutants, site_of
 
 _SEED = (
     "the advisory-lock key's hash seed: every caller takes its key from this one function (or this one "
@@ -62,6 +64,17 @@ _TEST_CLOCK = (
     "unpinned in one that is: lp_clock_guard refuses a pinned clock outside a test database, and every check "
     "pins the clock of its test database before its first operation"
 )
+_FIRST_OF_A_REFUSAL = (
+    "the lateral that yields a second row yields one only when two targets are refused for the same reason, "
+    "and the verdict is then that refusal, not Committed, so nothing is inserted; the verdict's first row, "
+    "which SELECT INTO reads, carries the first of them in target order (a join ON true is a nested loop, "
+    "which emits a lateral's rows in its ORDER BY, and every other lateral yields at most one row)"
+)
+_ENTER_CLOCK = (
+    "no function of the delivery machine reads the clock lp_enter returns: they read its refusal and state, "
+    "and take their own reading of the clock where they need one (the lifecycle's functions read e.now, and "
+    "their mutant of this line is not claimed)"
+)
 _COMMIT_STATE_FIRST = (
     "the verdict answers the community's refusal before it reads the run, the events or the targets, and the "
     "insert needs a Committed verdict: the gate on the state only spares reading (and key-share locking) rows "
@@ -91,6 +104,32 @@ def _where(function: str, operator: str, before: str) -> list[str]:
         for m in generated_mutants()
         if m.function == function and m.mutation.operator == operator and m.mutation.before == before
     ]
+
+
+def _commit_limits(laterals: tuple[str, ...]) -> list[str]:
+    """lp_commit_deliveries's mutants of `LIMIT 1` into `LIMIT 2` in the verdict's laterals named."""
+    body = _shipped()["lp_commit_deliveries"].body
+    claims = []
+    for mutant in _where("lp_commit_deliveries", "off-by-one", "1"):
+        mutation = by_name(mutant).mutation
+        site = site_of(mutation, body)
+        if (
+            mutation.after == "2"
+            and body[site - len("LIMIT ") : site] == "LIMIT "
+            and any(body[site:].lstrip("1 \n").startswith(f") AS {lateral} ") for lateral in laterals)
+        ):
+            claims.append(mutant)
+    return claims
+
+
+def _enter_clock() -> list[str]:
+    """The delivery machine's mutants of the clock lp_enter returns, if no delivery function
+    reads it (one that selects `e.now` from lp_enter undoes the claim)."""
+    shipped = _shipped()
+    if any(re.search(r"\be\.now\b", shipped[f].body) for f in functions_of("delivery")):
+        return []
+    mutants = generated_mutants("delivery")
+    return [m.name for m in mutants if m.function == "lp_enter" and "lp_now()" in m.mutation.before]
 
 
 def _seeds() -> list[str]:
@@ -132,6 +171,8 @@ EQUIVALENT: dict[str, str] = {
         "the target CTE is materialised in unnest's order (a function scan WITH ORDINALITY), and a scan of it "
         "returns its rows in that order, so LIMIT 1 takes the first target in order without ORDER BY too",
     ),
+    **dict.fromkeys(_commit_limits(("missing", "used")), _FIRST_OF_A_REFUSAL),
+    **dict.fromkeys(_enter_clock(), _ENTER_CLOCK),
     "lp_claim/drop-conjunct/5": (
         "a foreign wake's answer joined to every row instead of none: every row says ClaimMiss, and the store "
         "reads the outcome of the first row only (a miss carries no row)"
@@ -165,6 +206,7 @@ EQUIVALENT: dict[str, str] = {
         "channel is refused (NotAuthor), and a recreation after a deletion is a new incarnation (its time is "
         "after the cutoff, itself at or after the old head), so (coordinate, incarnation) fix the channel"
     ),
+    "lp_resume_run/drop-conjunct/13": _REVISION,
     "lp_resume_run/drop-conjunct/14": _REVISION,
     "lifecycle:lp_set_community_state/drop-assignment/2": (
         "the lifecycle machine never deletes a community (its commands create, activate, quiesce and fence "
