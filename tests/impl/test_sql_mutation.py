@@ -33,6 +33,7 @@ from leaseproof.impl.mutants.generated.sql import (
     mutations,
     schema_enums,
     tokenize,
+    try_lock_outcomes,
 )
 
 
@@ -514,11 +515,15 @@ def test_catalogue_names_kinds_and_patches() -> None:
         prefix = "lifecycle:" if m.machine == "lifecycle" and m.function in shared else ""
         assert m.name == f"{prefix}{m.function}/{m.mutation.operator}/{m.mutation.site}"
         assert "\n" not in m.stands_for and m.stands_for.startswith(m.function + ": ")
-    # What only chooses a lock (a key's seed, whether to take the request key's lock) is a race site.
+    # What only chooses a lock (a key's seed, whether to take the request key's lock) is a race
+    # site; so is a dropped conjunct that reads whether the sweep's try-lock of a fence succeeded.
     assert {m.name for m in mutants if m.kind == "race" and m.mutation.operator not in RACE_OPERATORS} == {
         "lp_commit_deliveries/off-by-one/3", "lp_claim/flip-comparison/1", "lp_claim/off-by-one/1",
         "lp_claim/negate-condition/1",
+        "lp_sweep/drop-conjunct/1", "lp_sweep/drop-conjunct/2", "lp_sweep/drop-conjunct/6", "lp_sweep/drop-conjunct/13",
     }  # fmt: skip
+    # A comparison of the same conjunct flipped can show one operation at a time: it stays sequential.
+    assert by_name("lp_sweep/flip-comparison/4").kind == "sequential"
     mutant = by_name("lifecycle:lp_enter/drop-not/1")
     assert (mutant.machine, mutant.function) == ("lifecycle", "lp_enter")
     assert by_name("lp_enter/drop-not/1").machine == "delivery"
@@ -553,3 +558,15 @@ def test_catalogue_order_does_not_depend_on_hashing() -> None:
         for seed in ("1", "2")
     }
     assert runs == {str([m.name for m in generated_mutants()]) + "\n"}
+
+
+def test_the_outcome_of_a_try_lock_is_its_named_column_and_what_selects_it_into_variables() -> None:
+    sql = """
+    BEGIN
+        SELECT coalesce(array_agg(c) FILTER (WHERE got), '{}'), count(*) INTO fenced, tried
+        FROM (SELECT c, pg_try_advisory_xact_lock_shared(lp_fence_key(c)) AS got FROM x) AS t;
+        SELECT count(*) INTO other FROM y WHERE z;
+    END
+    """
+    assert try_lock_outcomes(sql) == {"got", "fenced", "tried"}
+    assert try_lock_outcomes("BEGIN PERFORM pg_advisory_xact_lock(1); SELECT a INTO b FROM c; END") == frozenset()

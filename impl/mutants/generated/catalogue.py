@@ -44,6 +44,7 @@ from leaseproof.impl.mutants.generated.sql import (
     Kind,
     Mutation,
     collapse_whitespace,
+    drops_try_lock_outcome,
     lock_only_spans,
     mutations,
     tokenize,
@@ -54,7 +55,9 @@ MACHINES = ("delivery", "lifecycle")
 # The lock operators change nothing one operation at a time: only a forced
 # interleaving (two transactions at the lock) can tell such a mutant apart. So
 # does any other operator's change of what only chooses a lock (an advisory
-# lock's key, the condition that says whether to take it: `sql.lock_only_spans`).
+# lock's key, the condition that says whether to take it: `sql.lock_only_spans`),
+# or a dropped conjunct that reads whether a try-lock succeeded
+# (`sql.drops_try_lock_outcome`: one operation at a time, every try-lock does).
 RACE_OPERATORS = frozenset({"drop-lock", "drop-skip-locked", "try-advisory-lock"})
 
 
@@ -86,7 +89,8 @@ def kind_of(mutation: Mutation, function: str, body: str) -> str:
         name in text for name in (*SCOPE_FUNCTIONS, "session_user") for text in around
     ):
         return "scope"
-    return "race" if any(start <= site < end for start, end in lock_only_spans(body)) else "sequential"
+    only_contended = any(start <= site < end for start, end in lock_only_spans(body))
+    return "race" if only_contended or drops_try_lock_outcome(mutation, body) else "sequential"
 
 
 def site_of(mutation: Mutation, body: str) -> int:

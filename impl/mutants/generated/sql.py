@@ -964,6 +964,35 @@ def lock_only_spans(sql: str) -> list[tuple[int, int]]:
     return spans
 
 
+_TRY_LOCK_NAMED = re.compile(r"\bpg_try_advisory\w*\s*\((?:[^()]|\([^()]*\))*\)\s+AS\s+(\w+)", re.IGNORECASE)
+_SELECTED_INTO = re.compile(r"\bINTO\s+(\w+(?:\s*,\s*\w+)*)\s+FROM\b", re.IGNORECASE)
+
+
+def try_lock_outcomes(sql: str) -> frozenset[str]:
+    """The names that carry the outcome of a try-lock in `sql`: the column a
+    `pg_try_advisory_*` call is named (`... AS got`), and the variables a statement
+    that names one selects into. One operation at a time every try-lock succeeds, so
+    only contention can tell a change of what these decide."""
+    columns = {name.lower() for name in _TRY_LOCK_NAMED.findall(sql)}
+    names = set(columns)
+    for statement in sql.split(";"):
+        if any(re.search(rf"\b{column}\b", statement, re.IGNORECASE) for column in columns):
+            for targets in _SELECTED_INTO.findall(statement):
+                names.update(t.strip().lower() for t in targets.split(","))
+    return frozenset(names)
+
+
+def drops_try_lock_outcome(mutation: Mutation, sql: str) -> bool:
+    """Whether `mutation` drops a conjunct that reads a try-lock's outcome
+    (`try_lock_outcomes`): a condition that holds whenever every try-lock succeeded,
+    as each does one operation at a time. (Other changes of such a conjunct, a
+    comparison flipped, say, can show without contention, and stay sequential.)"""
+    if mutation.operator != "drop-conjunct":
+        return False
+    names = try_lock_outcomes(sql)
+    return any(re.search(rf"\b{name}\b", mutation.before, re.IGNORECASE) for name in names)
+
+
 def _is_lock_call(s: Statement, first: int, stop: int) -> bool:
     return s.word(first) in _TRY_LOCKS and s.opens(first + 1) and s.partner[first + 1] == stop - 1
 
