@@ -75,6 +75,18 @@ _ENTER_CLOCK = (
     "and take their own reading of the clock where they need one (the lifecycle's functions read e.now, and "
     "their mutant of this line is not claimed)"
 )
+_LEASE_ONLY_WHILE_CLAIMED = (
+    "the same condition compares the row's lease_until with the clock, and a row holds a lease exactly while "
+    "it is claimed (the delivery_shape check), so a row whose lease_until passes the comparison is claimed"
+)
+_ONLY_COUNTED = (
+    "the rows of this RETURNING are only counted (count(*)), never read, so what each row carries does not matter"
+)
+_TRIES_MORE_FENCES = (
+    "the sweep then try-locks the fence of every community with a claimed row, not only of those with an "
+    "expired one; the statement that reaps still requires an expired lease, one operation at a time every "
+    "try-lock succeeds, and under contention only the report (Sweep.skipped) can name another community"
+)
 _COMMIT_STATE_FIRST = (
     "the verdict answers the community's refusal before it reads the run, the events or the targets, and the "
     "insert needs a Committed verdict: the gate on the state only spares reading (and key-share locking) rows "
@@ -104,6 +116,48 @@ def _where(function: str, operator: str, before: str) -> list[str]:
         for m in generated_mutants()
         if m.function == function and m.mutation.operator == operator and m.mutation.before == before
     ]
+
+
+def _lease_only_while_claimed() -> list[str]:
+    """Mutants that drop `status = 'claimed'` from a condition of a statement that also
+    compares lease_until with the clock."""
+    shipped = _shipped()
+    claims = []
+    for mutant in generated_mutants():
+        before = " ".join(mutant.mutation.before.split())
+        if mutant.mutation.operator != "drop-conjunct" or before.removesuffix(" AND").removeprefix("AND ") not in (
+            "status = 'claimed'",
+            "d.status = 'claimed'",
+        ):
+            continue
+        body = shipped[mutant.function].body
+        site = site_of(mutant.mutation, body)
+        statement = body[body.rfind(";", 0, site) + 1 : body.find(";", site)]
+        if re.search(r"\blease_until\s*(<|>=)", statement):
+            claims.append(mutant.name)
+    return claims
+
+
+def _only_counted() -> list[str]:
+    """Mutants of the `1` of `RETURNING 1` in a CTE whose rows are only counted."""
+    shipped = _shipped()
+    claims = []
+    for mutant in generated_mutants():
+        if mutant.mutation.operator != "off-by-one":
+            continue
+        body = shipped[mutant.function].body
+        site = site_of(mutant.mutation, body)
+        if body[site - len("RETURNING ") : site] != "RETURNING ":
+            continue
+        name = re.findall(r"(\w+) AS \(", body[:site])[-1]
+        statement = body[body.rfind(";", 0, site) + 1 : body.find(";", site)]
+        # Where its rows are read: after FROM or JOIN, or in a FROM list (a comma, then the
+        # name and a lower-case alias; keywords are upper case in these bodies).
+        read = re.findall(rf"(?:\bFROM|\bJOIN)\s+{name}\b|,\s*{name}\s+(?!AS\b)[a-z_]\w*", statement)
+        counted = re.findall(rf"count\(\*\)(?:\s+INTO\s+\w+)?\s+FROM\s+{name}\b", statement)
+        if read and len(read) == len(counted):
+            claims.append(mutant.name)
+    return claims
 
 
 def _commit_limits(laterals: tuple[str, ...]) -> list[str]:
@@ -173,6 +227,9 @@ EQUIVALENT: dict[str, str] = {
     ),
     **dict.fromkeys(_commit_limits(("missing", "used")), _FIRST_OF_A_REFUSAL),
     **dict.fromkeys(_enter_clock(), _ENTER_CLOCK),
+    **dict.fromkeys(_lease_only_while_claimed(), _LEASE_ONLY_WHILE_CLAIMED),
+    **dict.fromkeys(_only_counted(), _ONLY_COUNTED),
+    "lp_sweep/drop-conjunct/4": _TRIES_MORE_FENCES,
     "lp_claim/drop-conjunct/5": (
         "a foreign wake's answer joined to every row instead of none: every row says ClaimMiss, and the store "
         "reads the outcome of the first row only (a miss carries no row)"
