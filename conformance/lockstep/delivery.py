@@ -373,22 +373,24 @@ class DeliveryConformance(LockstepMachine):
         run: str,
         step: str,
         recipients: Sequence[tuple[str, ...]],
-        wrong_workflow: bool,
+        wrong_workflow: bool | str,
         state: m.DeliverySystem | None = None,
     ) -> m.CommitDeliveries:
         """The commit in world names; a recipient's id may be named by its relation
         to `state`: "retired" (an id retired in the community) or "taken" (the id of
-        a live row of the community with another identity)."""
-        workflow = w.RUN_WORKFLOW[run]
-        if wrong_workflow:
-            workflow = w.other(workflow, w.WORKFLOWS)
-        deliveries = [
-            m.NewDelivery(
-                _colliding_id(delivery, community, run, step, target, state),
-                w.binding(community, workflow, run, step, target, definition, message, cause),
-            )
-            for delivery, target, message, definition, cause in recipients
-        ]
+        a live row of the community with another identity). `wrong_workflow`: every
+        target names the run's workflow (False), the other workflow (True), or
+        ("mixed") the targets in turn name the other workflow, one no community has,
+        and the run's own, so that a refusal must name the first mismatch."""
+        own = w.RUN_WORKFLOW[run]
+        other = w.WORKFLOWS[w.other(own, w.WORKFLOWS)]
+        turns = (other, w.FOREIGN_WORKFLOW, w.WORKFLOWS[own])
+        deliveries = []
+        for i, (delivery, target, message, definition, cause) in enumerate(recipients):
+            binding = w.binding(community, own, run, step, target, definition, message, cause)
+            if wrong_workflow:
+                binding = attrs.evolve(binding, workflow_id=turns[i % 3] if wrong_workflow == "mixed" else other)
+            deliveries.append(m.NewDelivery(_colliding_id(delivery, community, run, step, target, state), binding))
         return m.CommitDeliveries(w.COMMUNITIES[community], w.RUNS[run], w.STEPS[step], deliveries)
 
     # -- deliveries -------------------------------------------------------------
@@ -398,7 +400,7 @@ class DeliveryConformance(LockstepMachine):
         run=runs,
         step=steps,
         recipients=st.lists(target_specs, min_size=1, max_size=3),
-        wrong_workflow=_among(*weighted([False], [True], 7, "wrong-workflow")),
+        wrong_workflow=_among(*weighted([False], [True, "mixed"], 7, "wrong-workflow")),
         beside=beside_live,
     )
     @precondition(lambda self: self.swarm.on("commit"))
@@ -408,7 +410,7 @@ class DeliveryConformance(LockstepMachine):
         run: str,
         step: str,
         recipients: list[tuple[str, ...]],
-        wrong_workflow: bool,
+        wrong_workflow: bool | str,
         beside: str | None = None,
     ) -> None:
         cid = w.COMMUNITIES[community]

@@ -39,6 +39,8 @@ LIVE_COMMUNITIES = ("A", "B")
 REQUEST_KEY = "claim-1"  # a claim's request key: the same one sent again is a retry
 TARGETS = {name: _key(f"target {name}") for name in ("T1", "T2")}
 WORKFLOWS = {name: _uuid(f"workflow {name}") for name in ("W1", "W2")}
+# A workflow no community has: a commit's target may name it (never committed: a mismatch).
+FOREIGN_WORKFLOW = _uuid("workflow W9")
 # Each run belongs to one workflow; R4 starts absent.
 RUN_WORKFLOW = {"R1": "W1", "R2": "W1", "R3": "W2", "R4": "W2"}
 RUNS = {name: _uuid(f"run {name}") for name in RUN_WORKFLOW}
