@@ -83,9 +83,34 @@ _ONLY_COUNTED = (
     "the rows of this RETURNING are only counted (count(*)), never read, so what each row carries does not matter"
 )
 _TRIES_MORE_FENCES = (
-    "the sweep then try-locks the fence of every community with a claimed row, not only of those with an "
-    "expired one; the statement that reaps still requires an expired lease, one operation at a time every "
-    "try-lock succeeds, and under contention only the report (Sweep.skipped) can name another community"
+    "the sweep then also try-locks the fences of communities whose claimed rows have not expired; the "
+    "statement that reaps still requires an expired lease, one operation at a time every try-lock succeeds, "
+    "and under contention only the report (Sweep.skipped) can name another community"
+)
+_DELIVERY_BOUNDS = (
+    "accepts an argument the model refuses to construct (a commit of no target: CommitDeliveries names at "
+    "least one delivery; a resume of run 0: run ids are positive), which no command carries; "
+    "tests/impl/test_attacks.py sends each and checks that the database refuses it, changing nothing"
+)
+_INSERT_ORDER = (
+    "the order the new rows are inserted in is only their physical order, which no read observes: a claim "
+    "orders by (created_at, id), unique in a community, the answer lists the ids in target order by its own "
+    "ORDER BY, and every other read looks rows up by key or reads them as a set"
+)
+_ANSWER_REFUSES_FIRST = (
+    "for a community that is not active the answer is its refusal whatever this CTE finds, and the candidate "
+    "row the update takes keeps its own check of the state, so nothing is claimed either way"
+)
+_CAUSE_KIND_FROM_COLUMNS = (
+    "the three cause identity columns are compared too (IS NOT DISTINCT FROM), and a cause of each kind has "
+    "exactly its own identity column (delivery_shape, and the model's cause types), so equal identity "
+    "columns mean equal kinds"
+)
+_INCARNATION = (
+    "`d.incarnation = p_incarnation` stays: while a head lives, a save by another author or in another "
+    "channel is refused (NotAuthor), and a recreation after a deletion is a new incarnation (its time is "
+    "after the cutoff, itself at or after the old head), so (coordinate, incarnation) fix the channel and "
+    "the owner"
 )
 _COMMIT_STATE_FIRST = (
     "the verdict answers the community's refusal before it reads the run, the events or the targets, and the "
@@ -160,6 +185,39 @@ def _only_counted() -> list[str]:
     return claims
 
 
+def _insert_order() -> list[str]:
+    """lp_commit_deliveries's mutants of the order key of its INSERT's SELECT."""
+    body = _shipped()["lp_commit_deliveries"].body
+    start = body.index("INSERT INTO workflow_agent_deliveries")
+    end = body.index("RETURNING", start)
+    return [
+        m.name
+        for m in generated_mutants("delivery")
+        if m.function == "lp_commit_deliveries"
+        and m.mutation.operator in ("drop-order-key", "reverse-order-key")
+        and start <= site_of(m.mutation, body) < end
+    ]
+
+
+def _in_cte(function: str, cte: str, before: str) -> list[str]:
+    """`function`'s mutants that drop the conjunct `before` inside its CTE `cte`."""
+    body = _shipped()[function].body
+    start = body.index(f"{cte} AS ")
+    end = body.index("\n    ), ", start)
+    return [m for m in _where(function, "drop-conjunct", before) if start <= site_of(by_name(m).mutation, body) < end]
+
+
+def _bound_of(function: str, left: str) -> list[str]:
+    """`function`'s off-by-one mutants that lower the bound `left` 1 to 0 (`n >= 1` to `n >= 0`)."""
+    body = _shipped()[function].body
+    return [
+        name
+        for name in _where(function, "off-by-one", "1")
+        if by_name(name).mutation.after == "0"
+        and body[site_of(by_name(name).mutation, body) - len(left) : site_of(by_name(name).mutation, body)] == left
+    ]
+
+
 def _commit_limits(laterals: tuple[str, ...]) -> list[str]:
     """lp_commit_deliveries's mutants of `LIMIT 1` into `LIMIT 2` in the verdict's laterals named."""
     body = _shipped()["lp_commit_deliveries"].body
@@ -195,6 +253,7 @@ EQUIVALENT: dict[str, str] = {
     # -- delivery --------------------------------------------------------------------
     **dict.fromkeys(_seeds(), _SEED),
     "lp_commit_deliveries/off-by-one/3": _SEED,
+    "lp_claim/off-by-one/1": _SEED,
     **_sweep_report(),
     "lp_delete_community/drop-conjunct/2": (
         "deleting a community already deleted again: its rows were purged when it was deleted and every write "
@@ -225,7 +284,21 @@ EQUIVALENT: dict[str, str] = {
         "the target CTE is materialised in unnest's order (a function scan WITH ORDINALITY), and a scan of it "
         "returns its rows in that order, so LIMIT 1 takes the first target in order without ORDER BY too",
     ),
-    **dict.fromkeys(_commit_limits(("missing", "used")), _FIRST_OF_A_REFUSAL),
+    **dict.fromkeys(_commit_limits(("mismatch", "missing", "used")), _FIRST_OF_A_REFUSAL),
+    **dict.fromkeys(_insert_order(), _INSERT_ORDER),
+    **dict.fromkeys(
+        _in_cte("lp_claim", "retried", "AND (SELECT e.state = 'active' FROM env e)"), _ANSWER_REFUSES_FIRST
+    ),
+    **dict.fromkeys(_where("lp_claim", "drop-conjunct", "AND d.cause_kind = p_cause_kind"), _CAUSE_KIND_FROM_COLUMNS),
+    **dict.fromkeys(
+        [*_bound_of("lp_commit_deliveries", "n >= "), *_bound_of("lp_resume_run", "p_run >= ")],
+        _DELIVERY_BOUNDS,
+    ),
+    "lp_delete_community/drop-statement/3": (
+        "the next statement deletes the community's workflows, and their runs go with them (ON DELETE CASCADE "
+        "from workflows); the deliveries were deleted by the statement before"
+    ),
+    "lp_sweep/flip-comparison/2": _TRIES_MORE_FENCES,
     **dict.fromkeys(_enter_clock(), _ENTER_CLOCK),
     **dict.fromkeys(_lease_only_while_claimed(), _LEASE_ONLY_WHILE_CLAIMED),
     **dict.fromkeys(_only_counted(), _ONLY_COUNTED),
@@ -258,11 +331,10 @@ EQUIVALENT: dict[str, str] = {
         "definition_heads)"
     ),
     "lp_admit/drop-conjunct/7": _ENABLED_IN_HASH,
-    "lp_admit/drop-conjunct/10": (
-        "`d.incarnation = p_incarnation` stays: while a head lives, a save by another author or in another "
-        "channel is refused (NotAuthor), and a recreation after a deletion is a new incarnation (its time is "
-        "after the cutoff, itself at or after the old head), so (coordinate, incarnation) fix the channel"
-    ),
+    "lp_admit/drop-conjunct/9": _INCARNATION,
+    "lp_admit/drop-conjunct/10": _INCARNATION,
+    "lp_resume_run/drop-conjunct/9": _REVISION,
+    "lp_resume_run/drop-conjunct/10": _REVISION,
     "lp_resume_run/drop-conjunct/13": _REVISION,
     "lp_resume_run/drop-conjunct/14": _REVISION,
     "lifecycle:lp_set_community_state/drop-assignment/2": (
