@@ -882,7 +882,8 @@ _TRY_LOCKS = {
 }
 
 
-def lock_only_spans(sql: str) -> list[tuple[int, int]]:
+@functools.cache
+def lock_only_spans(sql: str) -> tuple[tuple[int, int], ...]:
     """The text spans of what only chooses a lock: each item of a PERFORM's select list
     that is a blocking advisory-lock call, or a CASE whose every result is one. A change
     there (the key's seed, the condition that says whether to lock) alters only which
@@ -896,13 +897,14 @@ def lock_only_spans(sql: str) -> list[tuple[int, int]]:
         for first, end in s.split(i + 1, stop, lambda j: s.at(j).kind is Kind.COMMA):
             if _locks_only(s, first, end):
                 spans.append(s.span(first, end))
-    return spans
+    return tuple(spans)
 
 
 _TRY_LOCK_NAMED = re.compile(r"\bpg_try_advisory\w*\s*\((?:[^()]|\([^()]*\))*\)\s+AS\s+(\w+)", re.IGNORECASE)
 _SELECTED_INTO = re.compile(r"\bINTO\s+(\w+(?:\s*,\s*\w+)*)\s+FROM\b", re.IGNORECASE)
 
 
+@functools.cache
 def try_lock_outcomes(sql: str) -> frozenset[str]:
     """The names that carry the outcome of a try-lock in `sql`: the column a
     `pg_try_advisory_*` call is named (`... AS got`), and the variables a statement
