@@ -143,6 +143,11 @@ def _where(function: str, operator: str, before: str) -> list[str]:
     ]
 
 
+def _statement_around(body: str, site: int) -> str:
+    """The text of the statement of `body` (between semicolons) that holds `site`."""
+    return body[body.rfind(";", 0, site) + 1 : body.find(";", site)]
+
+
 def _lease_only_while_claimed() -> list[str]:
     """Mutants that drop `status = 'claimed'` from a condition of a statement that also
     compares lease_until with the clock."""
@@ -156,8 +161,7 @@ def _lease_only_while_claimed() -> list[str]:
         ):
             continue
         body = shipped[mutant.function].body
-        site = site_of(mutant.mutation, body)
-        statement = body[body.rfind(";", 0, site) + 1 : body.find(";", site)]
+        statement = _statement_around(body, site_of(mutant.mutation, body))
         if re.search(r"\blease_until\s*(<|>=)", statement):
             claims.append(mutant.name)
     return claims
@@ -172,10 +176,10 @@ def _only_counted() -> list[str]:
             continue
         body = shipped[mutant.function].body
         site = site_of(mutant.mutation, body)
-        if body[site - len("RETURNING ") : site] != "RETURNING ":
+        if not body.endswith("RETURNING ", 0, site):
             continue
         name = re.findall(r"(\w+) AS \(", body[:site])[-1]
-        statement = body[body.rfind(";", 0, site) + 1 : body.find(";", site)]
+        statement = _statement_around(body, site)
         # Where its rows are read: after FROM or JOIN, or in a FROM list (a comma, then the
         # name and a lower-case alias; keywords are upper case in these bodies).
         read = re.findall(rf"(?:\bFROM|\bJOIN)\s+{name}\b|,\s*{name}\s+(?!AS\b)[a-z_]\w*", statement)
@@ -210,12 +214,8 @@ def _in_cte(function: str, cte: str, before: str) -> list[str]:
 def _bound_of(function: str, left: str) -> list[str]:
     """`function`'s off-by-one mutants that lower the bound `left` 1 to 0 (`n >= 1` to `n >= 0`)."""
     body = _shipped()[function].body
-    return [
-        name
-        for name in _where(function, "off-by-one", "1")
-        if by_name(name).mutation.after == "0"
-        and body[site_of(by_name(name).mutation, body) - len(left) : site_of(by_name(name).mutation, body)] == left
-    ]
+    named = [(name, by_name(name).mutation) for name in _where(function, "off-by-one", "1")]
+    return [name for name, m in named if m.after == "0" and body.endswith(left, 0, site_of(m, body))]
 
 
 def _commit_limits(laterals: tuple[str, ...]) -> list[str]:
@@ -227,7 +227,7 @@ def _commit_limits(laterals: tuple[str, ...]) -> list[str]:
         site = site_of(mutation, body)
         if (
             mutation.after == "2"
-            and body[site - len("LIMIT ") : site] == "LIMIT "
+            and body.endswith("LIMIT ", 0, site)
             and any(body[site:].lstrip("1 \n").startswith(f") AS {lateral} ") for lateral in laterals)
         ):
             claims.append(mutant)
