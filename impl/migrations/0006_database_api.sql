@@ -799,7 +799,9 @@ BEGIN
     WITH env AS MATERIALIZED (
         SELECT c.state, lp_now() AS t FROM (SELECT) AS one LEFT JOIN communities c ON c.id = p_community
     ), retried AS MATERIALIZED (
-        SELECT d.id FROM workflow_agent_deliveries d
+        -- Whole rows, answered from here: a join of the table to this CTE was planned
+        -- once as a scan of every delivery of the community (tests/impl/test_plans.py).
+        SELECT d.* FROM workflow_agent_deliveries d
         WHERE p_request_key IS NOT NULL AND (SELECT e.state = 'active' FROM env e)
           AND d.community_id = p_community AND d.target_pubkey = p_target
           AND d.claim_key = p_request_key AND d.status = 'claimed' AND d.lease_until >= (SELECT e.t FROM env e)
@@ -836,7 +838,7 @@ BEGIN
     ), answer AS (
         SELECT * FROM claimed
         UNION ALL
-        SELECT d.* FROM workflow_agent_deliveries d JOIN retried r ON d.id = r.id AND d.community_id = p_community
+        SELECT * FROM retried
     )
     SELECT coalesce(lp_refusal(e.state), CASE WHEN a.id IS NULL THEN 'ClaimMiss' ELSE 'Claimed' END), e.state, a.*
     FROM env e LEFT JOIN answer a ON true;
