@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -177,3 +179,22 @@ def leaseproof(*args: str, cwd: Path | None = None, timeout: float = 600) -> sub
     """`leaseproof ARGS` as a user runs it: a real process (in `cwd`), its output captured."""
     command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+_REPLAY = re.compile(r"replay it (?:from the rootdir )?with: (?P<command>.+)\)$", re.MULTILINE)
+
+
+def run_as_printed(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` as a user pastes it into a shell in `cwd`, with this interpreter's scripts
+    (the installed `leaseproof`) first on PATH."""
+    scripts = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", "")}
+    words = shlex.split(command)
+    assert words[:2] == ["leaseproof", "replay"], command
+    return subprocess.run(words, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def printed_replay(output: str) -> str:
+    found = _REPLAY.search(output)
+    assert found, f"no replay command printed:\n{output}"
+    return found["command"]

@@ -31,12 +31,13 @@ fixtures: `leaseproof_postgres` (session: the provisioned server's DSN) and
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
 import hashlib
 import inspect
+import math
 import random
-import shlex
 from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -415,10 +416,14 @@ class ConformanceItem(pytest.Item):
             write(verdict.trace, path)
         except OSError as exc:
             return f"\nleaseproof_trace_dir: could not write the trace to {path}: {exc.strerror}"
-        flag = f"--adapter-cmd {shlex.quote(plan.adapter_cmd)}" if plan.adapter_cmd else f"--adapter {plan.adapter}"
+        from leaseproof.conformance.frontends.commands.common import replay_command
+
+        chosen = argparse.Namespace(
+            adapter=plan.adapter, adapter_cmd=plan.adapter_cmd, reply_timeout=math.ceil(plan.reply_timeout)
+        )
         return (
             f"\ntrace: {path} (the counterexample, {len(verdict.trace.steps)} steps;"
-            f" replay it from the rootdir with: leaseproof replay {path} {flag})"
+            f" replay it from the rootdir with: {replay_command(path, chosen)})"
         )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:

@@ -9,6 +9,7 @@ import importlib
 import inspect
 import os
 import random
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,9 @@ fraction = number(float, "a number", lambda v: 0 <= v < 1, "at least 0 and below
 share = number(float, "a number", lambda v: 0 <= v <= 1, "from 0 to 1")
 
 
+REPLY_TIMEOUT = 30  # seconds an --adapter-cmd child may take per reply, unless told
+
+
 def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument(
@@ -103,9 +107,26 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reply-timeout",
         type=positive,
-        default=30,
-        help="seconds an --adapter-cmd child may take per reply (default: 30)",
+        default=REPLY_TIMEOUT,
+        help=f"seconds an --adapter-cmd child may take per reply (default: {REPLY_TIMEOUT})",
     )
+
+
+def replay_command(path: Path, args: argparse.Namespace) -> str:
+    """The `leaseproof replay` command that runs the trace at `path` against the implementation
+    `args` named (`add_adapter_arguments`): the same mutant, adapter or adapter command, and
+    reply timeout, so that the printed command, run as printed, meets the same failure. The
+    server (--dsn) is left out: the failure is the implementation's, on any server."""
+    words = ["leaseproof", "replay", str(path)]
+    if getattr(args, "mutant", None):
+        words += ["--mutant", args.mutant]
+    if getattr(args, "adapter", None):
+        words += ["--adapter", args.adapter]
+    if getattr(args, "adapter_cmd", None):
+        words += ["--adapter-cmd", args.adapter_cmd]
+        if args.reply_timeout != REPLY_TIMEOUT:
+            words += ["--reply-timeout", str(args.reply_timeout)]
+    return shlex.join(words)
 
 
 # What an adapter option needs, said when argparse finds its value missing: argparse takes a

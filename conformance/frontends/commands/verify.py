@@ -17,6 +17,7 @@ from leaseproof.conformance.frontends.commands.common import (
     each_machine,
     positive,
     positive_float,
+    replay_command,
     report_folder,
     seed_number,
 )
@@ -342,6 +343,6 @@ def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: T
         err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
         return
     steps = len(verdict.trace.steps)
-    out.write(f"trace: {path} (the counterexample, {steps} steps; replay it with: leaseproof replay {path})\n")
+    out.write(f"trace: {path} (the counterexample, {steps} steps; replay it with: {replay_command(path, args)})\n")
 
 

@@ -20,6 +20,8 @@ from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
 
+from helpers import printed_replay, run_as_printed
+
 BUNDLED = "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter"
 
 # Hypothesis profiles the project's conftest registers, and an example database
@@ -172,6 +174,17 @@ def test_a_counterexample_is_written_as_a_trace_in_the_rootdir_by_default(
         assert replay(trace, mutant) is not None
     finally:
         mutant.close()
+
+
+def test_the_printed_replay_run_as_printed_meets_the_same_failure(pytester: pytest.Pytester, pg_server: Server) -> None:
+    _mutant_project(pytester, pg_server, leaseproof_machines="delivery", leaseproof_seed="11")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    command = printed_replay("\n".join(_failure(result)))
+    assert "--mutant lease-target-unbound" in command  # inside the quoted --adapter-cmd
+    replayed = run_as_printed(command, pytester.path)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "0 passed, 1 failed" in replayed.stdout
 
 
 def test_leaseproof_trace_dir_is_relative_to_the_rootdir(

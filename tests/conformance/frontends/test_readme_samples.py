@@ -34,7 +34,7 @@ def _samples() -> dict[str, list[str]]:
 def _normal(line: str, seeded: bool) -> str:
     line = re.sub(r"time: [\d.]+s", "time: Ts", line)
     line = re.sub(r"trace: \S+ \(", "trace: FILE (", line)
-    line = re.sub(r"leaseproof replay \S+\)$", "leaseproof replay FILE)", line)
+    line = re.sub(r"leaseproof replay \S+( --mutant \S+)?\)$", r"leaseproof replay FILE\1)", line)
     line = re.sub(r"report it \([\d,]+ sent\)   steps: [\d,]+", "report it (N sent)   steps: N", line)
     return line if seeded else re.sub(r"seed: \d+", "seed: N", line)
 

@@ -1,0 +1,68 @@
+"""Every command leaseproof prints for reproducing a failure reproduces it when run as
+printed, in a fresh process: it names the implementation that failed (the mutant, the
+adapter, the adapter command and its reply timeout), not only the trace.
+
+(stress prints `leaseproof check-history PIECE`, which needs nothing but the file:
+tests/conformance/frontends/test_cli.py runs it. The pytest plugin's line is run as
+printed in tests/conformance/frontends/test_pytest_plugin_runs.py.)"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from leaseproof.conformance.harness.provision import Server
+
+from helpers import leaseproof, printed_replay, run_as_printed
+
+def test_verify_of_a_mutant_prints_a_replay_that_meets_the_mutant(tmp_path: Path) -> None:
+    verify = leaseproof("verify", "--mutant", "reconcile-unfenced", "--seed", "1", cwd=tmp_path)
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    command = printed_replay(verify.stdout)
+    assert "--mutant reconcile-unfenced" in command
+    replayed = run_as_printed(command, tmp_path)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "0 passed, 1 failed" in replayed.stdout
+    assert "implementation: AlreadyTerminal(status=failed)   <- not the model's" in replayed.stdout
+    # The mutant is what fails: the same trace passes on the bundled implementation.
+    trace = shlex.split(command)[2]
+    assert leaseproof("replay", trace, cwd=tmp_path).returncode == 0
+
+
+def test_verify_of_an_adapter_command_prints_a_replay_with_that_command(tmp_path: Path, pg_server: Server) -> None:
+    adapter = (
+        f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve"
+        f" --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
+    )
+    verify = leaseproof(
+        "verify", "--adapter-cmd", adapter, "--reply-timeout", "45", "--seed", "1", "--machine", "delivery",
+        cwd=tmp_path,
+    )
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    command = printed_replay(verify.stdout)
+    words = shlex.split(command)
+    assert words[words.index("--adapter-cmd") + 1] == adapter
+    assert words[words.index("--reply-timeout") + 1] == "45"
+    replayed = run_as_printed(command, tmp_path)
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert "0 passed, 1 failed" in replayed.stdout
+
+
+@pytest.mark.parametrize("flag", ["--adapter", "--adapter-cmd"])
+def test_the_replay_command_quotes_what_a_shell_would_split(flag: str) -> None:
+    from argparse import Namespace
+
+    from leaseproof.conformance.frontends.commands.common import REPLY_TIMEOUT, replay_command
+
+    value = "./my adapter --flag 'x'"
+    chosen = Namespace(
+        mutant=None,
+        adapter=value if flag == "--adapter" else None,
+        adapter_cmd=value if flag == "--adapter-cmd" else None,
+        reply_timeout=REPLY_TIMEOUT,
+    )
+    words = shlex.split(replay_command(Path("a trace.jsonl"), chosen))
+    assert words == ["leaseproof", "replay", "a trace.jsonl", flag, value]
