@@ -18,7 +18,6 @@ import re
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
@@ -82,12 +81,8 @@ def explained(delivery_dsn: str) -> Iterator[tuple[PostgresDeliveryStore, list[s
 
 
 def _scans(plans: list[str]) -> list[tuple[str, str, float]]:
-    found = []
-    for plan in plans:
-        for line in plan.splitlines():
-            if hit := _NODE.search(line):
-                found.append((hit["node"], hit["table"], float(hit["rows"]) * int(hit["loops"])))
-    return found
+    hits = (_NODE.search(line) for plan in plans for line in plan.splitlines())
+    return [(hit["node"], hit["table"], float(hit["rows"]) * int(hit["loops"])) for hit in hits if hit]
 
 
 def test_no_delivery_operation_reads_the_communitys_history(

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import leaseproof, printed_replay, run_as_printed
 
 from leaseproof.conformance.harness.provision import Server
 
-from helpers import leaseproof, printed_replay, run_as_printed
 
 def test_verify_of_a_mutant_prints_a_replay_that_meets_the_mutant(tmp_path: Path) -> None:
     verify = leaseproof("verify", "--mutant", "reconcile-unfenced", "--seed", "1", cwd=tmp_path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import printed_replay, run_as_printed
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.harness.provision import Server
@@ -19,8 +20,6 @@ from leaseproof.conformance.traces.trace import read, replay
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
-
-from helpers import printed_replay, run_as_printed
 
 BUNDLED = "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter"
 
