@@ -107,10 +107,13 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser(full: Iterable[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    full: Iterable[str] | None = None, subparsers: dict[str, argparse.ArgumentParser] | None = None
+) -> argparse.ArgumentParser:
     """The parser of every command; only the commands in `full` (default: all) get
     their arguments, which imports their modules. The others carry their help line
-    alone, which is all the top-level `--help` shows."""
+    alone, which is all the top-level `--help` shows. Each command's own parser is
+    put in `subparsers`, when given, under its name."""
     loaded = set(COMMANDS if full is None else full)
     parser = argparse.ArgumentParser(
         prog="leaseproof",
@@ -129,6 +132,8 @@ def build_parser(full: Iterable[str] | None = None) -> argparse.ArgumentParser:
             name, help=help_line, description=module.DESCRIPTION, epilog=module.EXITS, formatter_class=HelpFormatter
         )
         module.add_arguments(sub)
+        if subparsers is not None:
+            subparsers[name] = sub
     return parser
 
 
@@ -163,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interruptible():
             name = _named_command(words)
-            args = build_parser(full=() if name is None else (name,)).parse_args(words)
+            own: dict[str, argparse.ArgumentParser] = {}
+            parser = build_parser(full=() if name is None else (name,), subparsers=own)
+            args, unknown = parser.parse_known_args(words)
+            if unknown:
+                # Said by the command's own parser, with its usage: the top level's would
+                # show the list of commands, not the options the command takes.
+                (own.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
             return _run(args)
     except KeyboardInterrupt:
         sys.stderr.write("leaseproof: interrupted; cleaned up\n")

@@ -8,8 +8,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from helpers import leaseproof, write_adapters
 
+from leaseproof.conformance.frontends.cli import COMMANDS
 from leaseproof.conformance.harness.provision import Server
 
 
@@ -57,6 +59,15 @@ def test_bad_usage_exits_2() -> None:
         run = _verify(*args, timeout=60)
         assert run.returncode == 2, (args, run.stderr)
         assert "error:" in run.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_commands_bad_flag_is_said_with_that_commands_usage(command: str) -> None:
+    positional = {"path": ["corpus"], "replay": ["t.jsonl"], "check-trace": ["t.jsonl"], "check-history": ["h.jsonl"]}
+    run = leaseproof(command, *positional.get(command, []), "--bogus-flag", timeout=60)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"usage: leaseproof {command} "), run.stderr
+    assert run.stderr.endswith(f"leaseproof {command}: error: unrecognized arguments: --bogus-flag\n"), run.stderr
 
 
 def test_an_unreachable_server_exits_2_with_the_fix() -> None:
