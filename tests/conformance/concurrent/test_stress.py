@@ -224,6 +224,7 @@ def test_stress_cli_exits_1_with_a_timeline_and_the_history(
     out = capsys.readouterr().out
     assert status == 1, out
     assert "verdict: NOT LINEARIZABLE" in out
+    assert "\nwhy: claim" in out  # the violation in the model's words, as the page leads with it
     assert "|--" in out  # the timeline's lanes
     history = read_history(trace)
     assert history.machine == "delivery" and len(history) > 0

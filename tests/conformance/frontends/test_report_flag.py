@@ -138,6 +138,9 @@ def test_stress_report_draws_the_failing_history_with_its_leases(pg_server: Serv
     assert path == folder / "stress-delivery-1.html"
     dom = page(path)
     assert "claim" in dom.by_id("explanation").text
+    # The terminal says what the page leads with.
+    why = next(line for line in run.stdout.splitlines() if line.startswith("why: ")).removeprefix("why: ")
+    assert why.startswith("claim") and why in " ".join(dom.by_id("explanation").text.split()), why
     whole = dom.by_id("history-timeline")
     assert dom.find("g", "lease-interval", within=whole), "no lease drawn in the failing history"
     assert dom.find("g", "operation", within=dom.by_id("piece-timeline"))
