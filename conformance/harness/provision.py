@@ -30,6 +30,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import hashlib
 import importlib.util
 import os
 import pwd
@@ -77,6 +78,10 @@ _LOG_TAIL_LINES = 20
 # sun_path is 108 bytes on Linux (104 on BSD/macOS); keep to the smaller.
 _MAX_SOCKET_PATH = 103
 _FOLDER_PREFIX = "leaseproof-pg-"
+# The copy of an install tree the server's user cannot reach, kept for later runs; and the
+# file its maker writes last, so that a copy cut short is never used.
+_COPY_PREFIX = "leaseproof-pgbin-"
+_COPY_COMPLETE = "leaseproof-copy-complete"
 _OWNER_LOCK = "owner.lock"
 _LEFTOVER_STOP_DEADLINE = 10.0
 
@@ -728,24 +733,47 @@ class _EmbeddedCluster:
     def _usable_bin_dir(self, runner: _RunAs) -> Path:
         if reachable_by(self.bin_dir, runner.uid, runner.gid):
             return self.bin_dir
-        # e.g. a venv under /root (0700): copy bin/lib/share where the runner can read them.
+        # e.g. a venv under /root (0700): bin/lib/share are copied where the runner can read
+        # them, once per install: later runs reuse the copy (_trusted_copy says when they may).
         assert self.folder is not None
         source_root = self.bin_dir.parent
-        copy_base = self.folder / "pginstall"
         # Keep the two levels above the install root: the wheel is auditwheel-
         # repaired, so its ELF files find libpq via $ORIGIN/../../../<pkg>.libs.
         package = source_root.parent
         relative = Path(package.name, source_root.name) if package.name else Path(source_root.name)
-        target_root = copy_base / relative
-        self.say(f"{self.bin_dir} is not reachable by {runner.name}; copying it to {target_root}")
-        for sub in ("bin", "lib", "share"):
-            if (source_root / sub).is_dir():
-                shutil.copytree(source_root / sub, target_root / sub, symlinks=True)
-        bundled_libs = package.parent / f"{package.name}.libs"
-        if package.name and bundled_libs.is_dir():
-            shutil.copytree(bundled_libs, copy_base / bundled_libs.name, symlinks=True)
-        _grant_read_and_execute(copy_base)
-        return target_root / "bin"
+        postgres = (self.bin_dir / "postgres").stat()
+        stamp = f"{source_root.resolve()}\0{postgres.st_size}\0{postgres.st_mtime_ns}"
+        copy = self.folder.parent / f"{_COPY_PREFIX}{os.geteuid()}-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+        if _trusted_copy(copy):
+            return copy / relative / "bin"
+        staging = Path(tempfile.mkdtemp(prefix=copy.name + ".", dir=copy.parent))
+        try:
+            for sub in ("bin", "lib", "share"):
+                if (source_root / sub).is_dir():
+                    shutil.copytree(source_root / sub, staging / relative / sub, symlinks=True)
+            bundled_libs = package.parent / f"{package.name}.libs"
+            if package.name and bundled_libs.is_dir():
+                shutil.copytree(bundled_libs, staging / bundled_libs.name, symlinks=True)
+            (staging / _COPY_COMPLETE).write_text(f"a copy of {source_root}\n", encoding="utf-8")
+            _grant_read_and_execute(staging)
+            try:
+                staging.rename(copy)
+            except OSError:
+                if not _trusted_copy(copy):
+                    # Something else holds the name: this run uses a copy of its own, in its folder.
+                    own = self.folder / "pginstall"
+                    staging.rename(own)
+                    self.say(
+                        f"{self.bin_dir} is not reachable by {runner.name}; copied it to {own} for this run "
+                        f"({copy} is not a copy this user made, so it is not used)"
+                    )
+                    return own / relative / "bin"
+                # else another run made the copy first: it is used
+            else:
+                self.say(f"{self.bin_dir} is not reachable by {runner.name}; copied it to {copy}, which later runs use")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return copy / relative / "bin"
 
     def _initdb(self, bin_dir: Path, runner: _RunAs) -> None:
         assert self.folder is not None
@@ -1014,6 +1042,25 @@ def _stop_leftover_postmaster(pid: int, folder: Path) -> bool:
         else:
             return True
     return not _serves(pid, folder)
+
+
+def _trusted_copy(copy: Path) -> bool:
+    """Whether `copy` is a complete copy of an install tree that this user made and that
+    nobody else can have changed: a real directory (no symlink), owned by this user,
+    writable by it alone, its completion mark written by this user. (A directory of
+    that name made by someone else in a shared temp folder is never run.)"""
+    try:
+        folder, mark = copy.lstat(), (copy / _COPY_COMPLETE).lstat()
+    except OSError:
+        return False
+    mine = os.geteuid()
+    return (
+        stat.S_ISDIR(folder.st_mode)
+        and folder.st_uid == mine
+        and not folder.st_mode & 0o022
+        and stat.S_ISREG(mark.st_mode)
+        and mark.st_uid == mine
+    )
 
 
 def _grant_read_and_execute(root: Path) -> None:

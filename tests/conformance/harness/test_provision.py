@@ -169,10 +169,9 @@ def test_embedded_server_dsn_is_a_unix_socket_superuser(embedded_server: Server)
     assert row == (True,)
 
 
-def test_unreachable_binaries_are_copied_into_the_temp_folder(
-    embedded_only: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Pretend the install tree is behind a 0700 directory, as in a venv under /root.
+def _pretend_install_unreachable(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make the install tree look as if it were behind a 0700 directory, as in a venv under
+    /root; its bin folder."""
     bin_dir, _ = provision._default_bin_dir()
     real_reachable_by = provision.reachable_by
 
@@ -180,11 +179,35 @@ def test_unreachable_binaries_are_copied_into_the_temp_folder(
         return Path(path) != bin_dir and bool(real_reachable_by(path, uid, gid))
 
     monkeypatch.setattr(provision, "reachable_by", reachable_except_install)
-    with postgres_server() as server:
-        data_dir = _data_directory(server.dsn)
-        folder = data_dir.parent
-        exe = Path(os.readlink(f"/proc/{_postmaster_pid(data_dir)}/exe"))
-        assert exe.is_relative_to(folder / "pginstall") and exe.name == "postgres"
+    return bin_dir
+
+
+@pytest.fixture
+def own_temp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp folder of this test's own (the server's user can reach it), so that the copy
+    of the install tree in it is this test's to make."""
+    folder = Path(tempfile.mkdtemp(prefix="lp-own-temp-", dir="/tmp"))
+    folder.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _started_from(server: Server) -> tuple[Path, Path]:
+    """The server's own folder, and the postgres executable it runs."""
+    data_dir = _data_directory(server.dsn)
+    return data_dir.parent, Path(os.readlink(f"/proc/{_postmaster_pid(data_dir)}/exe"))
+
+
+def test_unreachable_binaries_are_copied_once_and_reused(
+    embedded_only: None, monkeypatch: pytest.MonkeyPatch, own_temp: Path
+) -> None:
+    _pretend_install_unreachable(monkeypatch)
+    said: list[str] = []
+    with postgres_server(log=said.append) as server:
+        folder, exe = _started_from(server)
+        copy = next(p for p in exe.parents if p.name.startswith(provision._COPY_PREFIX))
+        assert copy.parent == folder.parent and exe.name == "postgres"
         # libpq-linked code must load from the copy too (dblink needs libpq).
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION dblink")
@@ -192,7 +215,35 @@ def test_unreachable_binaries_are_copied_into_the_temp_folder(
                 "SELECT * FROM dblink(%s, 'SELECT 42') AS t(answer int)", (server.dsn,)
             ).fetchone()
         assert row == (42,)
-    assert not folder.exists()
+    assert not folder.exists() and copy.is_dir()
+    assert copy.parent == own_temp
+    (made,) = [line for line in said if "not reachable" in line]
+    assert made.endswith(f"; copied it to {copy}, which later runs use"), made
+    said.clear()
+    with postgres_server(log=said.append) as again:
+        _, exe_again = _started_from(again)
+    assert exe_again == exe, "a later run copies again"
+    assert not [line for line in said if "not reachable" in line], said
+
+
+def test_a_copy_someone_else_could_have_written_is_never_run(
+    embedded_only: None, monkeypatch: pytest.MonkeyPatch, own_temp: Path
+) -> None:
+    _pretend_install_unreachable(monkeypatch)
+    with postgres_server() as server:
+        _, exe = _started_from(server)
+    copy = next(p for p in exe.parents if p.name.startswith(provision._COPY_PREFIX))
+    shutil.rmtree(copy)
+    # The name taken by a folder anyone may write into, holding a mark (a planted copy).
+    copy.mkdir()
+    copy.chmod(0o777)
+    (copy / provision._COPY_COMPLETE).write_text("planted\n")
+    said: list[str] = []
+    with postgres_server(log=said.append) as server:
+        folder, exe_now = _started_from(server)
+        assert exe_now.is_relative_to(folder / "pginstall"), exe_now
+    assert any("is not a copy this user made, so it is not used" in line for line in said), said
+    assert not folder.exists() and sorted(p.name for p in copy.iterdir()) == [provision._COPY_COMPLETE]
 
 
 def test_reachable_by_follows_the_other_execute_bits() -> None:
