@@ -1,6 +1,6 @@
-"""The README's architecture map is true of the tree, both ways.
+"""The architecture page's map (docs/architecture.md) is true of the tree, both ways.
 
-The "## Architecture" section names folders: backticked in its text and its
+The page names folders: backticked in its text and its
 table, bare in its diagram. Every path it names must exist; every package
 folder under impl/ and conformance/, and every folder directly below either,
 must be named there, so a new folder cannot appear without its place on the
@@ -29,7 +29,8 @@ MODULE = re.compile(r"`(\w+\.py)`")
 
 
 def architecture(readme: str) -> str:
-    """The text of the README's architecture section, up to the next section."""
+    """The text of a page's architecture section, up to the next section (the checks' own tests
+    build such pages)."""
     start = readme.index("\n## Architecture\n")
     end = readme.find("\n## ", start + 1)
     return readme[start : len(readme) if end == -1 else end]
@@ -101,7 +102,7 @@ def unpackaged(pyproject: str, root: Path) -> list[str]:
 
 
 def _section() -> str:
-    return architecture((REPO / "README.md").read_text(encoding="utf-8"))
+    return (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
 # -- the tree and the map agree --------------------------------------------------------------------

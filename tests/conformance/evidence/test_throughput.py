@@ -1,5 +1,5 @@
 """The throughput benchmark measures every subject it names, on real worker processes, and
-checks that each subject did all its jobs; it asserts no speed (figures are in the README)."""
+checks that each subject did all its jobs; it asserts no speed (figures are in docs/throughput.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The README's sample runs of `leaseproof verify` on a mutant are what those commands print.
+"""The documentation's sample runs of `leaseproof verify` on a mutant are what those commands print.
 
-Each fenced block of the README that starts with `$ leaseproof verify --mutant ...` is run
+Each fenced block of the README or a docs/ page that starts with `$ leaseproof verify --mutant ...` is run
 as written (on the test server, its trace into a temporary folder), and every line of the
 block but `...` must appear in what it printed, in order. What differs from run to run is
 read as a placeholder on both sides: the time, a trace file's path, for a command
@@ -27,7 +27,8 @@ SAMPLE = re.compile(r"^```\n(\$ leaseproof verify --mutant [^\n]*)\n(.*?)^```$",
 
 
 def _samples() -> dict[str, list[str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     return {m.group(1).removeprefix("$ "): m.group(2).splitlines() for m in SAMPLE.finditer(text)}
 
 
@@ -48,13 +49,13 @@ def _check(command: str, expected: list[str], server: Server, tmp_path: Path) ->
     at = 0
     for line in (_normal(line, seeded) for line in expected if line != "..."):
         assert line in printed[at:], (
-            f"the README's sample of `{command}` says\n{line}\nwhich is not printed (after line {at}):\n"
+            f"the documentation's sample of `{command}` says\n{line}\nwhich is not printed (after line {at}):\n"
             + "\n".join(printed)
         )
         at = printed.index(line, at) + 1
 
 
-def test_the_readme_has_both_samples() -> None:
+def test_the_documentation_has_both_samples() -> None:
     assert set(_samples()) == {
         "leaseproof verify --mutant reconcile-unfenced",
         "leaseproof verify --mutant reconcile-unfenced --no-scenarios --seed 2",

@@ -145,7 +145,7 @@ def test_each_bug_class_breaks_its_guarantee_in_the_matrix_with_a_trace_that_rep
 
 
 # The search alone (scenarios off) against each bug class from the field; CI runs the one no
-# scenario finds, the rest are evidence (`pytest -m evidence`; the README has their figures).
+# scenario finds, the rest are evidence (`pytest -m evidence`; docs/queues.md has their figures).
 SEARCH_ALONE = [
     pytest.param("graphile-worker-169-finish-by-state", marks=pytest.mark.evidence),
     pytest.param("pgqueuer-430-heartbeat-by-id", marks=pytest.mark.evidence),
