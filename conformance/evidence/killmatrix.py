@@ -49,13 +49,16 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.concurrent.explain import violation_sentence
+from leaseproof.conformance.concurrent.linearizability import timeline
+from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.schedules import (
     INTERLEAVINGS,
     LIFECYCLE_INTERLEAVINGS,
     Interleaving,
     run_interleaving,
 )
-from leaseproof.conformance.concurrent.stress import StressFault, stress
+from leaseproof.conformance.concurrent.stress import StressFault, StressReport, stress
 from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
@@ -187,10 +190,19 @@ class Row:
     scenario: str | None = None  # the fixed scenario that killed it
     how: str = ""  # "divergence", "fault" (the implementation raised), or "" if not killed
     detail: str = ""  # why it died, or why nothing was found
-    counterexample: str = ""  # the shrunk program, or the minimal piece's summary
+    # The shrunk program; or for stress, the sentence on the violation and the minimal piece's timeline.
+    counterexample: str = ""
+    # A stress run that found a violation: what its page draws (not in the JSON document).
+    stress: StressReport | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def why(self) -> str:
+        """The one line that says what the check saw: for stress, the violation in the model's words."""
+        return self.counterexample.splitlines()[0] if self.check == STRESS and self.counterexample else ""
 
     def to_json(self) -> dict[str, Any]:
-        return {**attrs.asdict(self), "seconds": round(self.seconds, 2), "check_seconds": round(self.check_seconds, 2)}
+        fields = attrs.asdict(self, filter=lambda field, _: field.name != "stress")
+        return {**fields, "seconds": round(self.seconds, 2), "check_seconds": round(self.check_seconds, 2)}
 
 
 @attrs.frozen
@@ -338,13 +350,17 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
             why += f"; stopped at {budgets.stress_seconds:g}s"
         return attrs.evolve(base, killed=False, detail=why)
     violation = finding.result.violation
+    if violation is not None:
+        spec = SPECS[report.machine]
+        said = f"{violation_sentence(violation, spec, finding.history)}\n{timeline(violation, spec)}"
     return attrs.evolve(
         base,
         killed=True,
         shrunk_length=len(violation.piece) if violation is not None else None,
         how="divergence",
         detail=f"{finding.kind}: {finding.failed} of {finding.repeats} repetitions failed",
-        counterexample=violation.reason if violation is not None else finding.result.summary(),
+        counterexample=said if violation is not None else finding.result.summary(),
+        stress=report,
     )
 
 
@@ -502,9 +518,12 @@ def cells(row: Row) -> tuple[str, ...]:
 
 
 def table(matrix: KillMatrix) -> str:
-    """The matrix as a Markdown table, then its summary."""
+    """The matrix as a Markdown table, what stress saw in each history it convicted, then the summary."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(" --- " for _ in COLUMNS) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |" for row in matrix.rows]
+    seen = [f"- {row.mutant} (seed {row.seed}): {row.why}" for row in matrix.rows if row.killed and row.why]
+    if seen:
+        lines += ["", "what stress saw:", *seen]
     return "\n".join(lines) + "\n\n" + matrix.summary() + "\n"
 
 

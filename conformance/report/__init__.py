@@ -24,13 +24,12 @@ from leaseproof.conformance.report.counterexample import (
     write_replay_report,
 )
 from leaseproof.conformance.report.matrix import write_matrix_report
-from leaseproof.conformance.report.stress import violation_sentence, write_history_report, write_stress_report
+from leaseproof.conformance.report.stress import write_history_report, write_stress_report
 
 __all__ = [
     "ReplayResult",
     "TraceRun",
     "run_trace",
-    "violation_sentence",
     "write_counterexample_report",
     "write_history_report",
     "write_matrix_report",

@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.lockstep.rows import RowDiff, touched
 from leaseproof.conformance.lockstep.verify import Verdict
 from leaseproof.conformance.report import page
-from leaseproof.conformance.report.rows import RowDiff, touched
 from leaseproof.conformance.traces.trace import SPECS, Trace
 
 

@@ -13,6 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from leaseproof.conformance.concurrent.explain import (
+    EpochOrder,
+    explain,
+    history_orders,
+    partition_orders,
+    violation_order,
+)
 from leaseproof.conformance.concurrent.history import History, Indeterminate
 from leaseproof.conformance.concurrent.linearizability import (
     LINEARIZABLE,
@@ -25,7 +32,6 @@ from leaseproof.conformance.concurrent.linearizability import (
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.stress import StressReport
 from leaseproof.conformance.report import page
-from leaseproof.conformance.report.linearization import EpochOrder, Order, epochs, explain, history_orders, search
 from leaseproof.conformance.report.timeline import Marks, timeline_svg
 
 LEGEND = (
@@ -43,36 +49,6 @@ LEGEND = (
 DRAWN_OPERATIONS = 3_000
 
 
-def _violation_order(violation: Violation, spec: Spec) -> Order:
-    piece = violation.piece
-    want = piece.barriers[0].state if piece.barriers else None
-    return search(spec, piece.operations, piece.initial, want)
-
-
-def _partition_order(violation: Violation, spec: Spec, history: History | None) -> list[Order]:
-    """The search over the violating epoch's partition in the whole history, every outcome as recorded."""
-    if history is None:
-        return []
-    for number, ops, start, end in epochs(history):
-        if number != violation.epoch or start is None:
-            continue
-        keys = violation.keys
-        if keys is not None:
-            ops = tuple(op for op in ops if (spec.footprint(start, op.command) or frozenset()) & keys)
-            start = spec.restrict(start, keys)
-            end = None if end is None else spec.restrict(end, keys)
-        return [search(spec, ops, start, end)] if ops else []
-    return []
-
-
-def violation_sentence(violation: Violation, spec: Spec, history: History | None = None) -> str:
-    """The one sentence a page leads with: why the piece has no order, in the model's words.
-    With the whole `history`, the operations the piece needs are also tried among everything
-    their partition did (a reap the shrunk piece left out, say)."""
-    also = _partition_order(violation, spec, history)
-    return explain(_violation_order(violation, spec), spec, violation.operations, violation.reason, also)
-
-
 def _where(violation: Violation, spec: Spec) -> str:
     if violation.keys is None:
         return "the whole state"
@@ -80,8 +56,8 @@ def _where(violation: Violation, spec: Spec) -> str:
 
 
 def _violation_sections(violation: Violation, spec: Spec, history: History | None) -> tuple[str, list[page.Section]]:
-    order = _violation_order(violation, spec)
-    also = _partition_order(violation, spec, history)
+    order = violation_order(violation, spec)
+    also = partition_orders(violation, spec, history)
     sentence = explain(order, spec, violation.operations, violation.reason, also)
     blocked_ids = frozenset(b.op.id for b in order.blocked if not b.op.indeterminate)
     recorded = {op.id: op for op in violation.operations}

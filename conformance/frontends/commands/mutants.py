@@ -140,10 +140,18 @@ def _write_page(folder: Path, matrix: killmatrix.KillMatrix, say: TextIO, err: T
     """The --report page of the matrix; its path is said on `say` (stdout after the table;
     stderr with --json, whose stdout is the JSON document alone). Nothing here changes the
     exit status: a failure is said on stderr."""
-    from leaseproof.conformance.report import write_matrix_report  # the pages' modules, when asked for
+    from leaseproof.conformance.report import write_matrix_report, write_stress_report  # when asked for
 
     try:
-        path = write_matrix_report(folder, matrix)
+        # Each history stress convicted a mutant by gets its own page, which its rows link to.
+        pages = {
+            row.mutant: write_stress_report(
+                folder, row.stress, subject=row.mutant, filename=f"stress-{row.mutant}-{row.seed}.html"
+            )
+            for row in matrix.rows
+            if row.stress is not None and row.stress.finding is not None
+        }
+        path = write_matrix_report(folder, matrix, pages=pages)
     except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the matrix as it is
         err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
         return

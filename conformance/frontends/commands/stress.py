@@ -272,7 +272,7 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
     spec = SPECS[report.machine]
     assert finding.result.violation is not None
     # The sentence the page leads with, so that a CI log says what went wrong without the page.
-    from leaseproof.conformance.report.stress import violation_sentence
+    from leaseproof.conformance.concurrent.explain import violation_sentence
 
     out.write(f"why: {violation_sentence(finding.result.violation, spec, finding.history)}\n")
     out.write(timeline(finding.result.violation, spec) + "\n")

@@ -184,6 +184,21 @@ def test_mutants_report_writes_the_kill_matrix_page(pg_server: Server, tmp_path:
     assert f"report: {folder / 'kill-matrix.html'}" in as_json.stderr
 
 
+def test_the_kill_matrix_says_what_stress_saw_and_links_its_page(pg_server: Server, tmp_path: Path) -> None:
+    folder = tmp_path / "pages"
+    run = leaseproof(
+        "mutants", "--fast", "--mutant", "claim-read-then-update", "--dsn", pg_server.dsn, "--report", str(folder)
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    (said,) = [line for line in run.stdout.splitlines() if line.startswith("- claim-read-then-update (seed ")]
+    why = said.split("): ", 1)[1]
+    assert why.startswith("claim of ") and "(outcome not needed)" not in why, why
+    dom = page(folder / "kill-matrix.html")
+    (link,) = dom.find("a", "counterexample")
+    stress_page = page(folder / link.attrs["href"])
+    assert " ".join(stress_page.by_id("explanation").text.split()) == why
+
+
 @pytest.mark.parametrize(
     "command",
     [

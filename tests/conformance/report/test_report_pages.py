@@ -14,6 +14,7 @@ from pathlib import Path
 from browser import assert_not_blank, page, rendered, screenshot
 from helpers import REPO
 
+from leaseproof.conformance.concurrent.explain import violation_sentence
 from leaseproof.conformance.concurrent.history import Barrier, History, Operation
 from leaseproof.conformance.concurrent.linearizability import check
 from leaseproof.conformance.concurrent.models import SPECS
@@ -25,7 +26,6 @@ from leaseproof.conformance.lockstep.verify import Verdict
 from leaseproof.conformance.report import (
     ReplayResult,
     run_trace,
-    violation_sentence,
     write_counterexample_report,
     write_history_report,
     write_matrix_report,

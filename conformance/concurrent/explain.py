@@ -25,9 +25,9 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.concurrent.history import History, Operation, RefusedByTheDatabase
-from leaseproof.conformance.concurrent.linearizability import UNTOUCHED, Ambiguous, Spec
+from leaseproof.conformance.concurrent.linearizability import UNTOUCHED, Ambiguous, Spec, Violation
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.report.rows import rows_of
+from leaseproof.conformance.lockstep.rows import rows_of
 from leaseproof.model import delivery as d
 
 SEARCH_BUDGET = 50_000  # configurations a page spends on one piece before it draws no order
@@ -422,3 +422,34 @@ def explain(order: Order, spec: Spec, ops: Sequence[Operation], reason: str = ""
     if not tries:
         return "no order of these operations explains their outcomes"
     return min(tries)[2]
+
+
+def violation_order(violation: Violation, spec: Spec) -> Order:
+    """The longest partial order of the checker's minimal piece, from its barrier state."""
+    piece = violation.piece
+    want = piece.barriers[0].state if piece.barriers else None
+    return search(spec, piece.operations, piece.initial, want)
+
+
+def partition_orders(violation: Violation, spec: Spec, history: History | None) -> list[Order]:
+    """The search over the violating epoch's partition in the whole history, every outcome as recorded."""
+    if history is None:
+        return []
+    for number, ops, start, end in epochs(history):
+        if number != violation.epoch or start is None:
+            continue
+        keys = violation.keys
+        if keys is not None:
+            ops = tuple(op for op in ops if (spec.footprint(start, op.command) or frozenset()) & keys)
+            start = spec.restrict(start, keys)
+            end = None if end is None else spec.restrict(end, keys)
+        return [search(spec, ops, start, end)] if ops else []
+    return []
+
+
+def violation_sentence(violation: Violation, spec: Spec, history: History | None = None) -> str:
+    """The one sentence a page leads with: why the piece has no order, in the model's words.
+    With the whole `history`, the operations the piece needs are also tried among everything
+    their partition did (a reap the shrunk piece left out, say)."""
+    also = partition_orders(violation, spec, history)
+    return explain(violation_order(violation, spec), spec, violation.operations, violation.reason, also)
