@@ -148,6 +148,12 @@ def name_of(value: object) -> str:
 def describe(value: object) -> str:
     """A value in world names: ids by name, instants relative to START."""
     cls = type(value)
+    if isinstance(value, Binding):  # on one line: where it points, then what it carries
+        where = "/".join(name_of(v) for v in (value.community_id, value.workflow_id, value.run_id, value.step_id))
+        return (
+            f"Binding({where} to {name_of(value.target_pubkey)}, definition {name_of(value.definition_event_id)},"
+            f" message {name_of(value.message_event_id)}, {describe(value.cause)})"
+        )
     if attrs.has(cls):
         fields = ", ".join(f"{f.name}={describe(getattr(value, f.name))}" for f in attrs.fields(cls))
         return f"{cls.__name__}({fields})"

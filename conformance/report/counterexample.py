@@ -18,10 +18,13 @@ from typing import Any
 
 import attrs
 
+from leaseproof.conformance.concurrent.history import Barrier, History, Operation
+from leaseproof.conformance.concurrent.models import SPECS as CONCURRENT_SPECS
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.rows import RowDiff, touched
 from leaseproof.conformance.lockstep.verify import Verdict
 from leaseproof.conformance.report import page
+from leaseproof.conformance.report.timeline import Marks, timeline_svg
 from leaseproof.conformance.traces.trace import SPECS, Trace
 
 
@@ -148,7 +151,7 @@ def _describe(value: Any) -> str:
     return w.describe(value)
 
 
-def _step_markup(step: StepRun, open_it: bool) -> str:
+def _step_markup(step: StepRun, open_it: bool, *, lead: bool = False) -> str:
     if step.diverged:
         badge, css = '<span class="badge bad">diverged</span>', "step diverged"
     elif step.sent:
@@ -173,23 +176,52 @@ def _step_markup(step: StepRun, open_it: bool) -> str:
         body += "<h3>rows the step touched</h3>" + "".join(diffs)
     else:
         body += "<p>the step touched no row</p>"
+    if lead:  # the copy the verdict shows first, not one of the steps
+        return f'<div class="failing-step" id="failing-step"><div class="head">{summary}</div>{body}</div>'
     state = "open" if open_it else ""
-    return (
-        f'<details class="{css}" data-step="{step.number}" {state}><summary>{summary}</summary>'
-        f'<div class="body">{body}</div></details>'
-    )
+    inner = f'<summary>{summary}</summary><div class="body">{body}</div>'
+    return f'<details class="{css}" id="step-{step.number}" data-step="{step.number}" {state}>{inner}</details>'
+
 
 
 def steps_markup(run: TraceRun) -> str:
-    """Every step of a run; the first divergence and the two steps before it are open."""
+    """Every step of a run; the first divergence and the two steps before it are open, and the
+    steps before those, which agreed with the model, are folded into one line."""
     diverged = run.first_divergence
     at = diverged.number if diverged is not None else None
-    items = [_step_markup(s, at is not None and at - 2 <= s.number <= at) for s in run.steps]
+    shown = [_step_markup(s, at is not None and at - 2 <= s.number <= at) for s in run.steps]
+    setup = 0 if at is None else max(0, at - 3)
+    items = shown[setup:]
+    if setup:
+        folded = (
+            f'<details class="setup" data-setup="{setup}"><summary>steps 1 to {setup}: the set-up, '
+            f"each agreeing with the model</summary>{''.join(shown[:setup])}</details>"
+        )
+        items = [folded, *items]
     legend = (
         '<div class="legend"><span><i style="background:var(--warn-bg)"></i>changed by the step</span>'
         '<span><i style="background:var(--bad-bg)"></i>the implementation differs from the model</span></div>'
     )
     return legend + f'<div id="steps" data-steps="{len(run.steps)}">' + "".join(items) + "</div>"
+
+
+def lease_timeline(run: TraceRun) -> str:
+    """The delivery machine's steps drawn as the stress pages draw a history: one lane for the
+    program, and below it one lane per delivery row with each lease a claim handed out, the
+    renewals, the finish, the reap, and the row's generation and status after every step (as
+    the implementation had it while it was sent, then the model's). '' for another machine."""
+    if run.trace.machine != "delivery" or not run.steps:
+        return ""
+    operations, barriers = [], []
+    for step in run.steps:
+        answered = step.outcome if step.sent and not step.raised else step.model_outcome
+        tick = 3 * step.number
+        operations.append(Operation(step.number, "program", step.command, answered, tick - 2, tick - 1))
+        barriers.append(Barrier(tick, step.state if step.sent and step.state is not None else step.model_state))
+    history = History("delivery", run.steps[0].before, tuple(operations), tuple(barriers))
+    failing = frozenset({run.first_divergence.number}) if run.first_divergence is not None else frozenset()
+    marks = Marks(order={step.number: str(step.number) for step in run.steps}, failing=failing)
+    return timeline_svg(history, CONCURRENT_SPECS["delivery"], marks, element_id="lease-timeline")
 
 
 def _divergence_sentence(run: TraceRun, why_not_run: str = "") -> str:
@@ -246,12 +278,20 @@ def counterexample_page(
     summary = page.facts(figures)
     if run is not None and not verdict.conforms:
         sentence = _divergence_sentence(run, why_not_run)
-        summary += f'<p class="explanation" id="explanation">{page.escape(sentence)}</p>'
+        go = ""
+        if run.first_divergence is not None:
+            number = run.first_divergence.number
+            go = f' <a id="to-failing-step" href="#step-{number}">step {number} among the steps</a>'
+        summary += f'<p class="explanation" id="explanation">{page.escape(sentence)}{go}</p>'
+        if run.first_divergence is not None:  # the page opens on it: its answers and rows, first
+            summary += _step_markup(run.first_divergence, True, lead=True)
     if verdict.shrink_stopped:
         summary += (
             f"<p>shrinking stopped early, {page.escape(verdict.shrink_stopped)}: the program may not be minimal</p>"
         )
     sections.append(page.section("verdict", summary, "summary"))
+    if run is not None and (drawn := lease_timeline(run)):
+        sections.append(page.section("leases, step by step", drawn, "leases"))
     if verdict.fault:
         sections.append(
             page.section("the fault", page.preformatted(verdict.fault + "\n" + "\n".join(verdict.fault_program)))

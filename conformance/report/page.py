@@ -57,6 +57,8 @@ details.step.diverged { border-color: var(--bad); }
 details.step.diverged > summary { background: var(--bad-bg); }
 details.step.unsent > summary { color: var(--faint); }
 details.step .body { padding: 4px 12px 8px; }
+.failing-step { border: 1px solid var(--bad); border-radius: 4px; margin: 8px 0; padding: 0 12px 8px; }
+.failing-step > .head { background: var(--bad-bg); margin: 0 -12px 8px; padding: 4px 8px; }
 .outcomes td:first-child { color: var(--faint); }
 .scroll { overflow-x: auto; border: 1px solid var(--rule); border-radius: 4px; padding: 6px 0; }
 svg.timeline { display: block; font: 11px system-ui, sans-serif; }

@@ -263,6 +263,33 @@ def test_the_counterexample_page_renders_in_headless_chromium(
     assert_not_blank(screenshot(path, tmp_path))
 
 
+def test_the_counterexample_page_opens_at_the_failing_step_with_a_lease_timeline(
+    counterexample: Verdict, delivery_dsn: str, tmp_path: Path
+) -> None:
+    """In Chromium: the verdict shows the failing step first (its answers and rows) with a link
+    to its place among the steps; the steps before it that agreed are folded into one line;
+    the leases the program handed out are drawn, the failing step marked."""
+    path = _counterexample_page(counterexample, delivery_dsn, tmp_path)
+    dom = rendered(path, tmp_path)
+    summary = dom.by_id("summary")
+    (lead,) = dom.find("div", "failing-step", within=summary)
+    (failing,) = dom.find("details", "diverged")
+    number = int(failing.attrs["data-step"])
+    assert f"{number}." in lead.text and "LeaseLost()" in lead.text and dom.find("table", "rows", within=lead)
+    (link,) = dom.find("a", within=dom.by_id("explanation"))
+    assert link.attrs["href"] == f"#step-{number}" and dom.by_id(f"step-{number}") is not None
+    (setup,) = dom.find("details", "setup")
+    folded = dom.find("details", "step", within=setup)
+    assert int(setup.attrs["data-setup"]) == len(folded) == number - 3 > 0
+    assert all("agrees" in step.text for step in folded)
+    timeline = dom.by_id("lease-timeline")
+    assert timeline.tag == "svg" and dom.find("rect", "lease", within=timeline), "no lease drawn"
+    # The lease section comes right after the verdict, before the program and the steps.
+    order = [section.attrs.get("id") for section in dom.find("section")]
+    assert order.index("leases") == order.index("summary") + 1 < order.index("trace")
+    assert_not_blank(screenshot(path, tmp_path))
+
+
 def test_the_stress_failure_page_renders_its_lease_timeline_in_headless_chromium(
     race: StressReport, tmp_path: Path
 ) -> None:
