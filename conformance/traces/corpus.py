@@ -1,9 +1,10 @@
-"""The regression corpus: the minimal counterexample of every shipped mutant, as traces.
+"""The regression corpus: the minimal counterexample of every shipped mutant of both machines, as traces.
 
     python -m leaseproof.conformance.traces.corpus DIR [--mutants NAME,...] [--dsn DSN]
 
 rewrites DIR/<mutant>.jsonl (of every shipped mutant, or of those named) from a seeded, shrunk search against each
-mutant (fixed scenarios off, so each trace is what the search itself found).
+mutant (fixed scenarios off, so each trace is what the search itself found). A mutant the search kills by a fault
+(it raised: no trace) is searched again on the next seed, up to SEEDS of them.
 Each trace must replay cleanly against the real store and diverge against
 its mutant; the test suite checks both. The corpus is installed with the
 package (`leaseproof.conformance.traces`, package data): `leaseproof path
@@ -19,11 +20,12 @@ from pathlib import Path
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.conformance.traces.trace import write
-from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.mutants.delivery import MUTANTS
+from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
+from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 
 SEED = 20261129
 BUDGET = 1000
+SEEDS = 5  # seeds tried, from SEED on, for a kill that leaves a trace (a divergence, not a fault)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,29 +37,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn")
     args = parser.parse_args(argv)
     names = [name for name in args.mutants.split(",") if name]
-    unknown = sorted(set(names) - {mutant.name for mutant in MUTANTS})
+    shipped: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
+    unknown = sorted(set(names) - {mutant.name for mutant in shipped})
     if unknown:
         parser.error(f"no shipped mutant named {', '.join(unknown)}")
     args.directory.mkdir(parents=True, exist_ok=True)
     with postgres_server(args.dsn) as server:
-        for mutant in MUTANTS:
+        for mutant in shipped:
             if names and mutant.name not in names:
                 continue
-            with scratch_database(server) as dsn:
-                adapter = PostgresDeliveryAdapter(dsn, mutant.store)
-                try:
-                    verdict = run_conformance(adapter, max_examples=BUDGET, seed_value=SEED, scenarios=False)
-                finally:
-                    adapter.close()
-            if verdict.conforms:
-                print(f"{mutant.name}: not killed within {BUDGET} programs", file=sys.stderr)
-                return 1
-            if verdict.trace is None:  # it raised (the database refused what it did): nothing to write
+            verdict = None
+            for seed in range(SEED, SEED + SEEDS):
+                with scratch_database(server) as dsn:
+                    adapter = mutant.adapter(dsn)
+                    try:
+                        verdict = run_conformance(
+                            adapter, machine=mutant.machine, max_examples=BUDGET, seed_value=seed, scenarios=False
+                        )
+                    finally:
+                        adapter.close()
+                if verdict.conforms:
+                    print(f"{mutant.name}: not killed within {BUDGET} programs (seed {seed})", file=sys.stderr)
+                    return 1
+                if verdict.trace is not None:
+                    break
+                # It raised (the database refused what it did), which leaves no trace: the next seed.
                 fault = (verdict.fault or "").splitlines()[0]
-                print(
-                    f"{mutant.name}: killed by a fault, which leaves no trace ({fault}); its trace is kept",
-                    file=sys.stderr,
-                )
+                said = f"{mutant.name}: seed {seed} killed it by a fault, which leaves no trace ({fault})"
+                print(said, file=sys.stderr)
+            assert verdict is not None
+            if verdict.trace is None:
+                print(f"{mutant.name}: every seed killed it by a fault; its trace, if any, is kept", file=sys.stderr)
                 continue
             path = args.directory / f"{mutant.name}.jsonl"
             write(verdict.trace, path)

@@ -105,26 +105,27 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _model_takes(path, trace)
         expected = _expected_failures(args.expect_fail)
         machines = sorted({trace.machine for _, trace in traces})
-        if len(machines) > 1:
-            raise UsageError(f"the traces are of the {' and '.join(machines)} machines; replay one machine's at a time")
-        machine = machines[0]
         mutant = mutant_named(args.mutant)
-        if mutant is not None and mutant.machine != machine:
+        if mutant is not None and machines != [mutant.machine]:
             raise UsageError(
-                f"the traces are of the {machine} machine; --mutant {mutant.name} is not one of its mutants"
+                f"the traces are of the {' and '.join(machines)} machine{'s' if len(machines) > 1 else ''}; "
+                f"--mutant {mutant.name} is a mutant of the {mutant.machine} machine: replay its traces alone"
             )
         with contextlib.ExitStack() as stack:
-            adapter = adapter_named(args, machine, Provisioned(args, out, err, stack), out)
-            stack.callback(adapter.close)
-            out.write(f"replaying {len(traces)} trace(s) against {adapter.name}\n")
+            provisioned = Provisioned(args, out, err, stack)
+            adapters: dict[str, Any] = {}  # each machine's implementation, for its traces
+            for machine in machines:
+                adapters[machine] = adapter_named(args, machine, provisioned, out)
+                stack.callback(adapters[machine].close)
+            out.write(f"replaying {len(traces)} trace(s) against {', '.join(a.name for a in adapters.values())}\n")
             status, tally = EXIT_CONFORMS, collections.Counter[str]()
             for path, trace in traces:
                 listed = path.name in expected or path.stem in expected
-                one, kind, word, detail = _replay_one(path, trace, adapter, listed, args, out)
+                one, kind, word, detail = _replay_one(path, trace, adapters[trace.machine], listed, args, out)
                 status, tally[kind] = worse(status, one), tally[kind] + 1
                 results.append((path, trace, word, detail))
                 out.flush()
-            page = _write_page(folder, results, adapter, err) if folder is not None else None
+            page = _write_page(folder, results, adapters, err) if folder is not None else None
     except (ProvisioningError, UsageError, AdapterFault, TraceError) as exc:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
@@ -138,10 +139,12 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return status
 
 
-def _write_page(folder: Path, results: list[tuple[Path, Trace, str, str]], adapter: Any, err: TextIO) -> Path | None:
+def _write_page(
+    folder: Path, results: list[tuple[Path, Trace, str, str]], adapters: dict[str, Any], err: TextIO
+) -> Path | None:
     """The --report page of the batch, written once every trace was replayed: each trace
-    that was sent is run again on the adapter (reset) for its steps and the rows each
-    touched; one not sent (n/a) shows the model's side. Nothing here changes the batch's
+    that was sent is run again on its machine's adapter (reset) for its steps and the rows
+    each touched; one not sent (n/a) shows the model's side. Nothing here changes the batch's
     results or the exit status: a failure is said on stderr (and None returned)."""
     from leaseproof.conformance.report import ReplayResult, run_trace, write_replay_report
 
@@ -151,13 +154,14 @@ def _write_page(folder: Path, results: list[tuple[Path, Trace, str, str]], adapt
             run = None
             if word != NOT_APPLICABLE:
                 try:
-                    run = run_trace(trace, adapter)
+                    run = run_trace(trace, adapters[trace.machine])
                 except Exception:  # noqa: BLE001 - it could not even be reset: the model's side, then
                     run = None
             if run is None:
                 run = run_trace(trace)
             pages.append(ReplayResult(path, word, detail, run))
-        path = write_replay_report(folder, pages, subject=str(getattr(adapter, "name", "")))
+        subject = ", ".join(str(getattr(adapter, "name", "")) for adapter in adapters.values())
+        path = write_replay_report(folder, pages, subject=subject)
     except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the results as they are
         err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
         return None

@@ -137,20 +137,29 @@ def test_expected_failures_never_go_stale(trace_file: Path, tmp_path: Path, pg_s
     assert run.returncode == 1 and "FAIL" in run.stdout and "first divergence at step 11" in run.stdout
 
 
-def test_the_corpus_holds_one_trace_per_shipped_mutant() -> None:
-    assert sorted(p.stem for p in CORPUS.glob("*.jsonl")) == sorted(mu.name for mu in MUTANTS)
+SHIPPED: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mu: mu.name)
-def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(mutant: Mutant, delivery_dsn: str) -> None:
+def test_the_corpus_holds_one_trace_per_shipped_mutant_of_either_machine() -> None:
+    assert sorted(p.stem for p in CORPUS.glob("*.jsonl")) == sorted(mu.name for mu in SHIPPED)
+    for mutant in SHIPPED:
+        path = CORPUS / f"{mutant.name}.jsonl"
+        assert json.loads(path.read_text().splitlines()[0])["machine"] == mutant.machine, path.name
+        assert read(path).machine == mutant.machine
+
+
+@pytest.mark.parametrize("mutant", SHIPPED, ids=lambda mu: mu.name)
+def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(
+    mutant: Mutant | LifecycleMutant, delivery_dsn: str
+) -> None:
     trace = read(CORPUS / f"{mutant.name}.jsonl")
     assert check(trace) is None, "the recorded expectations no longer match the model: regenerate the corpus"
-    real = PostgresDeliveryAdapter(delivery_dsn)
+    real = PostgresDeliveryAdapter(delivery_dsn) if mutant.machine == "delivery" else PostgresLifecycleAdapter(delivery_dsn)
     try:
         assert replay(trace, real) is None
     finally:
         real.close()
-    buggy = PostgresDeliveryAdapter(delivery_dsn, mutant.store)
+    buggy = mutant.adapter(delivery_dsn)
     try:
         caught = replay(trace, buggy) is not None
     except Exception:  # noqa: BLE001 - the mutant raised instead of answering: caught too
@@ -236,13 +245,6 @@ def test_a_lifecycle_trace_names_its_machine_and_survives_its_file(lifecycle_tra
     }
     assert json.loads(lifecycle_trace_file.read_text().splitlines()[1])["state"]["type"] == "LifecycleSystem"
     assert check(trace) is None
-
-
-def test_every_corpus_trace_is_a_delivery_trace() -> None:
-    """The corpus predates the lifecycle; each header already names the delivery machine."""
-    for path in sorted(CORPUS.glob("*.jsonl")):
-        assert json.loads(path.read_text().splitlines()[0])["machine"] == "delivery", path.name
-        assert read(path).machine == "delivery"
 
 
 def test_a_lifecycle_trace_replays_cleanly_on_the_bundled_implementation_and_finds_the_mutant(
@@ -438,3 +440,15 @@ def test_a_fault_in_one_trace_is_that_traces_and_writes_no_counterexample(
     verify = _cli("verify", "--machine", "delivery", "--seed", "1", "--max-examples", "5", *adapter, cwd=tmp_path)
     assert verify.returncode == 2 and "verdict: NONE" in verify.stdout, verify.stdout + verify.stderr
     assert not list(tmp_path.glob("leaseproof-counterexample-*")), "a fault is not a counterexample"
+
+
+def test_one_replay_takes_traces_of_both_machines_each_on_its_own_implementation(pg_server: Server) -> None:
+    traces = [str(CORPUS / "admission-by-id.jsonl"), str(CORPUS / "reconcile-unfenced.jsonl")]
+    run = leaseproof("replay", *traces, "--dsn", pg_server.dsn, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "against postgres:PostgresDeliveryStore, postgres:LifecycleStore" in run.stdout
+    assert "2 passed, 0 failed" in run.stdout
+    # A mutant is one machine's: with traces of the other, it is a usage error that says so.
+    mixed = leaseproof("replay", *traces, "--mutant", "reconcile-unfenced", "--dsn", pg_server.dsn, timeout=300)
+    assert mixed.returncode == 2 and mixed.stdout == ""
+    assert "--mutant reconcile-unfenced is a mutant of the delivery machine: replay its traces alone" in mixed.stderr
