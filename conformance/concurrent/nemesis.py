@@ -1,6 +1,6 @@
 """The nemesis: the bundled delivery store used as a service uses it, under faults.
 
-`python -m leaseproof.conformance.concurrent.nemesis --seed N --duration S`
+`leaseproof nemesis --seed N --duration S` (its options: conformance/frontends/commands/nemesis.py)
 runs worker processes that claim, renew and finish deliveries of several
 tenants on the database's real clock with short leases, and a reaper
 process that sweeps expired leases, while a seeded schedule injects faults:
@@ -43,7 +43,6 @@ import multiprocessing
 import os
 import random
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -57,7 +56,6 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
@@ -417,31 +415,6 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
             )
 
 
-DESCRIPTION = (
-    "Worker processes claim, renew and finish deliveries of three tenants with the bundled store on the "
-    "database's real clock, a reaper sweeps, and a seeded schedule kills workers, ends their backends, pauses "
-    "them past their leases, stalls a client on one tenant's rows and restarts the server; then an audit: "
-    "nothing lost, nothing settled twice, no stale holder's finish accepted, and the healthy tenants' worst "
-    "reap delay against its bound."
-)
-EXITS = "exit status: 0 safe and live, 1 a safety check or the liveness bound failed, 2 usage, 130 interrupted"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The nemesis's options, for its own command line and for `leaseproof nemesis`."""
-    parser.add_argument("--dsn", help="server (default: LEASEPROOF_DSN, else Docker, else embedded)")
-    parser.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (default: fresh, printed)")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
-    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
-    parser.add_argument("--deliveries", type=int, default=400, help="committed per tenant before the run (default 400)")
-    parser.add_argument(
-        "--faults",
-        default=None,
-        help=f"comma-separated, of {', '.join(FAULTS)} (default: all; restart only on a server leaseproof starts,"
-        " not one named by --dsn or LEASEPROOF_DSN)",
-    )
-
-
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run the nemesis as `args` say; 2 (nothing started) for bad arguments."""
     faults = FAULTS if args.faults is None else tuple(f for f in args.faults.split(",") if f)
@@ -467,18 +440,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults)
             report = run(dsn, plan, Path(folder), say=lambda line: out.write(line + "\n"), restart=server.restart)
     return 0 if report.safe and report.live else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(
-        argv,
-        prog="python -m leaseproof.conformance.concurrent.nemesis",
-        description=DESCRIPTION,
-        add_arguments=add_arguments,
-        command=command,
-        epilog=EXITS,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import statistics
-import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
@@ -48,7 +47,6 @@ import psycopg
 
 from leaseproof.conformance.evidence import throughput_peers as peers
 from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
-from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
 from leaseproof.impl.migrate import migrate
@@ -244,27 +242,6 @@ def table(results: dict[str, Result], workers: int) -> list[str]:
     return lines
 
 
-DESCRIPTION = (
-    "Measure jobs per second (enqueue, claim, finish) of the bundled delivery store against the bare floor "
-    "(three bare statements a job) and, with the bench extra, procrastinate and PgQueuer: worker processes, "
-    "fresh databases, interleaved rounds, medians."
-)
-EXITS = "exit status: 0 measured, 1 a subject's jobs were not all done, 2 usage, 130 interrupted"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=8, help="worker processes (default: 8)")
-    parser.add_argument("--jobs", type=int, default=2000, help="jobs per subject per round (default: 2000)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
-    parser.add_argument(
-        "--subjects",
-        default=None,
-        help=f"comma-separated, from {', '.join(SUBJECTS)} (default: all; the peers need the bench extra, and"
-        " without it the default leaves them out and says so)",
-    )
-    parser.add_argument("--dsn", help="a PostgreSQL server to use (default: the provisioned one)")
-
-
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     named = [s for s in args.subjects.split(",") if s] if args.subjects is not None else None
     subjects = named if named is not None else list(SUBJECTS)
@@ -305,17 +282,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 1
     out.write("\n".join(table(results, args.workers)) + "\n")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(
-        argv,
-        prog="python -m leaseproof.conformance.evidence.throughput",
-        description=DESCRIPTION,
-        add_arguments=add_arguments,
-        command=command,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,15 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write the spec pages' generated blocks from the model, or check that they are current",
     ),
     "nemesis": (
-        "leaseproof.conformance.concurrent.nemesis",
+        f"{_COMMANDS_PACKAGE}.nemesis",
         "run the bundled delivery store under faults (kills, ended backends, pauses, a stalled tenant) and audit",
     ),
     "guarantees": (
-        "leaseproof.conformance.queues.matrix",
+        f"{_COMMANDS_PACKAGE}.guarantees",
         "judge lease queues (the bundled store, real libraries) by the lease-queue profile; print the matrix",
     ),
     "throughput": (
-        "leaseproof.conformance.evidence.throughput",
+        f"{_COMMANDS_PACKAGE}.throughput",
         "measure jobs per second of the bundled store against the bare floor and procrastinate and PgQueuer",
     ),
     "stress": (

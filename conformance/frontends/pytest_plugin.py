@@ -483,7 +483,8 @@ def _timeout_note(plan: Plan, fault: object) -> str:
 
 def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) -> Any:
     # The CLI's loader, one spelling of MODULE:FACTORY; its messages name the CLI's flag.
-    from leaseproof.conformance.frontends.commands.common import UsageError, load_factory
+    from leaseproof.conformance.frontends.commands.common import UsageError
+    from leaseproof.conformance.frontends.commands.running import load_factory
     from leaseproof.conformance.harness.provision import ProvisioningError, scratch_database
 
     try:

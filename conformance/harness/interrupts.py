@@ -20,14 +20,13 @@ left the place that dropped it), until it is raised somewhere it propagates.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
 INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _AGAIN = 0.001  # seconds until a dropped interrupt is raised again (SIGALRM)
@@ -104,26 +103,3 @@ def interruptible() -> Iterator[None]:
         if signal.getsignal(signal.SIGALRM) is _redeliver:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
-
-
-def command_main(
-    argv: list[str] | None,
-    *,
-    prog: str,
-    description: str,
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-    command: Callable[[argparse.Namespace, TextIO, TextIO], int],
-    epilog: str | None = None,
-) -> int:
-    """A command's `python -m` entry point: parse `argv`, run `command` so that Ctrl-C,
-    SIGTERM and SIGHUP end it as an interruption (its cleanup done), and exit 130 then."""
-    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    name = prog.rsplit(".", 1)[-1]
-    try:
-        with interruptible():
-            return command(args, sys.stdout, sys.stderr)
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted; cleaned up", file=sys.stderr)
-        return 130

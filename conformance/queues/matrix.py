@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import secrets
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -42,11 +41,10 @@ from typing import Any, TextIO
 import attrs
 
 from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
-from leaseproof.conformance.harness.interrupts import command_main
 from leaseproof.conformance.harness.provision import Server, postgres_server, require_test_databases, scratch_database
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
-from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, known, make
+from leaseproof.conformance.queues.subjects import SubjectUnavailable, known, make
 from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
 
 EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
@@ -322,46 +320,6 @@ def details(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-DESCRIPTION = (
-    "Judge lease queues (the bundled store and, with their extras installed, real libraries through their "
-    "public APIs) by the lease-queue profile: fixed scenarios, generated programs and races of two or three clients; "
-    "print which guarantees each one holds, breaks (with a replayable trace) or cannot be judged on."
-)
-EXITS = (
-    "exit status: 0 the matrix was made and the bundled store holds every guarantee it is judged on; "
-    "1 it does not (or --replay reproduced the violation); 2 usage, or a subject is not installed; "
-    "130 interrupted"
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--subjects",
-        default=",".join(SUBJECTS),
-        help=f"comma-separated, from {', '.join(SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
-    )
-    parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
-    parser.add_argument("--races", type=int, default=100, help="rounds of each race per subject (default: 100)")
-    parser.add_argument(
-        "--terminate",
-        type=float,
-        default=0.5,
-        metavar="RATE",
-        help="the share of race rounds in which a busy connection of the queue's database is cut "
-        "(pg_terminate_backend) while the clients run; 0: none (default: 0.5)",
-    )
-    parser.add_argument("--seed", type=int, help="the search's seed (default: a fresh one, printed)")
-    parser.add_argument(
-        "--traces",
-        type=Path,
-        default=Path("guarantee-traces"),
-        help="where violations' traces go (default: ./guarantee-traces)",
-    )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the matrix as JSON")
-    parser.add_argument("--replay", type=Path, metavar="TRACE", help="run a trace file's program again, and only that")
-    parser.add_argument("--dsn", help="a PostgreSQL server to use (default: the provisioned one)")
-
-
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     subjects = [s for s in args.subjects.split(",") if s]
     unknown = sorted(s for s in set(subjects) if not known(s))
@@ -428,18 +386,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"leaseproof: {', '.join(broken)} does not hold every guarantee\n")
         return EXIT_BROKEN
     return EXIT_HOLDS
-
-
-def main(argv: list[str] | None = None) -> int:
-    return command_main(
-        argv,
-        prog="python -m leaseproof.conformance.queues.matrix",
-        description=DESCRIPTION,
-        add_arguments=add_arguments,
-        command=command,
-        epilog=EXITS,
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, HistoryFileError, read_history, timeline
-from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
-from leaseproof.conformance.concurrent.models import SPECS
+from leaseproof.conformance.frontends.catalogue import CHECKER_BUDGET
 from leaseproof.conformance.frontends.commands.common import positive
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 
@@ -25,11 +23,15 @@ EXITS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("history", type=Path, metavar="FILE")
     parser.add_argument(
-        "--budget", type=positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
+        "--budget", type=positive, default=CHECKER_BUDGET, help="checker configurations per partition before 'unknown'"
     )
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.concurrent.linearizability import HistoryFileError, read_history, timeline
+    from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
+    from leaseproof.conformance.concurrent.models import SPECS
+
     try:
         history = read_history(args.history)
     except HistoryFileError as exc:  # it names the file (and the line)

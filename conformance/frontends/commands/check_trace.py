@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TextIO
 
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
-from leaseproof.conformance.traces.trace import TraceError, check
-from leaseproof.conformance.traces.trace import read as read_trace
 
 DESCRIPTION = (
     "Run the model over a recorded sequential history (commands with the outcomes, and optionally the "
@@ -25,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.traces.trace import TraceError, check
+    from leaseproof.conformance.traces.trace import read as read_trace
+
     try:
         trace = read_trace(args.trace)
     except TraceError as exc:

@@ -5,15 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from leaseproof.conformance.evidence import killmatrix
-from leaseproof.conformance.evidence import score as mutation_score
+from leaseproof.conformance.frontends.catalogue import (
+    KILL_MATRIX_SEED,
+    MACHINES,
+    MIN_SCORE,
+    MUTANT_KINDS,
+    SCORE_EXAMPLES,
+    SCORE_SEEDS,
+)
 from leaseproof.conformance.frontends.commands.common import number, positive, report_folder, seed_number
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.frontends.progress import ProgressLine
-from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server
-from leaseproof.conformance.lockstep.verify import MACHINES
+
+if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.evidence import killmatrix
 
 DESCRIPTION = (
     "Run each known-buggy variant of the bundled implementation against its checks (sequential mutants: "
@@ -40,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="only the checks that take seconds (the CI subset)")
     parser.add_argument(
         "--kind",
-        choices=(*killmatrix.KINDS, "scope"),
+        choices=(*MUTANT_KINDS, "scope"),
         help="only the mutants of this kind (default: all); scope (who may call) with --generated only",
     )
     parser.add_argument("--json", action="store_true", help="print the matrix as a JSON document instead of a table")
@@ -49,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=seed_number,
         nargs="+",
         metavar="N",
-        help=f"seed(s) of every seeded check (default: {killmatrix.SEED}; with --generated: "
-        f"{' '.join(map(str, mutation_score.SEEDS))})",
+        help=f"seed(s) of every seeded check (default: {KILL_MATRIX_SEED}; with --generated: "
+        f"{' '.join(map(str, SCORE_SEEDS))})",
     )
     parser.add_argument(
         "--mutant",
@@ -69,16 +76,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-examples",
         type=positive,
-        help=f"with --generated: programs of the search alone (default: {mutation_score.Budget().examples}, "
+        help=f"with --generated: programs of the search alone (default: {SCORE_EXAMPLES}, "
         "verify's default)",
     )
     parser.add_argument(
         "--min-score",
         type=number(float, "a number", lambda v: 0 <= v <= 1, "between 0 and 1"),
-        default=mutation_score.MIN_SCORE,
+        default=MIN_SCORE,
         metavar="S",
         help=f"with --generated: exit 1 when fewer than this share of the non-equivalent mutants dies "
-        f"(default: {mutation_score.MIN_SCORE}); a killed equivalence claim always fails the run",
+        f"(default: {MIN_SCORE}); a killed equivalence claim always fails the run",
     )
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument(
@@ -98,6 +105,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     if args.generated:
         return _generated_mutants(args, out, err)
+    from leaseproof.conformance.evidence import killmatrix
+    from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server
+
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     if args.jobs is not None or args.max_examples is not None:
         err.write("leaseproof: --jobs and --max-examples apply to --generated\n")
@@ -159,6 +169,9 @@ def _write_page(folder: Path, matrix: killmatrix.KillMatrix, say: TextIO, err: T
 
 
 def _generated_mutants(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.evidence import score as mutation_score
+    from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server
+
     try:
         plan = mutation_score.plan(
             names=args.mutant,

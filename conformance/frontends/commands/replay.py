@@ -6,16 +6,12 @@ import argparse
 import collections
 import contextlib
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from leaseproof.conformance.boundary.wire import AdapterFault
 from leaseproof.conformance.frontends.commands.common import (
-    Provisioned,
     UsageError,
     adapter_errors_in_one_line,
-    adapter_named,
     add_adapter_arguments,
-    mutant_named,
     report_folder,
     worse,
 )
@@ -26,10 +22,9 @@ from leaseproof.conformance.frontends.exits import (
     EXIT_USAGE,
     INTERRUPTED_EXITS,
 )
-from leaseproof.conformance.harness.provision import ProvisioningError
-from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.traces.trace import SPECS, Trace, TraceError, replay, text_lines
-from leaseproof.conformance.traces.trace import read as read_trace
+
+if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.traces.trace import Trace
 
 DESCRIPTION = (
     "Replay each trace step by step against an implementation and the model, and check what the trace "
@@ -70,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _expected_failures(path: Path | None) -> set[str]:
+    from leaseproof.conformance.traces.trace import text_lines
+
     if path is None:
         return set()
     lines = text_lines(path, "it lists trace names, one a line", lambda why: UsageError(f"--expect-fail {why}"))
@@ -80,6 +77,9 @@ def _model_takes(path: Path, trace: Trace) -> None:
     """Step the model through `trace` alone: a step the model cannot take (a clock moved past
     the last instant it knows, say) is the trace's fault, found before any implementation is
     sent it, and a usage error naming the file, not an adapter's fault."""
+    from leaseproof.conformance.lockstep import world as w
+    from leaseproof.conformance.traces.trace import SPECS
+
     spec = SPECS[trace.machine]
     try:
         state = spec.initial_state(trace.start)
@@ -97,6 +97,12 @@ def _model_takes(path: Path, trace: Trace) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.boundary.wire import AdapterFault
+    from leaseproof.conformance.frontends.commands.running import Provisioned, adapter_named, mutant_named
+    from leaseproof.conformance.harness.provision import ProvisioningError
+    from leaseproof.conformance.traces.trace import TraceError
+    from leaseproof.conformance.traces.trace import read as read_trace
+
     results: list[tuple[Path, Trace, str, str]] = []  # each trace: its path, itself, how it ended, what was said
     try:
         folder = report_folder(args.report)
@@ -177,6 +183,9 @@ def _replay_one(
 ) -> tuple[int, str, str, str]:
     """Replay one trace and print its line; its exit status, how it ended for the tally and
     in replay's words, and what was printed of it besides."""
+    from leaseproof.conformance.harness.provision import ProvisioningError
+    from leaseproof.conformance.traces.trace import TraceError, replay
+
     offered = getattr(adapter, "operations", None)  # None: every operation of its machine
     needed = {type(step.command).__name__ for step in trace.steps}
     if offered is not None and needed - offered:

@@ -15,7 +15,6 @@ from typing import TextIO
 
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.frontends.installed import NotInstalled, installed
-from leaseproof.conformance.spec.pages import FILES, PAGES, SpecPageError, stale_pages, write_pages
 
 CHECKOUT_SPECS = Path("specs")
 
@@ -54,6 +53,8 @@ def _folder(args: argparse.Namespace) -> tuple[Path, bool]:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.spec.pages import FILES, PAGES, SpecPageError, stale_pages, write_pages
+
     try:
         folder, is_installed = _folder(args)
         where = f"installed with leaseproof, in {folder}" if is_installed else f"in {folder}"

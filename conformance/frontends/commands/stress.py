@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from leaseproof.conformance.concurrent.faults import FaultError
-from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET, timeline, write_history
-from leaseproof.conformance.concurrent.models import SPECS
-from leaseproof.conformance.concurrent.stress import Progress as StressProgress
-from leaseproof.conformance.concurrent.stress import StressReport
-from leaseproof.conformance.concurrent.stress import stress as run_stress
+from leaseproof.conformance.frontends.catalogue import ALL_MUTANTS, CHECKER_BUDGET, MACHINES
 from leaseproof.conformance.frontends.commands.common import (
-    ALL_MUTANTS,
-    Provisioned,
     UsageError,
     adapter_errors_in_one_line,
-    adapter_named,
-    each_machine,
     fraction,
-    mutant_named,
     positive,
     positive_float,
     report_folder,
@@ -29,8 +19,11 @@ from leaseproof.conformance.frontends.commands.common import (
 )
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFORMING, EXIT_USAGE, INTERRUPTED_EXITS
 from leaseproof.conformance.frontends.progress import ProgressLine
-from leaseproof.conformance.lockstep.verify import MACHINES
-from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
+
+if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.concurrent.stress import Progress as StressProgress
+    from leaseproof.conformance.concurrent.stress import StressReport
+    from leaseproof.conformance.frontends.commands.running import Provisioned
 
 DESCRIPTION = (
     "Run small concurrent programs (a prefix, then short branches on WORKERS connections at once, the "
@@ -76,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "needed for --adapter-cmd, which picks its own)",
     )
     parser.add_argument(
-        "--budget", type=positive, default=DEFAULT_BUDGET, help="checker configurations per partition before 'unknown'"
+        "--budget", type=positive, default=CHECKER_BUDGET, help="checker configurations per partition before 'unknown'"
     )
     parser.add_argument(
         "--trace-out",
@@ -87,9 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="PostgreSQL server to use (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument(
         "--mutant",
-        choices=[mu.name for mu in ALL_MUTANTS],
+        choices=ALL_MUTANTS,
         metavar="NAME",
-        help="stress a known-buggy variant of the bundled implementation: " + ", ".join(mu.name for mu in ALL_MUTANTS),
+        help="stress a known-buggy variant of the bundled implementation: " + ", ".join(ALL_MUTANTS),
     )
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--adapter", metavar="MODULE:FACTORY", help="an in-process adapter that offers session()")
@@ -134,6 +127,10 @@ TERMINATE_MACHINES = ("delivery",)
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.concurrent.faults import FaultError
+    from leaseproof.conformance.concurrent.stress import stress as run_stress
+    from leaseproof.conformance.frontends.commands.running import each_machine, mutant_named
+
     databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     if args.terminate_dsn is not None and not args.terminate:
@@ -215,6 +212,8 @@ def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, e
 
 
 def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+    from leaseproof.conformance.frontends.commands.running import adapter_named
+
     provisioned.last_database = None  # set again only if this adapter is given a database
     adapter = adapter_named(args, machine, provisioned, out)
     if args.adapter_cmd is not None and not adapter.sessions:
@@ -229,6 +228,10 @@ def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisi
 
 
 def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.concurrent.linearizability import timeline, write_history
+    from leaseproof.conformance.concurrent.models import SPECS
+    from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
+
     p = report.progress
     out.write(
         f"programs: {p.programs:,}   histories: {p.histories:,}   operations: {p.operations:,} ({p.rate:,.0f}/s)"

@@ -7,14 +7,12 @@ import contextlib
 import io
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from leaseproof.conformance.frontends.catalogue import MACHINES, SHRINK_ATTEMPTS, SHRINK_SECONDS
 from leaseproof.conformance.frontends.commands.common import (
-    Provisioned,
     adapter_errors_in_one_line,
-    adapter_named,
     add_adapter_arguments,
-    each_machine,
     positive,
     positive_float,
     replay_command,
@@ -29,11 +27,11 @@ from leaseproof.conformance.frontends.exits import (
     INTERRUPTED_EXITS,
 )
 from leaseproof.conformance.frontends.progress import ProgressLine
-from leaseproof.conformance.lockstep.core import SHRINK_ATTEMPTS, SHRINK_SECONDS, ShrinkBound
-from leaseproof.conformance.lockstep.delivery import Coverage
-from leaseproof.conformance.lockstep.forked import ForkedAdapter
-from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
-from leaseproof.conformance.traces.trace import write as write_trace
+
+if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.frontends.commands.running import Provisioned
+    from leaseproof.conformance.lockstep.delivery import Coverage
+    from leaseproof.conformance.lockstep.verify import Verdict
 
 DESCRIPTION = (
     "Drive each machine's model (delivery, lifecycle) and its implementation (the bundled PostgreSQL one "
@@ -204,6 +202,10 @@ def _summary(verdict: Verdict, out: TextIO, asked: int | None = None) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from leaseproof.conformance.frontends.commands.running import adapter_named, each_machine
+    from leaseproof.conformance.lockstep.core import ShrinkBound
+    from leaseproof.conformance.lockstep.verify import run_conformance
+
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     runs: list[Provisioned] = []  # the run's provisioning, for the page's second adapter
 
@@ -288,6 +290,9 @@ def _page_adapter(
     (or a mutant) in a process of its own (`ForkedAdapter`), which cannot be driven so: the
     page gets a second adapter of it, on a fresh database. An --adapter or --adapter-cmd
     implementation is called directly already: the page runs it again itself, reset."""
+    from leaseproof.conformance.frontends.commands.running import adapter_named
+    from leaseproof.conformance.lockstep.forked import ForkedAdapter
+
     if verdict.trace is None:
         return None, "the verdict has no counterexample trace"
     if not isinstance(adapter, ForkedAdapter):
@@ -334,6 +339,8 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
 
 
 def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    from leaseproof.conformance.traces.trace import write as write_trace
+
     if verdict.trace is None:
         return
     path = args.trace_out or Path(f"leaseproof-counterexample-{verdict.seed}.jsonl")

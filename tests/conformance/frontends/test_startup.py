@@ -1,7 +1,9 @@
 """The command line's start: `--help` and `--version` import the command table alone,
-a command imports its own modules and no other command's, and every help states
-its exit statuses. (How long starting takes is measured by
-`python -m leaseproof.conformance.frontends.bench`, not asserted here.)"""
+a command imports its own modules and no other command's, a command's `--help` imports
+no database driver, no Hypothesis and no implementation, the names its help reads from
+`frontends/catalogue.py` are those of their sources, and every help states its exit
+statuses. (How long starting takes is measured by `python -m
+leaseproof.conformance.frontends.bench`, not asserted here.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from helpers import leaseproof
 
 from leaseproof.conformance.frontends.cli import COMMANDS
-from leaseproof.conformance.frontends.commands.common import ALL_MUTANTS
+from leaseproof.conformance.frontends.commands.running import ALL_MUTANTS
 
 # Run `main(ARGV)` in a fresh interpreter and print which modules it had imported.
 _PROBE = """
@@ -77,6 +79,35 @@ def test_a_command_imports_its_own_module_alone_and_its_help_states_the_exit_sta
     own = COMMANDS[name][0]
     assert commands <= {own}, f"{name} --help imported other commands: {sorted(commands - {own})}"
     assert own in modules
+    for heavy in ("psycopg", "hypothesis", "leaseproof.impl", "leaseproof.conformance.lockstep"):
+        assert not _loaded(modules, heavy), f"{name} --help imported {sorted(_loaded(modules, heavy))}"
+
+
+def test_the_catalogue_the_helps_read_is_what_it_names() -> None:
+    from leaseproof.conformance.concurrent import nemesis
+    from leaseproof.conformance.concurrent.linearizability import DEFAULT_BUDGET
+    from leaseproof.conformance.evidence import killmatrix, score, throughput
+    from leaseproof.conformance.frontends import catalogue
+    from leaseproof.conformance.frontends.commands.running import SEQUENTIAL_MUTANTS
+    from leaseproof.conformance.lockstep import core
+    from leaseproof.conformance.lockstep.verify import MACHINES
+    from leaseproof.conformance.queues import subjects
+    from leaseproof.impl.mutants.faults import FAULT_MUTANTS
+    from leaseproof.impl.mutants.race import RACE_MUTANTS
+
+    assert tuple(MACHINES) == catalogue.MACHINES
+    assert tuple(mu.name for mu in SEQUENTIAL_MUTANTS) == catalogue.SEQUENTIAL_MUTANTS
+    assert tuple(mu.name for mu in RACE_MUTANTS) == catalogue.RACE_MUTANTS
+    assert tuple(mu.name for mu in FAULT_MUTANTS) == catalogue.FAULT_MUTANTS
+    assert tuple(mu.name for mu in ALL_MUTANTS) == catalogue.ALL_MUTANTS
+    assert (catalogue.CHECKER_BUDGET, catalogue.SHRINK_ATTEMPTS) == (DEFAULT_BUDGET, core.SHRINK_ATTEMPTS)
+    assert catalogue.SHRINK_SECONDS == core.SHRINK_SECONDS
+    assert (catalogue.KILL_MATRIX_SEED, catalogue.MUTANT_KINDS) == (killmatrix.SEED, killmatrix.KINDS)
+    assert (catalogue.SCORE_SEEDS, catalogue.MIN_SCORE) == (score.SEEDS, score.MIN_SCORE)
+    assert score.Budget().examples == catalogue.SCORE_EXAMPLES
+    assert catalogue.NEMESIS_FAULTS == nemesis.FAULTS
+    assert tuple(subjects.SUBJECTS) == catalogue.QUEUE_SUBJECTS
+    assert tuple(throughput.SUBJECTS) == catalogue.THROUGHPUT_SUBJECTS
 
 
 def test_help_never_breaks_a_mutant_name_across_lines() -> None:

@@ -22,13 +22,14 @@ import pytest
 from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.frontends.exits import EXIT_NONCONFORMING
 from leaseproof.conformance.lockstep import world as w
+from leaseproof.conformance.spec import bounds as spec_bounds
 from leaseproof.conformance.spec import explore as ex
 from leaseproof.conformance.traces import trace
 from leaseproof.model import delivery as dm
 from leaseproof.model import lifecycle as lm
 from leaseproof.model.rules import Decision
 
-SMALL = ex.DeliveryBounds(communities=1, targets=1, clock_steps=2)  # every rule, in about 200 states
+SMALL = spec_bounds.DeliveryBounds(communities=1, targets=1, clock_steps=2)  # every rule, in about 200 states
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_the_default_bounds_reach_every_rule_and_break_no_invariant(
 
 def test_the_delivery_bounds_are_the_documented_world() -> None:
     bounds = ex.DELIVERY_EXPLORATION.bounds()  # what `explore` uses unless told otherwise
-    assert bounds == ex.DeliveryBounds(
+    assert bounds == spec_bounds.DeliveryBounds(
         communities=2, targets=2, deliveries=2, clock_steps=2, generation=3, lease_seconds=30
     )
     # A commits to and is claimed from by T1 and T2; B, its neighbour, by T1.
@@ -91,10 +92,10 @@ def test_the_search_is_deterministic_and_every_step_agrees() -> None:
 
 
 def test_a_bound_out_of_range_is_refused() -> None:
-    with pytest.raises(ex.BoundsError, match="--communities must be from 1 to 2, got 3"):
-        ex.DeliveryBounds(communities=3)
-    with pytest.raises(ex.BoundsError, match="--runs"):
-        ex.LifecycleBounds(runs=0)
+    with pytest.raises(spec_bounds.BoundsError, match="--communities must be from 1 to 2, got 3"):
+        spec_bounds.DeliveryBounds(communities=3)
+    with pytest.raises(spec_bounds.BoundsError, match="--runs"):
+        spec_bounds.LifecycleBounds(runs=0)
 
 
 def test_the_clock_stops_at_its_bound() -> None:
@@ -312,7 +313,7 @@ def test_a_broken_lifecycle_model_is_caught_and_its_trace_replays(tmp_path: Path
         return Decision(attrs.evolve(state, executed=executed), lm.Resumed(run.record.actions), resume)
 
     broken = _broken(ex.LIFECYCLE_EXPLORATION, resume_any_revision)
-    result = ex.explore(broken, ex.LifecycleBounds(runs=1, clock_steps=0))
+    result = ex.explore(broken, spec_bounds.LifecycleBounds(runs=1, clock_steps=0))
     [violation] = result.violations
     assert violation.kind == "ResumeRun/resume: run N resumed a revision that is no longer current"
     # Create A; grant alice; save e1; load r1's cache; fire on r1; save e2 (e1's content again); resume.
