@@ -291,7 +291,7 @@ def counterexample_page(
         )
     sections.append(page.section("verdict", summary, "summary"))
     if run is not None and (drawn := lease_timeline(run)):
-        sections.append(page.section("leases, step by step", drawn, "leases"))
+        sections.append(page.section("leases, step by step", f'<div class="scroll">{drawn}</div>', "leases"))
     if verdict.fault:
         sections.append(
             page.section("the fault", page.preformatted(verdict.fault + "\n" + "\n".join(verdict.fault_program)))

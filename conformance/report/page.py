@@ -109,6 +109,12 @@ SCRIPT = """
     el.addEventListener('click', function (e) { kept = kept === el ? null : el; show(el); e.stopPropagation(); });
   });
   document.addEventListener('click', function () { kept = null; box.style.display = 'none'; });
+  // A timeline wider than its box opens scrolled to what failed (data-focus-x, set by the page's maker).
+  document.querySelectorAll('.scroll > svg[data-focus-x]').forEach(function (svg) {
+    var box = svg.parentElement, x = Number(svg.getAttribute('data-focus-x'));
+    if (box.scrollWidth > box.clientWidth) { box.scrollLeft = Math.max(0, x - box.clientWidth / 2); }
+    svg.setAttribute('data-in-view', Math.round(box.scrollLeft) + ' ' + Math.round(box.scrollLeft + box.clientWidth));
+  });
   document.documentElement.setAttribute('data-script', 'ran');
 })();
 """

@@ -92,6 +92,15 @@ class _Axis:
         return self.x(later[0]) if later else self.end
 
 
+LONG_NAME = 16  # a generated name (a step id of up to 64 characters) is cut to this in what the lanes show
+
+
+def shortened(text: str) -> str:
+    """`text` with each name longer than LONG_NAME cut to its start and an ellipsis: the lanes'
+    labels stay short; the hover box and the tooltip say the whole name."""
+    return re.sub(rf"[^\s,()/=]{{{LONG_NAME + 1},}}", lambda m: m.group(0)[: LONG_NAME - 1] + "…", text)
+
+
 def _fits(text: str, width: float) -> bool:
     return len(text) * CHAR + 6 <= width
 
@@ -292,10 +301,12 @@ def timeline_svg(history: History, spec: Spec, marks: Marks | None = None, *, el
     row_y = {k: rows_top + i * ROW_LANE for i, k in enumerate(rows)}
     height = rows_top + len(rows) * ROW_LANE + 14
     width = axis.end + RIGHT
+    focus = _focus_x(history, axis, marks)
+    at = f' data-focus-x="{focus:.0f}"' if focus is not None else ""
     out: list[str] = [
         f'<svg class="timeline" id="{escape(element_id)}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'data-operations="{len(history.operations)}" data-leases="{len(leases)}">',
+        f'data-operations="{len(history.operations)}" data-leases="{len(leases)}"{at}>',
         '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
         '<rect width="6" height="6" fill="#e4e7ec"/>'
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#98a2b3" stroke-width="3"/>'
@@ -313,11 +324,12 @@ def timeline_svg(history: History, spec: Spec, marks: Marks | None = None, *, el
     for key in rows:
         y = row_y[key]
         out.append(f'<line class="lane-rule" x1="0" x2="{width:.0f}" y1="{y + ROW_LANE:.1f}" y2="{y + ROW_LANE:.1f}"/>')
+        name = w.name_of(key[1])
         out.append(
-            f'<g class="row-lane" data-row="{escape(w.name_of(key[1]))}">'
+            f'<g class="row-lane" data-row="{escape(name)}" data-detail="{escape(f"delivery {name}")}">'
             f'<text class="lane-label" x="8" y="{y + 13:.1f}">'
-            f'{escape(w.name_of(key[1]))}</text><text class="lane-kind" x="8" y="{y + 27:.1f}">community '
-            f"{escape(w.name_of(key[0]))}</text></g>"
+            f"{escape(shortened(name))}<title>{escape(name)}</title></text>"
+            f'<text class="lane-kind" x="8" y="{y + 27:.1f}">community {escape(w.name_of(key[0]))}</text></g>'
         )
     out += _clock_markup(history, axis, height)
     for op in sorted(history.operations, key=lambda o: o.invoked):
@@ -336,6 +348,19 @@ def timeline_svg(history: History, spec: Spec, marks: Marks | None = None, *, el
                     out.append(_reap_markup(op, history, key, axis, row_y[key]))
     out.append("</svg>")
     return "".join(out)
+
+
+def _focus_x(history: History, axis: _Axis, marks: Marks) -> float | None:
+    """Where the page scrolls a wide timeline to when it opens: the first operation no order
+    gets past, else the middle of the failed epoch; None when nothing failed."""
+    failing = [op for op in history.operations if op.id in marks.failing]
+    if failing:
+        return axis.x(min(op.invoked for op in failing))
+    if marks.failed_epoch is not None:
+        edges = [LEFT] + [axis.x(b) for b in axis.barriers] + [axis.end]
+        if 1 <= marks.failed_epoch < len(edges):
+            return (edges[marks.failed_epoch - 1] + edges[marks.failed_epoch]) / 2
+    return None
 
 
 def _epochs_markup(history: History, axis: _Axis, marks: Marks, height: float) -> list[str]:
@@ -406,7 +431,8 @@ def _op_markup(op: Operation, spec: Spec, axis: _Axis, y: float, marks: Marks) -
         f'height="{SESSION_LANE - 8}"{fill}>'
         f"<title>{escape(detail)}</title></rect>",
     ]
-    label = command if _fits(command, x1 - x0) else ""
+    short = shortened(command)
+    label = short if _fits(short, x1 - x0) else ""
     if label:
         tone = "" if not op.indeterminate else ' style="fill: var(--ink)"'
         parts.append(f'<text class="op-label" x="{x0 + 3:.1f}" y="{y + 16:.1f}"{tone}>{escape(label)}</text>')

@@ -299,9 +299,23 @@ def test_the_stress_failure_page_renders_its_lease_timeline_in_headless_chromium
     assert dom.find("html")[0].attrs.get("data-script") == "ran"
     whole = dom.by_id("history-timeline")
     assert whole.tag == "svg"
+    # The page opens with what failed in view, however wide the history: the box scrolled to it.
+    focus = float(whole.attrs["data-focus-x"])
+    left, right = (int(v) for v in whole.attrs["data-in-view"].split())
+    assert left <= focus <= right, (left, focus, right)
+    assert float(whole.attrs["width"]) > right - left, "the history fits its box: this page shows no scrolling"
     assert dom.find("rect", "lease", within=whole), "no lease interval in the rendered timeline"
     assert len(dom.find("g", "operation", within=whole)) == len(race.finding.history)
     assert dom.find("rect", "op", within=dom.by_id("piece-timeline"))
     sentence = violation_sentence(race.finding.result.violation, SPECS["delivery"], race.finding.history)
     assert dom.by_id("explanation").text == sentence
     assert_not_blank(screenshot(path, tmp_path, size="1500,1600"))
+
+
+def test_a_long_generated_name_is_cut_in_what_the_lanes_show() -> None:
+    from leaseproof.conformance.report.timeline import LONG_NAME, shortened
+
+    step = "a" * 64  # a generated step id, as long as one may be
+    label = shortened(f"Commit(A, R1/{step}, T1)")
+    assert label == f"Commit(A, R1/{'a' * (LONG_NAME - 1)}…, T1)"
+    assert shortened("Claim(A, T2, 30s)") == "Claim(A, T2, 30s)"
