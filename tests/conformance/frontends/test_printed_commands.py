@@ -2,9 +2,8 @@
 printed, in a fresh process: it names the implementation that failed (the mutant, the
 adapter, the adapter command and its reply timeout), not only the trace.
 
-(stress prints `leaseproof check-history PIECE`, which needs nothing but the file:
-tests/conformance/frontends/test_cli.py runs it. The pytest plugin's line is run as
-printed in tests/conformance/frontends/test_pytest_plugin_runs.py.)"""
+(The pytest plugin's line is run as printed in
+tests/conformance/frontends/test_pytest_plugin_runs.py.)"""
 
 from __future__ import annotations
 
@@ -66,3 +65,18 @@ def test_the_replay_command_quotes_what_a_shell_would_split(flag: str) -> None:
     )
     words = shlex.split(replay_command(Path("a trace.jsonl"), chosen))
     assert words == ["leaseproof", "replay", "a trace.jsonl", flag, value]
+
+
+def test_stress_prints_a_check_of_the_piece_that_finds_it_not_linearizable(tmp_path: Path, pg_server: Server) -> None:
+    stress = leaseproof(
+        "stress", "--mutant", "claim-read-then-update", "--seed", "1", "--workers", "4", "--repeats", "1",
+        "--duration", "60", "--dsn", pg_server.dsn, cwd=tmp_path,
+    )  # fmt: skip
+    assert stress.returncode == 1, stress.stdout + stress.stderr
+    (line,) = [line for line in stress.stdout.splitlines() if line.startswith("piece: ")]
+    command = line.rsplit("; ", 1)[1].removesuffix(")")
+    assert command.startswith("leaseproof check-history "), line
+    checked = run_as_printed(command, tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "not linearizable" in checked.stdout
+
