@@ -5,9 +5,12 @@ cannot tell a fault mutant from the bundled store (its test proves it). What sho
 a cut connection between the two (`conformance/concurrent/faults.py`: `stress
 --terminate`, and the race rounds of `leaseproof guarantees` that cut a connection),
 which leaves the first half committed as a real outage does. Under concurrency without
-cuts, `leaseproof stress` meets it too when a tenant is fenced between the two commits
-(the second is then refused after the first committed); the lease-queue profile, whose
-one tenant is never fenced, sees it only in the rounds with a cut.
+cuts, `leaseproof stress` meets it too: when a tenant is fenced between the two commits
+(the second is then refused after the first committed), or when a claim reads the
+placeholder deadline in between (a keyed claim's retry answered with the lease its key
+holds: seed 20261204 of the delivery programs meets it at program 9 with neither cuts
+nor fences). The lease-queue profile, whose one tenant is never fenced and whose claims
+take no keys, sees it only in the rounds with a cut.
 """
 
 from __future__ import annotations

@@ -158,6 +158,13 @@ def test_a_fault_mutant_passes_the_sequential_lockstep(delivery_dsn: str, mutant
 
 
 def test_stress_with_cuts_kills_a_claim_split_over_two_transactions(delivery_dsn: str) -> None:
+    """Stress with cuts due in half its rounds kills it. What convicts it varies from run to
+    run: a cut between the two commits, or a race that reads the placeholder deadline (a
+    keyed claim's retry, a fence between the two; seed 20261204 meets it at program 9 with
+    neither cuts nor fences), so a cut landing before the kill is not asserted here.
+    That a cut alone convicts it, and nothing else does, is
+    tests/conformance/queues/test_guarantees.py's
+    test_a_claim_split_over_two_transactions_is_caught_only_when_a_connection_is_cut."""
     adapter = by_name(FAULT_MUTANTS, "claim-then-deadline").adapter(delivery_dsn)
     try:
         report = stress(
@@ -167,4 +174,4 @@ def test_stress_with_cuts_kills_a_claim_split_over_two_transactions(delivery_dsn
     finally:
         adapter.close()
     assert report.finding is not None, f"not caught in {report.progress.programs} programs"
-    assert report.progress.faults.ended > 0
+    assert report.progress.faults.rounds_faulted > 0, "no round of the run was due a cut"
