@@ -60,6 +60,7 @@ from leaseproof.conformance.harness.provision import postgres_server, scratch_da
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
+from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause
@@ -94,6 +95,9 @@ class Plan:
     per_tenant: int = 400
     faults: tuple[str, ...] = FAULTS
     every: float = 0.4  # seconds between fault decisions
+    # The store the workers and the reaper use: the bundled one, or a variant of it (a mutant),
+    # whose database functions `prepare` puts in the database.
+    store: type[PostgresDeliveryStore] = PostgresDeliveryStore
 
 
 @attrs.define
@@ -105,6 +109,7 @@ class Report:
     double: list[str] = attrs.field(factory=list)
     stale: list[str] = attrs.field(factory=list)
     same_generation: list[str] = attrs.field(factory=list)
+    unprocessed: list[str] = attrs.field(factory=list)
     answers: Counter[str] = attrs.field(factory=Counter)
     worst_healthy_delay: float = 0.0
     worst_stalled_delay: float = 0.0
@@ -113,7 +118,7 @@ class Report:
 
     @property
     def safe(self) -> bool:
-        return not (self.lost or self.double or self.stale or self.same_generation)
+        return not (self.lost or self.double or self.stale or self.same_generation or self.unprocessed)
 
     @property
     def live(self) -> bool:
@@ -129,11 +134,14 @@ class Report:
             f"faults: {faults}",
             f"answers: {answers}",
             f"lost: {len(self.lost)}   settled twice: {len(self.double)}   stale accepted: {len(self.stale)}"
-            f"   one generation claimed twice: {len(self.same_generation)}",
+            f"   one generation claimed twice: {len(self.same_generation)}   unprocessed: {len(self.unprocessed)}",
             f"worst reap delay: healthy tenants {self.worst_healthy_delay:.2f}s (bound {REAP_BOUND:g}s)"
             f", the stalled tenant {self.worst_stalled_delay:.2f}s"
             f"   (expired leases passed over by sweeps, held locked: {self.left_by_sweeps})",
-            *(f"  {problem}" for problem in (*self.lost, *self.double, *self.stale, *self.same_generation)[:20]),
+            *(
+                f"  {problem}"
+                for problem in (*self.lost, *self.double, *self.stale, *self.same_generation, *self.unprocessed)[:20]
+            ),
             "verdict: " + ("SAFE" if self.safe else "UNSAFE") + ", " + ("LIVE" if self.live else "NOT LIVE"),
         ]
 
@@ -157,7 +165,8 @@ def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
         conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = on").format(sql.Identifier(name)))
     with connect(dsn) as conn:
         migrate(conn)
-        store = PostgresDeliveryStore(conn)
+        install(conn, patches_of(plan.store))
+        store = plan.store(conn)
         for t in range(plan.tenants):
             community = tenant(t)
             for command in (
@@ -187,12 +196,15 @@ def _quiet() -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
-def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int) -> None:
+def worker(
+    dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int,
+    store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore,
+) -> None:  # fmt: skip
     """Claim, sometimes renew, finish, through the DeliveryService (it reconnects, and
     resends what is safe to resend)."""
     _quiet()
     rng = random.Random(seed)
-    store = DeliveryService(_named(dsn, name), WAITS)
+    store = DeliveryService(_named(dsn, name), WAITS, store_class=store_class)
     claims = 0
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
@@ -225,9 +237,11 @@ def worker(dsn: str, name: str, seed: int, until: float, log_path: str, tenants:
                 store.close()
 
 
-def reaper(dsn: str, until: float, log_path: str) -> None:
+def reaper(
+    dsn: str, until: float, log_path: str, store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore
+) -> None:
     _quiet()
-    service = DeliveryService(_named(dsn, "lp-nemesis-reaper"), WAITS)
+    service = DeliveryService(_named(dsn, "lp-nemesis-reaper"), WAITS, store_class=store_class)
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
             try:
@@ -268,13 +282,13 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
 
     def start(i: int) -> None:
         seed = rng.randrange(2**32)
-        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants)
+        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants, plan.store)
         procs[i] = ctx.Process(target=worker, args=args, daemon=True)
         procs[i].start()
 
     for i in range(plan.workers):
         start(i)
-    sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl")), daemon=True)
+    sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl"), plan.store), daemon=True)
     sweeper.start()
     paused: dict[int, float] = {}  # worker -> when to continue it
     staller: psycopg.Connection[Any] | None = None
@@ -362,10 +376,30 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 proc.join(10)
         if monitor is not None:
             monitor.close()
+    _drain(dsn, plan.store)
     _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report)
     for line in report.lines():
         say(line)
     return report
+
+
+# After the workers stop: how long past the lease the last sweep waits, and how many times it
+# is tried (a sweep that finds a community's fence held, or the server busy, skips it).
+DRAIN_MARGIN = 0.5
+DRAIN_SWEEPS = 3
+
+
+def _drain(dsn: str, store_class: type[PostgresDeliveryStore]) -> None:
+    """Once no worker runs, every lease a worker took ends within LEASE_SECONDS: wait that
+    long (the real clock, as the run's), then sweep with the store under test, so that
+    every delivery not settled is claimable again. What is still claimed after this is a
+    delivery nobody will process (`_audit`: unprocessed)."""
+    time.sleep(LEASE_SECONDS + DRAIN_MARGIN)
+    with DeliveryService(_named(dsn, "lp-nemesis-drain"), WAITS, store_class=store_class) as service:
+        for _ in range(DRAIN_SWEEPS):
+            with contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error):
+                if not service.sweep().skipped:
+                    return
 
 
 def _entries(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
@@ -388,6 +422,12 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
     for delivery in ids:
         if delivery not in rows:
             report.lost.append(f"lost: delivery {delivery} was committed and is gone")
+        elif rows[delivery]["status"] == "claimed":
+            held = rows[delivery]
+            report.unprocessed.append(
+                f"unprocessed: delivery {delivery} is still claimed at generation {held['lease_generation']},"
+                f" its lease until {held['lease_until']}, after every worker stopped and the last lease ran out"
+            )
     settled: dict[str, list[int]] = defaultdict(list)
     claims: dict[tuple[str, int], int] = Counter()
     for entry in _entries(logs):
@@ -424,6 +464,15 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"leaseproof: {problem}\n")
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    store: type[PostgresDeliveryStore] = PostgresDeliveryStore
+    if args.mutant is not None:
+        from leaseproof.impl.mutants import by_name
+        from leaseproof.impl.mutants.faults import FAULT_MUTANTS
+        from leaseproof.impl.mutants.service import SERVICE_MUTANTS
+
+        mutant = by_name((*SERVICE_MUTANTS, *FAULT_MUTANTS), args.mutant)
+        store = mutant.store
+        out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
         if server.restart is None and "restart" in faults:
             if args.faults is not None:
@@ -437,6 +486,6 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}\n"
         )
         with scratch_database(server) as dsn, tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder:
-            plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults)
+            plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults, store=store)
             report = run(dsn, plan, Path(folder), say=lambda line: out.write(line + "\n"), restart=server.restart)
     return 0 if report.safe and report.live else 1

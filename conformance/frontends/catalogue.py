@@ -27,6 +27,11 @@ RACE_MUTANTS = (
 )  # fmt: skip
 FAULT_MUTANTS = ("claim-then-deadline",)
 ALL_MUTANTS = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
+# impl/mutants/service.py: what the nemesis's audit must catch (with the fault mutants).
+SERVICE_MUTANTS = (
+    "reap-deletes", "finish-retry-settles-again", "finish-ignores-generation", "generation-never-moves",
+    "sweep-waits-for-locks",
+)  # fmt: skip
 
 CHECKER_BUDGET = 200_000  # conformance/concurrent/linearizability.py: DEFAULT_BUDGET
 SHRINK_ATTEMPTS = 1_000  # conformance/lockstep/core.py

@@ -1,19 +1,19 @@
-"""`leaseproof nemesis`: the bundled delivery store under faults, then an audit. The options are here; the run is
-`conformance/concurrent/nemesis.py`'s, imported when one starts."""
+"""`leaseproof nemesis`: the bundled delivery store under faults, then an audit.
+The options are here; the run is `conformance/concurrent/nemesis.py`'s, imported when one starts."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TextIO
 
-from leaseproof.conformance.frontends.catalogue import NEMESIS_FAULTS
+from leaseproof.conformance.frontends.catalogue import FAULT_MUTANTS, NEMESIS_FAULTS, SERVICE_MUTANTS
 
 DESCRIPTION = (
     "Worker processes claim, renew and finish deliveries of three tenants with the bundled store on the "
     "database's real clock, a reaper sweeps, and a seeded schedule kills workers, ends their backends, pauses "
     "them past their leases, stalls a client on one tenant's rows and restarts the server; then an audit: "
-    "nothing lost, nothing settled twice, no stale holder's finish accepted, and the healthy tenants' worst "
-    "reap delay against its bound."
+    "nothing lost, nothing settled twice, no stale holder's finish accepted, no generation claimed twice, "
+    "nothing left claimed once every lease ran out, and the healthy tenants' worst reap delay against its bound."
 )
 EXITS = "exit status: 0 safe and live, 1 a safety check or the liveness bound failed, 2 usage, 130 interrupted"
 
@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--deliveries", type=int, default=400, help="committed per tenant before the run (default 400)")
+    parser.add_argument(
+        "--mutant",
+        choices=(*SERVICE_MUTANTS, *FAULT_MUTANTS),
+        metavar="NAME",
+        help="run a known-buggy variant of the bundled store instead, one the audit must catch: "
+        + ", ".join((*SERVICE_MUTANTS, *FAULT_MUTANTS)),
+    )
     parser.add_argument(
         "--faults",
         default=None,
