@@ -91,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-out",
         type=Path,
         metavar="FILE",
-        help="where to write the counterexample as a trace (default: leaseproof-counterexample-SEED.jsonl)",
+        help="where to write the counterexample as a trace (default: leaseproof-MACHINE-counterexample-SEED.jsonl; "
+        "with two machines failing, the second's name gets -MACHINE)",
     )
     parser.add_argument(
         "--report",
@@ -207,6 +208,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from leaseproof.conformance.lockstep.verify import run_conformance
 
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
+    written: set[Path] = set()  # the trace files written, one a machine
     runs: list[Provisioned] = []  # the run's provisioning, for the page's second adapter
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
@@ -231,7 +233,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         finally:
             progress.close()
-        status = _report(verdict, args, out, err)
+        status = _report(verdict, args, out, err, written)
         if folder is not None:
             _write_page(folder, verdict, machine, adapter, runs[0], args, out, err)
         return status
@@ -305,7 +307,7 @@ def _page_adapter(
     return second, ""
 
 
-def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO, written: set[Path]) -> int:
     _summary(verdict, out, getattr(args, "max_examples", None))
     if verdict.fault:
         out.write("verdict: NONE — the adapter failed, so nothing was judged\n")
@@ -334,16 +336,22 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
     out.write(verdict.counterexample_heading(getattr(args, "no_scenarios", False)) + ":\n")
     out.write("".join(f"  {line}\n" for line in verdict.counterexample.splitlines()))
     out.write(f"what went wrong:\n{verdict.failure}\n")
-    _write_trace(verdict, args, out, err)
+    _write_trace(verdict, args, out, err, written)
     return EXIT_NONCONFORMING
 
 
-def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO, written: set[Path]) -> None:
+    """Write the counterexample's trace; `written`: the files this run wrote already, so that a
+    second machine's trace never replaces the first's."""
     from leaseproof.conformance.traces.trace import write as write_trace
 
     if verdict.trace is None:
         return
-    path = args.trace_out or Path(f"leaseproof-counterexample-{verdict.seed}.jsonl")
+    machine = verdict.trace.machine
+    path = args.trace_out or Path(f"leaseproof-{machine}-counterexample-{verdict.seed}.jsonl")
+    if path in written:  # --trace-out named one file, and the other machine's trace is in it
+        path = path.with_name(f"{path.stem}-{machine}{path.suffix}")
+    written.add(path)
     try:
         write_trace(verdict.trace, path)
     except OSError as exc:

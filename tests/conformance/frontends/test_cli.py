@@ -50,7 +50,7 @@ def test_verify_fails_a_mutant_with_a_replayable_counterexample(pg_server: Serve
     assert "replay with --seed" not in run.stdout  # the seed plays no part in a fixed scenario
     assert "in the fixed scenario rebuilt_lease_with_foreign_target" in run.stdout
     assert "implementation: Renewed" in run.stdout or "implementation: Settled" in run.stdout
-    trace = tmp_path / "leaseproof-counterexample-3.jsonl"
+    trace = tmp_path / "leaseproof-delivery-counterexample-3.jsonl"
     assert f"trace: {trace.name} (the counterexample" in run.stdout and trace.is_file()
 
 

@@ -7,8 +7,10 @@ tests/conformance/frontends/test_pytest_plugin_runs.py.)"""
 
 from __future__ import annotations
 
+import io
 import shlex
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -52,8 +54,6 @@ def test_verify_of_an_adapter_command_prints_a_replay_with_that_command(tmp_path
 
 @pytest.mark.parametrize("flag", ["--adapter", "--adapter-cmd"])
 def test_the_replay_command_quotes_what_a_shell_would_split(flag: str) -> None:
-    from argparse import Namespace
-
     from leaseproof.conformance.frontends.commands.common import REPLY_TIMEOUT, replay_command
 
     value = "./my adapter --flag 'x'"
@@ -80,3 +80,22 @@ def test_stress_prints_a_check_of_the_piece_that_finds_it_not_linearizable(tmp_p
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "not linearizable" in checked.stdout
 
+
+
+def test_two_machines_failing_write_two_traces(tmp_path: Path) -> None:
+    """A run in which both machines fail writes a trace for each: under one --trace-out, the
+    second machine's goes beside the first's, not over it."""
+    from leaseproof.conformance.frontends.commands.verify import _write_trace
+    from leaseproof.conformance.lockstep import world as w
+    from leaseproof.conformance.traces.trace import Trace
+
+    written: set[Path] = set()
+    args = Namespace(trace_out=tmp_path / "t.jsonl", mutant=None, adapter=None, adapter_cmd=None, reply_timeout=30)
+    paths = []
+    for machine in ("delivery", "lifecycle"):
+        verdict = Namespace(trace=Trace(name="t", start=w.START, steps=(), machine=machine), seed=7)
+        out = io.StringIO()
+        _write_trace(verdict, args, out, io.StringIO(), written)  # type: ignore[arg-type]
+        paths.append(Path(out.getvalue().split("trace: ", 1)[1].split(" (", 1)[0]))
+    assert paths == [tmp_path / "t.jsonl", tmp_path / "t-lifecycle.jsonl"]
+    assert all(path.is_file() for path in paths)
