@@ -350,6 +350,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
             why += f"; stopped at {budgets.stress_seconds:g}s"
         return attrs.evolve(base, killed=False, detail=why)
     violation = finding.result.violation
+    said = finding.result.summary()
     if violation is not None:
         spec = SPECS[report.machine]
         said = f"{violation_sentence(violation, spec, finding.history)}\n{timeline(violation, spec)}"
@@ -359,7 +360,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
         shrunk_length=len(violation.piece) if violation is not None else None,
         how="divergence",
         detail=f"{finding.kind}: {finding.failed} of {finding.repeats} repetitions failed",
-        counterexample=said if violation is not None else finding.result.summary(),
+        counterexample=said,
         stress=report,
     )
 

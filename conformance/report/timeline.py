@@ -86,6 +86,11 @@ class _Axis:
     def end(self) -> float:
         return LEFT + (len(self.ticks) + 0.5) * self.unit
 
+    @property
+    def epoch_edges(self) -> list[float]:
+        """Where each epoch starts and ends: the left edge, every barrier, the end."""
+        return [LEFT] + [self.x(b) for b in self.barriers] + [self.end]
+
     def closing(self, tick: int) -> float:
         """Where something open since `tick` is drawn to: the next barrier, else the end."""
         later = [b for b in self.barriers if b > tick]
@@ -357,7 +362,7 @@ def _focus_x(history: History, axis: _Axis, marks: Marks) -> float | None:
     if failing:
         return axis.x(min(op.invoked for op in failing))
     if marks.failed_epoch is not None:
-        edges = [LEFT] + [axis.x(b) for b in axis.barriers] + [axis.end]
+        edges = axis.epoch_edges
         if 1 <= marks.failed_epoch < len(edges):
             return (edges[marks.failed_epoch - 1] + edges[marks.failed_epoch]) / 2
     return None
@@ -365,7 +370,7 @@ def _focus_x(history: History, axis: _Axis, marks: Marks) -> float | None:
 
 def _epochs_markup(history: History, axis: _Axis, marks: Marks, height: float) -> list[str]:
     out = []
-    edges = [LEFT] + [axis.x(b) for b in axis.barriers] + [axis.end]
+    edges = axis.epoch_edges
     for number, (left, right) in enumerate(itertools.pairwise(edges), 1):
         if marks.failed_epoch == number:
             out.append(
