@@ -178,15 +178,47 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
 
 # -- what SKIP LOCKED lets a claim pass over ------------------------------------------
 #
-# A claim skips the candidates other transactions hold locked (the seeds: claimers never
-# block). Whoever holds one is, as a rule, about to commit what the model explains (a
-# claim takes it, a deletion removes it), so the skip fits some order. But a transaction
-# whose connection was lost may have rolled back instead: the row it held was pending
-# all along, and a claim that passed over it took a younger row, or missed. No order of
-# the model's steps gives that, and yet it is what the seeds ask for. So a claim that
-# overlaps such an operation of its community may have passed over as many candidates as
-# those operations could hold: one for each claim of its target (a claim locks the one
-# row it takes), any number for a deletion (it locks every row it deletes).
+# A claim takes the first of its candidates that no other transaction holds locked (the
+# seeds: claimers never block), and it reads them in two moments: its statement's
+# snapshot, taken as it starts, lists the candidates; its lock, later in its call, takes
+# the first of them still free. Two things follow that no single step of the model does.
+#
+# - A candidate that became pending after the snapshot is not among those it lists: a
+#   delivery that an operation overlapping the claim committed. The claim passes over
+#   it, though it may be the oldest (the clock does not always move between commits,
+#   and the id then decides), and misses if the snapshot's candidates were all taken by
+#   the time it locked: another claim took the oldest one, and the producer's delivery
+#   is not listed (tests/conformance/concurrent/test_interleavings.py forces it). A
+#   claim a sweep returned to pending after the snapshot is not listed either; that is
+#   not allowed for yet: which sweep reaped a row is not in the history (a sweep answers
+#   a count), and an allowance for any reaped row would excuse a claim that skips a row
+#   an earlier sweep reaped (the race mutant `sweeps-overlap`).
+# - A candidate another transaction holds is skipped. Whoever holds one is, as a rule,
+#   about to commit what the model explains (a claim takes it, a deletion removes it),
+#   so the skip fits some order. But a transaction whose connection was lost may have
+#   rolled back instead: the row it held was pending all along, and a claim that passed
+#   over it took a younger row, or missed. So a claim that overlaps such an operation of
+#   its community may have passed over as many candidates as those operations could
+#   hold: one for each claim of its target (a claim locks the one row it takes), any
+#   number for a deletion (it locks every row it deletes).
+#
+# The allowance says what a claim may have passed over, and nothing more: a claim whose
+# every candidate was listed and free, and still missed or took the wrong one, is judged
+# as the model's step judges it.
+
+
+@attrs.frozen
+class Passed:
+    """What one claim may have passed over. `unlisted`: ids of deliveries that overlapping
+    commits created, which its snapshot may not list; `held`: how many of the listed
+    candidates, oldest first, it may have found held by a transaction that then rolled
+    back (None: any)."""
+
+    unlisted: frozenset[uuid.UUID] = frozenset()
+    held: int | None = 0
+
+    def listed(self, candidate: d.Delivery) -> bool:
+        return candidate.id not in self.unlisted
 
 
 def _may_have_rolled_back(op: Operation) -> bool:
@@ -198,43 +230,56 @@ def _may_have_rolled_back(op: Operation) -> bool:
 _HOLD_EVERY_ROW = (d.DeleteRun, d.DeleteWorkflow, d.DeleteEvent)
 
 
-def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, int | None]:
-    """For each answered claim that overlaps operations which may have rolled back: how
-    many candidates it may have passed over (None: any number)."""
-    cut = [op for op in ops if _may_have_rolled_back(op)]
-    allowed: dict[int, int | None] = {}
-    if not cut:
-        return allowed
+def _overlaps(op: Operation, x: Operation) -> bool:
+    """`op` was in flight at some moment while `x` ran (x has returned)."""
+    assert x.returned is not None
+    return op.invoked < x.returned and (op.returned is None or op.returned > x.invoked)
+
+
+def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, Passed]:
+    """For each answered claim that overlaps a commit of a candidate, or an operation that
+    may have held one and rolled back: what it may have passed over."""
+    allowed: dict[int, Passed] = {}
     for x in ops:
         claim = x.command
         if not isinstance(claim, d.Claim) or x.returned is None:
             continue
-        held = [op.command for op in cut if op.invoked < x.returned]  # in flight while x ran
-        if any(isinstance(o, _HOLD_EVERY_ROW) and o.community_id == claim.community_id for o in held):
-            allowed[x.id] = None
-            continue
         mine = (claim.community_id, claim.target_pubkey)
-        rows = sum(isinstance(o, d.Claim) and (o.community_id, o.target_pubkey) == mine for o in held)
-        if rows:
-            allowed[x.id] = rows
+        during = [op for op in ops if op is not x and _overlaps(op, x)]
+        unlisted = frozenset(
+            new.id
+            for op in during
+            if isinstance(op.command, d.CommitDeliveries) and op.command.community_id == claim.community_id
+            for new in op.command.deliveries
+            if new.binding.target_pubkey == claim.target_pubkey
+        )
+        cut = [op.command for op in during if _may_have_rolled_back(op)]
+        held: int | None = sum(isinstance(o, d.Claim) and (o.community_id, o.target_pubkey) == mine for o in cut)
+        if any(isinstance(o, _HOLD_EVERY_ROW) and o.community_id == claim.community_id for o in cut):
+            held = None
+        passed = Passed(unlisted, held)
+        if passed != Passed():
+            allowed[x.id] = passed
     return allowed
 
 
-def _delivery_step_allowed(s: d.DeliverySystem, c: Any, seen: Any, skips: int | None) -> tuple[d.DeliverySystem, Any]:
-    """The model's claim, or the same claim having passed over up to `skips` of its
-    candidates (oldest first), if that is what the implementation answered."""
+def _delivery_step_allowed(s: d.DeliverySystem, c: Any, seen: Any, passed: Passed) -> tuple[d.DeliverySystem, Any]:
+    """The model's claim, or the same claim having passed over what `passed` allows, if
+    that is what the implementation answered: a miss, or a candidate other than the
+    oldest, when every candidate before it (all of them, for a miss) is one its snapshot
+    may not list, or one of at most `passed.held` listed ones."""
     decision = d.decide(s, c)
     after, outcome = decision.state, decision.outcome
     if outcome == seen or decision.rule.guard != "oldest-pending":
         return after, outcome
     order = d.claim_order(s, c)
-    passed = order[1:] if skips is None else order[1 : skips + 1]
-    if isinstance(seen, d.ClaimMiss) and (skips is None or skips >= len(order)):
-        return s, seen
-    if isinstance(seen, d.Claimed):
-        for candidate in passed:
-            if candidate.id == seen.lease.delivery_id:
-                return d.step(s, attrs.evolve(c, delivery_id=candidate.id))
+    took = seen.lease.delivery_id if isinstance(seen, d.Claimed) else None
+    ids = [candidate.id for candidate in order]
+    if (took is not None and took not in ids) or not isinstance(seen, d.Claimed | d.ClaimMiss):
+        return after, outcome
+    before = order[: ids.index(took)] if took is not None else order
+    if passed.held is None or sum(passed.listed(candidate) for candidate in before) <= passed.held:
+        return (s, seen) if took is None else d.step(s, attrs.evolve(c, delivery_id=took))
     return after, outcome
 
 

@@ -36,7 +36,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.concurrent.history import GUARD_SQLSTATE, Barrier, History, Operation, RefusedByTheDatabase
-from leaseproof.conformance.concurrent.linearizability import CheckResult, check
+from leaseproof.conformance.concurrent.linearizability import CheckResult, Spec, check
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.delivery import describe_state_difference
@@ -183,16 +183,16 @@ class Race:
         seen = (self.outcomes, self.adapter.snapshot())
         return [" ".join(order) for order in serial_orders(self.programs) if self.serial(order) == seen]
 
-    def real_time(self, intervals: Mapping[str, tuple[int, int]]) -> CheckResult:
-        """The linearizability checker's verdict, each client's one operation placed at
-        the (invoked, returned) ticks the schedule fixes."""
+    def real_time(self, intervals: Mapping[str, tuple[int, int]], spec: Spec | None = None) -> CheckResult:
+        """The linearizability checker's verdict (under the machine's spec, or `spec`), each
+        client's one operation placed at the (invoked, returned) ticks the schedule fixes."""
         operations = tuple(
             Operation(i, name, self.programs[name][0], self.outcomes[name][0], *intervals[name])
             for i, name in enumerate(intervals, 1)
         )
         end = max(t for pair in intervals.values() for t in pair) + 1
         history = History(self.machine, self.state, operations, (Barrier(end, self.adapter.snapshot()),))
-        return check(history, SPECS[self.machine])
+        return check(history, spec or SPECS[self.machine])
 
     def judgement(self, forced: Forced) -> Judgement:
         """Whether the history is explained: by the checker on the schedule's intervals,

@@ -32,7 +32,11 @@ so the points are of two kinds:
   END IF;`, which, unlike a PERFORM, leaves FOUND as it was. `Points` names
   them by the statement they surround (`before(function, text)`, `after(...)`).
   Stable and immutable functions (the clock, the keys, the argument checks) have
-  none: they cannot pause.
+  none, with one exception: the clock's read (`CLOCK_READ`, in `lp_now`), the
+  one point *inside* an operation's main statement, after the statement took
+  its snapshot and before it locks or writes anything (every operation reads
+  the clock first), where a race between a snapshot and the locks met later
+  lives.
 
 `Pause` is one armed point of either kind; each fires once. The test waits
 until the client is parked there, runs other clients, then `release()`s it,
@@ -353,16 +357,25 @@ def instrument(function: Function) -> Function:
     return function.replaced("".join(pieces) + body[last:])
 
 
+# The point inside the clock's read (see the module's docstring).
+CLOCK_READ = "lp_now@read"
+_CLOCK = "lp_now"
+
+
 def instrumented_patches(patches: Sequence[Patch | Addition]) -> tuple[Patch | Addition, ...]:
     """`patches`, then the hook, then a patch of every instrumentable function that gives it
-    its points (its whole body, as `patches` leave it, becomes the instrumented body)."""
+    its points (its whole body, as `patches` leave it, becomes the instrumented body), and
+    the clock's read its point (`CLOCK_READ`)."""
     functions = patched(patches)
     instrumentation = tuple(
         Patch(name, function.body, instrument(function).body)
         for name, function in functions.items()
         if _instrumentable(function) and name != "lp_test_pause"
     )
-    return (*patches, PAUSE_HOOK, *instrumentation)
+    clock = functions[_CLOCK].body
+    pause = f"BEGIN\n    IF lp_test_pause('{CLOCK_READ}') THEN END IF;\n"
+    read = Patch(_CLOCK, clock, clock.replace("BEGIN\n", pause, 1))
+    return (*patches, PAUSE_HOOK, *instrumentation, read)
 
 
 @attrs.frozen
@@ -938,6 +951,7 @@ class Schedule:
 
 
 __all__ = [
+    "CLOCK_READ",
     "PAUSE_HOOK",
     "TIMEOUT",
     "Aborted",
