@@ -188,11 +188,13 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
 #   it, though it may be the oldest (the clock does not always move between commits,
 #   and the id then decides), and misses if the snapshot's candidates were all taken by
 #   the time it locked: another claim took the oldest one, and the producer's delivery
-#   is not listed (tests/conformance/concurrent/test_interleavings.py forces it). A
-#   claim a sweep returned to pending after the snapshot is not listed either; that is
-#   not allowed for yet: which sweep reaped a row is not in the history (a sweep answers
-#   a count), and an allowance for any reaped row would excuse a claim that skips a row
-#   an earlier sweep reaped (the race mutant `sweeps-overlap`).
+#   is not listed (tests/conformance/concurrent/test_interleavings.py forces it). Nor is
+#   a claim that a sweep overlapping the claim returned to pending. Which sweep reaped a
+#   row is not in the history (a sweep answers a count), so a claim may pass over any
+#   reaped candidate (pending at a generation above 0) while a sweep overlaps it, unless
+#   a sweep returned before it began: that one reaped what had expired (the clock does
+#   not move within a round), and a claim that skips what it reaped is wrong (the race
+#   mutant `sweeps-overlap`).
 # - A candidate another transaction holds is skipped. Whoever holds one is, as a rule,
 #   about to commit what the model explains (a claim takes it, a deletion removes it),
 #   so the skip fits some order. But a transaction whose connection was lost may have
@@ -210,15 +212,16 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
 @attrs.frozen
 class Passed:
     """What one claim may have passed over. `unlisted`: ids of deliveries that overlapping
-    commits created, which its snapshot may not list; `held`: how many of the listed
-    candidates, oldest first, it may have found held by a transaction that then rolled
-    back (None: any)."""
+    commits created, which its snapshot may not list; `reaped`: whether a reaped candidate
+    may be unlisted too; `held`: how many of the listed candidates, oldest first, it may
+    have found held by a transaction that then rolled back (None: any)."""
 
     unlisted: frozenset[uuid.UUID] = frozenset()
+    reaped: bool = False
     held: int | None = 0
 
     def listed(self, candidate: d.Delivery) -> bool:
-        return candidate.id not in self.unlisted
+        return candidate.id not in self.unlisted and not (self.reaped and candidate.lease_generation > 0)
 
 
 def _may_have_rolled_back(op: Operation) -> bool:
@@ -237,8 +240,8 @@ def _overlaps(op: Operation, x: Operation) -> bool:
 
 
 def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, Passed]:
-    """For each answered claim that overlaps a commit of a candidate, or an operation that
-    may have held one and rolled back: what it may have passed over."""
+    """For each answered claim that overlaps a commit of a candidate, a sweep, or an
+    operation that may have held a candidate and rolled back: what it may have passed over."""
     allowed: dict[int, Passed] = {}
     for x in ops:
         claim = x.command
@@ -253,11 +256,14 @@ def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, Passed]:
             for new in op.command.deliveries
             if new.binding.target_pubkey == claim.target_pubkey
         )
+        reaped = any(isinstance(op.command, d.Reap) for op in during) and not any(
+            isinstance(op.command, d.Reap) and op.precedes(x) for op in ops
+        )
         cut = [op.command for op in during if _may_have_rolled_back(op)]
         held: int | None = sum(isinstance(o, d.Claim) and (o.community_id, o.target_pubkey) == mine for o in cut)
         if any(isinstance(o, _HOLD_EVERY_ROW) and o.community_id == claim.community_id for o in cut):
             held = None
-        passed = Passed(unlisted, held)
+        passed = Passed(unlisted, reaped, held)
         if passed != Passed():
             allowed[x.id] = passed
     return allowed

@@ -61,6 +61,7 @@ from leaseproof.model import lifecycle as lc
 
 # Errors after which nobody knows whether the operation took effect.
 LOST = (psycopg.OperationalError, ConnectionError, TimeoutError)
+REOPEN_TRIES = 3  # to open a session again after a cut (see Runner._reopened)
 
 
 class StressFault(Exception):
@@ -209,7 +210,7 @@ class Runner:
                         client.run(recorder, step, self._lose)
                     except LOST:
                         client.session.close()
-                        client.session = self.adapter.session()
+                        client.session = self._reopened()
                         self.sessions[clients.index(client)] = client.session
 
             began = time.monotonic()
@@ -230,6 +231,17 @@ class Runner:
                 recorder.barrier(self.adapter.snapshot())
         return recorder.history()
 
+    def _reopened(self) -> Any:
+        """A new session for a client whose connection was lost. Opening one is itself cut
+        when a round's cut ends its backend as it sets the session up (the terminator ends
+        any busy backend); one cut a round, so the second try holds, and the third ends it."""
+        for attempt in range(REOPEN_TRIES):
+            try:
+                return self.adapter.session()
+            except LOST:
+                if attempt == REOPEN_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _cut_during(self, futures: list[Any]) -> Any:
         """If the terminator's seed says so, end a busy backend while `futures` run: the

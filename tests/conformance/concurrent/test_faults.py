@@ -14,10 +14,10 @@ import psycopg
 import pytest
 
 from leaseproof.conformance.concurrent.faults import Cut, Terminator
-from leaseproof.conformance.concurrent.stress import stress
+from leaseproof.conformance.concurrent.stress import REOPEN_TRIES, Runner, stress
 from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.lockstep.verify import run_conformance
-from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, PostgresDeliverySession
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 
@@ -96,6 +96,40 @@ def test_the_bundled_store_stays_linearizable_when_its_backends_are_ended_mid_ro
     assert p.faults.rounds_faulted == 2 * p.histories
     assert p.faults.ended > 0 and p.faults.ended + p.faults.missed == p.faults.rounds_faulted
     assert 0 < p.indeterminate <= p.faults.ended
+
+
+class CutAsItOpens(PostgresDeliveryAdapter):
+    """The bundled adapter, whose next `cuts` sessions have their backend ended as they are
+    set up, as a round's cut ends whatever backend is busy at that moment."""
+
+    cuts = 0
+
+    def session(self) -> PostgresDeliverySession:
+        session = super().session()
+        if self.cuts:
+            self.cuts -= 1
+            with psycopg.connect(self.dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (_pid(session.conn),))
+            session.conn.execute("SELECT 1")  # the set-up's next statement meets the cut
+        return session
+
+
+@pytest.mark.parametrize("cuts", [1, REOPEN_TRIES])
+def test_a_session_cut_as_it_opens_again_is_opened_once_more(delivery_dsn: str, cuts: int) -> None:
+    adapter = CutAsItOpens(delivery_dsn)
+    runner = Runner(adapter, "delivery", 1)
+    try:
+        adapter.cuts = cuts
+        if cuts < REOPEN_TRIES:
+            session = runner._reopened()
+            assert session.conn.execute("SELECT 1").fetchone() is not None and adapter.cuts == 0
+            session.close()
+        else:  # every try cut: the loss is the run's to report
+            with pytest.raises(psycopg.OperationalError):
+                runner._reopened()
+    finally:
+        runner.close()
+        adapter.close()
 
 
 def test_stress_terminate_on_the_command_line(delivery_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -222,6 +222,58 @@ def test_a_claim_may_take_a_younger_row_one_row_per_claim_that_lost_its_connecti
     assert first.created_at == second.created_at and first.id < second.id  # the tie-break decided the order
 
 
+def test_a_claim_may_pass_over_what_a_commit_overlapping_it_created() -> None:
+    # d1 pending; w1's claim spans a producer's commit of d2 and w2's claim of d1, which began
+    # after the commit returned: its snapshot listed d1 only, w2 took it, and w1 missed.
+    later = run(PENDING, d.AdvanceClock(dt.timedelta(seconds=1)))  # d2 will be the younger
+    with_d2 = run(later, commit("A", D2, step="s2"))
+    taken = outcome_of(with_d2, claim())
+    assert isinstance(taken, d.Claimed) and taken.lease.delivery_id == D1
+    produce = op(2, "p", commit("A", D2, step="s2"), outcome_of(later, commit("A", D2, step="s2")), 2, 3)
+    w2 = op(3, "w2", claim(), taken, 4, 5)
+    miss = op(1, "w1", claim(), d.ClaimMiss(), 1, 6)
+    end = (Barrier(7, run(with_d2, claim())),)
+    assert verdicts(history(later, miss, produce, w2, barriers=end)) == (LINEARIZABLE,) * 2
+    one_moment = attrs.evolve(DELIVERY, allowances=None, step_allowed=None)
+    assert verdicts(history(later, miss, produce, w2, barriers=end), one_moment) == (NOT_LINEARIZABLE,) * 2
+    # A claim that began after the commit returned lists its delivery: the miss is wrong.
+    late_miss = attrs.evolve(miss, invoked=4)
+    assert verdicts(history(later, late_miss, produce, w2, barriers=end)) == (NOT_LINEARIZABLE,) * 2
+    # Nor may a claim pass over what was pending before it began, with no one taking it.
+    alone = (Barrier(4, with_d2),)
+    before = op(1, "w1", claim(), d.ClaimMiss(), 1, 3)
+    produce_other = op(2, "p", commit("A", D2, step="s2"), produce.outcome, 1, 2)
+    assert verdicts(history(later, before, produce_other, barriers=alone)) == (NOT_LINEARIZABLE,) * 2
+
+
+# A with d2 pending, and d1, younger, claimed by id for 30 s; the clock past d1's lease.
+SECOND = dt.timedelta(seconds=1)
+REAPABLE = run(founded(A, B), commit("A", D2, step="s2"), d.AdvanceClock(SECOND), commit("A", D1))
+REAPABLE = run(REAPABLE, attrs.evolve(claim(), delivery_id=D1), d.AdvanceClock(40 * SECOND))
+
+
+def test_a_claim_may_pass_over_what_a_sweep_overlapping_it_reaped() -> None:
+    # w1's snapshot lists d2 (d1 is claimed); a sweep returns d1 to pending; w2, begun after
+    # the sweep returned, takes d2, the oldest; w1 then finds d2 taken and misses.
+    reaped = run(REAPABLE, d.Reap())
+    w2_took = d.step(reaped, claim())
+    assert isinstance(w2_took[1], d.Claimed) and w2_took[1].lease.delivery_id == D2
+    sweep = op(2, "reaper", d.Reap(), d.Reaped(1), 2, 3)
+    w2 = op(3, "w2", claim(), w2_took[1], 4, 5)
+    miss = op(1, "w1", claim(), d.ClaimMiss(), 1, 6)
+    end = (Barrier(7, w2_took[0]),)
+    assert verdicts(history(REAPABLE, miss, sweep, w2, barriers=end)) == (LINEARIZABLE,) * 2
+    one_moment = attrs.evolve(DELIVERY, allowances=None, step_allowed=None)
+    assert verdicts(history(REAPABLE, miss, sweep, w2, barriers=end), one_moment) == (NOT_LINEARIZABLE,) * 2
+    # A sweep that returned before the claim began reaped what had expired, d1, and the
+    # claim lists it, though another sweep (which reaps nothing) overlaps the claim.
+    first = op(2, "reaper", d.Reap(), d.Reaped(1), 0, 1)
+    second = op(4, "other", d.Reap(), d.Reaped(0), 3, 7)
+    late_miss = attrs.evolve(miss, invoked=2)
+    ended = (Barrier(8, w2_took[0]),)
+    assert verdicts(history(REAPABLE, late_miss, first, w2, second, barriers=ended)) == (NOT_LINEARIZABLE,) * 2
+
+
 def test_an_end_state_mismatch_is_a_violation_even_when_every_outcome_is_explained() -> None:
     h = history(PENDING, op(1, "w1", claim(), CLAIMED, 1, 2), barriers=(Barrier(3, PENDING),))
     result = check(h, DELIVERY)
