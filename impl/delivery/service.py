@@ -21,12 +21,20 @@ ended, the network cut):
 `Unavailable` (a bound was reached: a lock another client holds, a statement
 too long, or no server to connect to) is raised as it is: nothing took
 effect, and when to try again is the caller's decision (it is load, not a
-lost answer).
+lost answer). Except after a call whose outcome is unknown: if its resend
+cannot connect, or is itself lost, the caller is told the first call's
+`ConnectionLost(applied=None)`, never that nothing took effect.
+
+`resent_at` says, after each call, when its answer came from a resend (the
+time the resend was sent, `time.time()`), or None: what an audit needs to
+tell a resend told `Settled` because the first attempt never ran from one
+told `Settled` again though the first had settled it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +72,7 @@ class DeliveryService:
         self.store_class, self._connect = store_class, connect
         self._store: PostgresDeliveryStore | None = None
         self.connections = 0  # how many connections it has opened
+        self.resent_at: float | None = None  # the last call's: when its answering resend was sent
 
     def execute(self, command: m.Command) -> m.Outcome:
         """Run one model command, as `PostgresDeliveryStore.execute` does, on a live connection."""
@@ -84,13 +93,26 @@ class DeliveryService:
 
     def _call(self, operation: str, command: m.Command, call: Callable[[PostgresDeliveryStore], Any]) -> Any:
         attempt = 0
+        unknown: ConnectionLost | None = None  # an earlier attempt's, whose outcome nobody knows
+        self.resent_at = None
         while True:
-            store = self._live(operation)
             try:
+                store = self._live(operation)
+            except Unavailable:
+                if unknown is not None:
+                    raise unknown from unknown.__cause__
+                raise
+            try:
+                if attempt:
+                    self.resent_at = time.time()
                 return call(store)
             except ConnectionLost as lost:
                 self._drop()
+                if lost.applied is not False:
+                    unknown = unknown or lost
                 if attempt >= self.resends or not may_resend(command, lost):
+                    if unknown is not None and unknown is not lost:
+                        raise unknown from unknown.__cause__  # the first call's outcome is still unknown
                     raise
                 attempt += 1
 

@@ -123,10 +123,41 @@ def test_a_finish_lost_while_committing_is_sent_again_and_its_answer_says_what_h
             # Here the statement never reached the server, so the resend settles it; had it run,
             # the resend would answer AlreadyTerminal(finished) (the model's resend rule; explore proves it).
             assert cut.client.result(_BOUND) == m.Settled(m.Status.FINISHED)
-            assert service.connections == 2
+            assert service.connections == 2 and service.resent_at is not None  # the resend answered
+            assert service.execute(m.Finish(claimed.lease, m.Status.FINISHED)) == m.AlreadyTerminal(m.Status.FINISHED)
+            assert service.resent_at is None  # answered the first time
         finally:
             service.close()
     assert _row(world, D1) == ("finished", 1)
+
+
+class _NoServerAfterTheFirst(_CutOnce):
+    """As `_CutOnce`, and every later connection fails: the server is gone."""
+
+    def __call__(self, dsn: str, waits: Waits) -> Any:
+        if self.client is not None:
+            raise psycopg.OperationalError("connection refused (the server is restarting)")
+        return super().__call__(dsn, waits)
+
+
+def test_a_call_lost_while_committing_whose_resend_cannot_connect_is_still_unknown(world: str) -> None:
+    """Not `Unavailable`, which says nothing took effect: the first call may have."""
+    with DeliveryService(world) as setup:
+        claimed = setup.execute(m.Claim(A, TARGET, 30))
+    assert isinstance(claimed, m.Claimed)
+    with Schedule(world) as schedule:
+        cut = _NoServerAfterTheFirst(schedule, PostgresDeliveryStore.SQL_FINISH, at="statement")
+        service = DeliveryService(world, connect=cut)
+        try:
+            service._live("Finish")
+            cut.client.start(lambda: service.execute(m.Finish(claimed.lease, m.Status.FINISHED)))
+            cut.cut_when_parked()
+            with pytest.raises(ConnectionLost) as raised:
+                cut.client.result(_BOUND)
+            assert raised.value.applied is None and raised.value.operation == "Finish"
+            assert service.connections == 1
+        finally:
+            service.close()
 
 
 def test_a_claim_lost_while_committing_is_not_sent_again(world: str) -> None:
