@@ -96,8 +96,10 @@ class Plan:
     faults: tuple[str, ...] = FAULTS
     every: float = 0.4  # seconds between fault decisions
     # The store the workers and the reaper use: the bundled one, or a variant of it (a mutant),
-    # whose database functions `prepare` puts in the database.
+    # whose database functions `prepare` puts in the database; and the client they hold it
+    # through (a service mutant's is a variant of DeliveryService).
     store: type[PostgresDeliveryStore] = PostgresDeliveryStore
+    service: type[DeliveryService] = DeliveryService
 
 
 @attrs.define
@@ -110,6 +112,7 @@ class Report:
     stale: list[str] = attrs.field(factory=list)
     same_generation: list[str] = attrs.field(factory=list)
     unprocessed: list[str] = attrs.field(factory=list)
+    orphaned: list[str] = attrs.field(factory=list)
     answers: Counter[str] = attrs.field(factory=Counter)
     worst_healthy_delay: float = 0.0
     worst_stalled_delay: float = 0.0
@@ -118,7 +121,7 @@ class Report:
 
     @property
     def safe(self) -> bool:
-        return not (self.lost or self.double or self.stale or self.same_generation or self.unprocessed)
+        return not (self.lost or self.double or self.stale or self.same_generation or self.unprocessed or self.orphaned)
 
     @property
     def live(self) -> bool:
@@ -134,13 +137,21 @@ class Report:
             f"faults: {faults}",
             f"answers: {answers}",
             f"lost: {len(self.lost)}   settled twice: {len(self.double)}   stale accepted: {len(self.stale)}"
-            f"   one generation claimed twice: {len(self.same_generation)}   unprocessed: {len(self.unprocessed)}",
+            f"   one generation claimed twice: {len(self.same_generation)}   unprocessed: {len(self.unprocessed)}"
+            f"   orphaned leases: {len(self.orphaned)}",
             f"worst reap delay: healthy tenants {self.worst_healthy_delay:.2f}s (bound {REAP_BOUND:g}s)"
             f", the stalled tenant {self.worst_stalled_delay:.2f}s"
             f"   (expired leases passed over by sweeps, held locked: {self.left_by_sweeps})",
             *(
                 f"  {problem}"
-                for problem in (*self.lost, *self.double, *self.stale, *self.same_generation, *self.unprocessed)[:20]
+                for problem in (
+                    *self.lost,
+                    *self.double,
+                    *self.stale,
+                    *self.same_generation,
+                    *self.unprocessed,
+                    *self.orphaned,
+                )[:20]
             ),
             "verdict: " + ("SAFE" if self.safe else "UNSAFE") + ", " + ("LIVE" if self.live else "NOT LIVE"),
         ]
@@ -166,6 +177,7 @@ def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
     with connect(dsn) as conn:
         migrate(conn)
         install(conn, patches_of(plan.store))
+        conn.execute(_CLAIM_TRAIL)
         store = plan.store(conn)
         for t in range(plan.tenants):
             community = tenant(t)
@@ -184,6 +196,22 @@ def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
     return ids
 
 
+# Every claim the database hands out, as the database saw it (the audit's, in the run's own
+# database, beside the schema it judges): which delivery, at which generation, under which
+# request key (a worker's keys begin with its name).
+_CLAIM_TRAIL = """
+    CREATE TABLE lp_nemesis_claims (id uuid NOT NULL, generation bigint NOT NULL, claim_key text);
+    CREATE FUNCTION lp_nemesis_trail() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO lp_nemesis_claims VALUES (NEW.id, NEW.lease_generation, NEW.claim_key);
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER lp_nemesis_trail AFTER UPDATE ON workflow_agent_deliveries FOR EACH ROW
+        WHEN (OLD.status <> 'claimed' AND NEW.status = 'claimed') EXECUTE FUNCTION lp_nemesis_trail();
+"""
+
+
 def _log(out: Any, **entry: Any) -> None:
     out.write(json.dumps(entry, default=str) + "\n")
     out.flush()
@@ -199,15 +227,18 @@ def _quiet() -> None:
 def worker(
     dsn: str, name: str, seed: int, until: float, log_path: str, tenants: int,
     store_class: type[PostgresDeliveryStore] = PostgresDeliveryStore,
+    service_class: type[DeliveryService] = DeliveryService,
 ) -> None:  # fmt: skip
     """Claim, sometimes renew, finish, through the DeliveryService (it reconnects, and
-    resends what is safe to resend)."""
+    resends what is safe to resend). A finish answered by a resend is logged with when the
+    resend was sent (`resent_at`); a call given up is logged with what it was doing."""
     _quiet()
     rng = random.Random(seed)
-    store = DeliveryService(_named(dsn, name), WAITS, store_class=store_class)
+    store = service_class(_named(dsn, name), WAITS, store_class=store_class)
     claims = 0
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
+            doing = "claim"
             try:
                 community = tenant(rng.randrange(tenants))
                 claims += 1  # each claim request its own key: a resend after a lost answer gets its lease
@@ -220,20 +251,23 @@ def worker(
                 _log(out, op="claim", answer="Claimed", id=lease.delivery_id, gen=lease.lease_generation)
                 time.sleep(rng.uniform(0, WORK_SECONDS))  # the work the delivery asks for
                 if rng.random() < 0.3:
+                    doing = "renew"
                     renewed = store.execute(m.Renew(lease, LEASE_SECONDS))
                     _log(out, op="renew", answer=type(renewed).__name__, id=lease.delivery_id,
                          gen=lease.lease_generation)  # fmt: skip
                     if isinstance(renewed, m.Renewed):
                         lease = attrs.evolve(lease, lease_until=renewed.lease_until)
+                doing = "finish"
                 done = store.execute(m.Finish(lease, m.Status.FINISHED))
-                _log(out, op="finish", answer=type(done).__name__, id=lease.delivery_id, gen=lease.lease_generation)
+                _log(out, op="finish", answer=type(done).__name__, id=lease.delivery_id, gen=lease.lease_generation,
+                     resent_at=store.resent_at)  # fmt: skip
             except Refused as refused:
-                _log(out, op="refused", answer=type(refused.rejection).__name__)
+                _log(out, op="refused", answer=type(refused.rejection).__name__, doing=doing)
             except Unavailable as exc:
-                _log(out, op="unavailable", answer="Unavailable", reason=exc.reason)
+                _log(out, op="unavailable", answer="Unavailable", reason=exc.reason, doing=doing)
                 time.sleep(0.05)  # a worker backs off before it tries again (the server may be restarting)
             except (ConnectionLost, psycopg.Error) as exc:
-                _log(out, op="lost", answer=type(exc).__name__)
+                _log(out, op="lost", answer=type(exc).__name__, doing=doing)
                 store.close()
 
 
@@ -282,7 +316,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
 
     def start(i: int) -> None:
         seed = rng.randrange(2**32)
-        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants, plan.store)
+        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants, plan.store, plan.service)
         procs[i] = ctx.Process(target=worker, args=args, daemon=True)
         procs[i].start()
 
@@ -291,6 +325,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
     sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl"), plan.store), daemon=True)
     sweeper.start()
     paused: dict[int, float] = {}  # worker -> when to continue it
+    killed: Counter[str] = Counter()  # by worker name
     staller: psycopg.Connection[Any] | None = None
     stalled_until = 0.0
     monitor: psycopg.Connection[Any] | None = connect(dsn)
@@ -325,6 +360,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 kind = kinds.pop()
                 i = rng.randrange(plan.workers)
                 if kind == "kill" and i not in paused:
+                    killed[f"lp-nemesis-worker-{i}"] += 1
                     procs[i].kill()
                     procs[i].join(10)
                     start(i)
@@ -369,15 +405,16 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 os.kill(procs[i].pid, signal.SIGCONT)
         if staller is not None:
             staller.close()
-        for proc in (*procs.values(), sweeper):
+        for i, proc in (*procs.items(), (-1, sweeper)):
             proc.join(10 + WAITS.statement)
             if proc.is_alive():
+                killed[f"lp-nemesis-worker-{i}"] += 1
                 proc.kill()
                 proc.join(10)
         if monitor is not None:
             monitor.close()
     _drain(dsn, plan.store)
-    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report)
+    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, killed)
     for line in report.lines():
         say(line)
     return report
@@ -410,7 +447,10 @@ def _entries(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
                     yield json.loads(line)
 
 
-def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report) -> None:
+def _audit(
+    dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report, killed: Counter[str] | None = None
+) -> None:
+    """Judge the logs and the rows; `killed`: how many times each worker (by name) was killed."""
     with connect(dsn) as conn:
         rows = {
             row["id"]: row
@@ -419,6 +459,9 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
                 " FROM workflow_agent_deliveries"
             ).fetchall()
         }
+        trail = []
+        if conn.execute("SELECT to_regclass('lp_nemesis_claims') IS NOT NULL AS made").fetchone()["made"]:  # type: ignore[index]  # one row
+            trail = conn.execute("SELECT id, generation, claim_key FROM lp_nemesis_claims").fetchall()
     for delivery in ids:
         if delivery not in rows:
             report.lost.append(f"lost: delivery {delivery} was committed and is gone")
@@ -429,14 +472,21 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
                 f" its lease until {held['lease_until']}, after every worker stopped and the last lease ran out"
             )
     settled: dict[str, list[int]] = defaultdict(list)
+    resettled: list[dict[str, Any]] = []  # Settled answers that came from a resend
     claims: dict[tuple[str, int], int] = Counter()
-    for entry in _entries(logs):
-        report.answers[f"{entry['op']}:{entry['answer']}"] += 1
-        report.left_by_sweeps += entry.get("left", 0)
-        if entry["op"] == "claim" and entry["answer"] == "Claimed":
-            claims[(entry["id"], entry["gen"])] += 1
-        if entry["op"] == "finish" and entry["answer"] == "Settled":
-            settled[entry["id"]].append(entry["gen"])
+    given_up: Counter[str] = Counter()  # claims a worker gave up on, their outcome unknown, by worker
+    for path in logs:
+        for entry in _entries((path,)):
+            report.answers[f"{entry['op']}:{entry['answer']}"] += 1
+            report.left_by_sweeps += entry.get("left", 0)
+            if entry["op"] == "claim" and entry["answer"] == "Claimed":
+                claims[(entry["id"], entry["gen"])] += 1
+            if entry["op"] == "finish" and entry["answer"] == "Settled":
+                settled[entry["id"]].append(entry["gen"])
+                if entry.get("resent_at") is not None:
+                    resettled.append(entry)
+            if entry["op"] == "lost" and entry.get("doing") == "claim":
+                given_up[f"lp-nemesis-{path.stem}"] += 1
     report.cycles = sum(map(len, settled.values()))
     for (claimed, generation), count in claims.items():
         if count > 1:
@@ -453,6 +503,44 @@ def _audit(dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report)
                 f"stale accepted: delivery {settled_id} settled at generation {generations[-1]}, the row is"
                 f" {row['status']} at generation {row['lease_generation']}"
             )
+    for entry in resettled:  # told Settled by a resend, though the first attempt had settled it
+        row = by_text.get(entry["id"])
+        if row is not None and row["finished_at"] is not None and row["finished_at"].timestamp() < entry["resent_at"]:
+            report.double.append(
+                f"settled twice: delivery {entry['id']} was settled at {row['finished_at']:%H:%M:%S.%f} by a finish"
+                f" whose answer was lost, and its resend, sent later, was told Settled again"
+            )
+    _orphans(trail, claims, given_up, killed or Counter(), report)
+
+
+def _orphans(
+    trail: Sequence[dict[str, Any]],
+    claims: dict[tuple[str, int], int],
+    given_up: Counter[str],
+    killed: Counter[str],
+    report: Report,
+) -> None:
+    """Every lease the database handed out must reach the worker whose key it was claimed
+    under, unless that worker was killed (it may have died with the answer on its way) or
+    gave the claim up (its connection lost, and the resend too): at most one such lease
+    for each. What is left over is a lease nobody holds, its delivery held up until the
+    lease runs out."""
+    unheld: dict[str, list[str]] = defaultdict(list)
+    for row in trail:
+        if (str(row["id"]), row["generation"]) in claims:
+            continue
+        key = row["claim_key"] or ""
+        unheld[key.split("/", 1)[0]].append(
+            f"delivery {row['id']} at generation {row['generation']} under key {key or '(none)'}"
+        )
+    for worker, leases in sorted(unheld.items()):
+        excused = killed[worker] + given_up[worker]
+        if len(leases) > excused:
+            report.orphaned.append(
+                f"orphaned leases: {len(leases)} claimed for {worker or 'no worker'} reached nobody, where its"
+                f" {killed[worker]} kills and {given_up[worker]} claims given up explain at most {excused}:"
+                f" {'; '.join(leases[:3])}"
+            )
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -465,13 +553,14 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     store: type[PostgresDeliveryStore] = PostgresDeliveryStore
+    service: type[DeliveryService] = DeliveryService
     if args.mutant is not None:
         from leaseproof.impl.mutants import by_name
         from leaseproof.impl.mutants.faults import FAULT_MUTANTS
         from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
         mutant = by_name((*SERVICE_MUTANTS, *FAULT_MUTANTS), args.mutant)
-        store = mutant.store
+        store, service = mutant.store, mutant.service
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     with postgres_server(args.dsn, log=lambda line: err.write(line + "\n")) as server:
         if server.restart is None and "restart" in faults:
@@ -486,6 +575,14 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"nemesis seed {seed}: {args.workers} workers, {args.duration:g}s, faults {', '.join(faults) or 'none'}\n"
         )
         with scratch_database(server) as dsn, tempfile.TemporaryDirectory(prefix="lp-nemesis-") as folder:
-            plan = Plan(seed, args.duration, args.workers, per_tenant=args.deliveries, faults=faults, store=store)
+            plan = Plan(
+                seed,
+                args.duration,
+                args.workers,
+                per_tenant=args.deliveries,
+                faults=faults,
+                store=store,
+                service=service,
+            )
             report = run(dsn, plan, Path(folder), say=lambda line: out.write(line + "\n"), restart=server.restart)
     return 0 if report.safe and report.live else 1

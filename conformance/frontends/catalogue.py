@@ -30,7 +30,7 @@ ALL_MUTANTS = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
 # impl/mutants/service.py: what the nemesis's audit must catch (with the fault mutants).
 SERVICE_MUTANTS = (
     "reap-deletes", "finish-retry-settles-again", "finish-ignores-generation", "generation-never-moves",
-    "sweep-waits-for-locks",
+    "sweep-waits-for-locks", "resend-claim-new-key",
 )  # fmt: skip
 
 CHECKER_BUDGET = 200_000  # conformance/concurrent/linearizability.py: DEFAULT_BUDGET

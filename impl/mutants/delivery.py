@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import attrs
 
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.migrate import Addition, Patch, functions, patched
 from leaseproof.model import delivery as m
@@ -267,6 +268,8 @@ class Mutant:
     name: str
     stands_for: str
     store: type[PostgresDeliveryStore]
+    # The client a service holds the store through (a service mutant's is a variant of it).
+    service: type[DeliveryService] = DeliveryService
     machine: ClassVar[str] = "delivery"
 
     def adapter(self, dsn: str) -> PostgresDeliveryAdapter:

@@ -13,9 +13,16 @@ it claims to.
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
+import attrs
+
+from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.migrate import Patch
 from leaseproof.impl.mutants.delivery import Mutant, edits
+from leaseproof.model import delivery as m
 
 Store = PostgresDeliveryStore
 
@@ -92,6 +99,24 @@ class SweepWaitsForLocks(Store):
     )
 
 
+class ResendsClaimUnderANewKey(DeliveryService):
+    """The client makes a claim's request key per attempt, not per claim: a claim whose
+    answer was lost after it committed is sent again under another key, which takes the
+    next pending delivery. The first stays claimed by nobody until its lease runs out (a
+    delivery held up by one lease, a worker's lease wasted). The store is the bundled
+    one; no lockstep or stress run sends anything twice, so only a lost answer shows it."""
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        if not isinstance(command, m.Claim) or command.request_key is None:
+            return super().execute(command)
+        attempts = itertools.count()
+
+        def attempt(store: Any) -> Any:
+            return store.execute(attrs.evolve(command, request_key=f"{command.request_key}/{next(attempts)}"))
+
+        return self._call("Claim", command, attempt)
+
+
 SERVICE_MUTANTS: tuple[Mutant, ...] = (
     Mutant("reap-deletes", "lost: the sweep deletes an expired delivery instead of returning it", ReapDeletes),
     Mutant(
@@ -113,5 +138,11 @@ SERVICE_MUTANTS: tuple[Mutant, ...] = (
         "sweep-waits-for-locks",
         "not live: the sweep waits for one stalled tenant's locked rows and reaps nobody meanwhile",
         SweepWaitsForLocks,
+    ),
+    Mutant(
+        "resend-claim-new-key",
+        "orphaned lease: a claim whose answer was lost is sent again under a new request key",
+        PostgresDeliveryStore,
+        ResendsClaimUnderANewKey,
     ),
 )

@@ -6,7 +6,9 @@ logs and rows made to break each rule it checks."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,54 @@ def test_the_audit_finds_a_lost_delivery_a_double_settlement_a_stale_holder_a_sh
     (stuck,) = report.unprocessed
     assert stuck.startswith(f"unprocessed: delivery {second} is still claimed at generation 2, its lease until ")
     assert not report.safe and report.lines()[-1].startswith("verdict: UNSAFE")
+
+
+def test_the_audit_finds_a_resend_told_settled_again_and_a_lease_that_reached_nobody(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    with scratch_database(pg_server) as dsn:
+        ids = nemesis.prepare(dsn, Plan(seed=1, duration=1, tenants=1, per_tenant=3))
+        first, second, third = (str(i) for i in ids)
+        claim = (
+            "UPDATE workflow_agent_deliveries SET status = 'claimed', lease_generation = 1, claim_key = %s,"
+            " lease_until = now() + interval '1 minute', claimed_at = now() WHERE id = %s"
+        )
+        finish = (
+            "UPDATE workflow_agent_deliveries SET status = 'finished', lease_until = NULL, claimed_at = NULL,"
+            " claim_key = NULL, finished_at = now() WHERE id = %s"
+        )
+        with connect(dsn) as conn:
+            for delivery, key in ((first, "lp-nemesis-worker-0/7/1"), (second, "lp-nemesis-worker-0/7/2")):
+                conn.execute(claim, (key, uuid.UUID(delivery)))
+                conn.execute(finish, (uuid.UUID(delivery),))
+            conn.execute(claim, ("lp-nemesis-worker-1/9/1", uuid.UUID(third)))  # handed to nobody
+        now = time.time()
+        worker_0 = _log(
+            tmp_path / "worker-0.jsonl",
+            {"op": "claim", "answer": "Claimed", "id": first, "gen": 1},
+            {"op": "claim", "answer": "Claimed", "id": second, "gen": 1},
+            # Its first attempt settled it (finished_at is now); the resend, sent a minute later, told Settled.
+            {"op": "finish", "answer": "Settled", "id": first, "gen": 1, "resent_at": now + 60},
+            # The first attempt never ran: the resend, sent a minute before the row was settled, settled it.
+            {"op": "finish", "answer": "Settled", "id": second, "gen": 1, "resent_at": now - 60},
+        )
+        worker_1 = tmp_path / "worker-1.jsonl"
+        worker_1.write_text("", encoding="utf-8")
+        report = Report()
+        nemesis._audit(dsn, ids, [worker_0, worker_1], report)
+        assert len(report.double) == 1 and report.double[0].startswith(f"settled twice: delivery {first} was settled")
+        (orphan,) = report.orphaned
+        assert (
+            orphan.startswith("orphaned leases: 1 claimed for lp-nemesis-worker-1 reached nobody") and third in orphan
+        )
+        # A kill of that worker, or a claim it gave up on, explains one such lease.
+        excused = Report()
+        nemesis._audit(dsn, ids, [worker_0, worker_1], excused, Counter({"lp-nemesis-worker-1": 1}))
+        assert excused.orphaned == []
+        _log(worker_1, {"op": "lost", "answer": "ConnectionLost", "doing": "claim"})
+        gave_up = Report()
+        nemesis._audit(dsn, ids, [worker_0, worker_1], gave_up)
+        assert gave_up.orphaned == [] and not gave_up.safe  # (the double settlement stays)
 
 
 def test_liveness_is_judged_against_its_bound() -> None:
