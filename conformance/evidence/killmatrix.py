@@ -20,7 +20,13 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   (conformance/concurrent/schedules.py: INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS);
 - fault mutants, an operation spread over two transactions, which pass the
   sequential lockstep: stress with connections cut (`stress --terminate`) and
-  the lease-queue profile, whose race rounds cut them too.
+  the lease-queue profile, whose race rounds cut them too;
+- service mutants (impl/mutants/service.py), each breaking one clause of the
+  nemesis's audit: the nemesis (`leaseproof nemesis`: the store used as a
+  service uses it, under every fault a shared server allows), NEMESIS_SECONDS
+  on each seed. The full matrix runs it; the fast subset leaves it to the
+  tests (tests/conformance/concurrent/test_nemesis.py runs a short nemesis in
+  CI, on the bundled store and two of them).
 
 The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
 its race rounds (TERMINATE) for every delivery mutant it judges.
@@ -33,7 +39,8 @@ The fast subset (`fast=True`) keeps the checks that take seconds: the
 lockstep with scenarios (each sequential mutant dies in a fixed scenario),
 the forced interleavings (instead of stress, for the four mutants that need
 them), stress for the other race mutants, which it usually kills
-within a few dozen programs, and both checks of the fault mutants.
+within a few dozen programs, and both checks of the fault mutants; no
+service mutant.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.explain import violation_sentence
 from leaseproof.conformance.concurrent.linearizability import timeline
 from leaseproof.conformance.concurrent.models import SPECS
@@ -71,17 +79,20 @@ from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
+from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
 SEED = 20261129  # the kill tests' seed
-SEQUENTIAL, RACE, FAULT = "sequential", "race", "fault"
-KINDS = (SEQUENTIAL, RACE, FAULT)
+SEQUENTIAL, RACE, FAULT, SERVICE = "sequential", "race", "fault", "service"
+KINDS = (SEQUENTIAL, RACE, FAULT, SERVICE)
 
 SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
 SEARCH_ALONE = "lockstep: search alone"
 STRESS = "stress"
 FORCED = "forced interleaving"
 GUARANTEES = "guarantees profile"
-CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES)
+NEMESIS = "nemesis"
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS)
+NEMESIS_SECONDS = 30.0  # of each service mutant's nemesis run, on each seed
 GUARANTEE_RACES = 20  # rounds of each of the profile's races
 FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
 TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
@@ -130,6 +141,8 @@ class Subject:
         full matrix also judges each delivery mutant by the lease-queue profile (`leaseproof
         guarantees`), which sees only the lease lifecycle of one tenant and target."""
         profile = (GUARANTEES,) if self.machine == "delivery" and not fast else ()
+        if self.kind == SERVICE:
+            return () if fast else (NEMESIS,)
         if self.kind == FAULT:
             return (STRESS, GUARANTEES)
         if self.kind == SEQUENTIAL:
@@ -145,6 +158,7 @@ SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, SEQUENTIAL, mu.stands_for, mu) for mu in _SEQUENTIAL_MUTANTS),
     *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, _FORCED_SCHEDULES.get(mu.name)) for mu in RACE_MUTANTS),
     *(Subject(mu.name, mu.machine, FAULT, mu.stands_for, mu) for mu in FAULT_MUTANTS),
+    *(Subject(mu.name, mu.machine, SERVICE, mu.stands_for, mu) for mu in SERVICE_MUTANTS),
 )
 
 
@@ -198,7 +212,7 @@ class Row:
     @property
     def why(self) -> str:
         """The one line that says what the check saw: for stress, the violation in the model's words."""
-        return self.counterexample.splitlines()[0] if self.check == STRESS and self.counterexample else ""
+        return self.counterexample.splitlines()[0] if self.check in (STRESS, NEMESIS) and self.counterexample else ""
 
     def to_json(self) -> dict[str, Any]:
         fields = attrs.asdict(self, filter=lambda field, _: field.name != "stress")
@@ -218,15 +232,20 @@ class KillMatrix:
         return any(row.killed for row in self.rows if row.mutant == subject.name)
 
     @property
+    def judged(self) -> tuple[Subject, ...]:
+        """The subjects some check ran on (the fast subset runs none on a service mutant)."""
+        return tuple(s for s in self.subjects if s.checks(self.fast))
+
+    @property
     def survivors(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.subjects if not self.killed(s))
+        return tuple(s.name for s in self.judged if not self.killed(s))
 
     def counts(self) -> dict[str, tuple[int, int]]:
-        """(killed, total) mutants of each kind."""
+        """(killed, total) mutants of each kind, of those judged."""
         return {
             kind: (
-                sum(self.killed(s) for s in self.subjects if s.kind == kind),
-                sum(s.kind == kind for s in self.subjects),
+                sum(self.killed(s) for s in self.judged if s.kind == kind),
+                sum(s.kind == kind for s in self.judged),
             )
             for kind in KINDS
         }
@@ -425,6 +444,30 @@ def _guarantees(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
     )
 
 
+def _nemesis(subject: Subject, dsn: str, seed: int) -> Row:
+    """The nemesis on the mutant's store and client, every fault a shared server allows."""
+    variant = subject.variant
+    assert isinstance(variant, Mutant)
+    faults = tuple(kind for kind in nemesis.FAULTS if kind != "restart")  # the server is the matrix's
+    plan = nemesis.Plan(seed, NEMESIS_SECONDS, faults=faults, store=variant.store, service=variant.service)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lp-killmatrix-nemesis-") as folder:
+        report = nemesis.run(dsn, plan, Path(folder), say=lambda line: None)
+    seconds = time.monotonic() - started
+    base = _row(subject, NEMESIS, budget=1, unit="runs", check_seconds=seconds, seed=seed)
+    problems = [*report.lost, *report.double, *report.stale, *report.same_generation, *report.unprocessed]
+    problems += report.orphaned
+    if not report.live:
+        problems.append(f"not live: a healthy tenant's expired lease waited {report.worst_healthy_delay:.2f}s")
+    injected = ", ".join(f"{kind} {report.faults[kind]}" for kind in faults)
+    if not problems:
+        return attrs.evolve(base, examples=1, seconds=seconds, detail=f"safe and live under {injected}")
+    found = f"{len(problems)} found under {injected}"
+    return attrs.evolve(
+        base, killed=True, examples=1, seconds=seconds, how="divergence", detail=found, counterexample=problems[0]
+    )
+
+
 def _row(subject: Subject, check: str, *, budget: int, unit: str, check_seconds: float, seed: int | None) -> Row:
     return Row(
         subject.name, subject.machine, subject.kind, subject.stands_for, check, seed,
@@ -484,6 +527,8 @@ def run_matrix(
                             row = _forced(subject, dsn)
                         elif check == GUARANTEES:
                             row = _guarantees(subject, dsn, seed, budgets)
+                        elif check == NEMESIS:
+                            row = _nemesis(subject, dsn, seed)
                         else:
                             row = _lockstep(subject, dsn, check, seed, budgets)
                     rows.append(row)
@@ -522,9 +567,10 @@ def table(matrix: KillMatrix) -> str:
     """The matrix as a Markdown table, what stress saw in each history it convicted, then the summary."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(" --- " for _ in COLUMNS) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |" for row in matrix.rows]
-    seen = [f"- {row.mutant} (seed {row.seed}): {row.why}" for row in matrix.rows if row.killed and row.why]
-    if seen:
-        lines += ["", "what stress saw:", *seen]
+    for check, heading in ((STRESS, "what stress saw:"), (NEMESIS, "what the nemesis saw:")):
+        seen = [f"- {r.mutant} (seed {r.seed}): {r.why}" for r in matrix.rows if r.check == check and r.why]
+        if seen:
+            lines += ["", heading, *seen]
     return "\n".join(lines) + "\n\n" + matrix.summary() + "\n"
 
 

@@ -181,6 +181,7 @@ def test_the_json_document(pg_server: Server) -> None:
         "sequential": {"killed": 0, "total": 0},
         "race": {"killed": 1, "total": 2},
         "fault": {"killed": 0, "total": 0},
+        "service": {"killed": 0, "total": 0},
     }
     assert document["survivors"] == ["bundled-store-raced"]
     killed, survived = document["rows"]
@@ -190,6 +191,27 @@ def test_the_json_document(pg_server: Server) -> None:
     )
     assert (killed["examples"], killed["unit"], killed["shrunk_length"]) == (1, "schedules", 4)
     assert survived["killed"] is False and survived["shrunk_length"] is None
+
+
+def test_a_service_mutant_is_judged_by_the_nemesis_in_the_full_matrix_only(
+    pg_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    subjects = km.select(["reap-deletes"])
+    assert [s.kind for s in subjects] == [km.SERVICE] and subjects[0].checks(fast=True) == ()
+    fast = km.run_matrix(pg_server, subjects, fast=True)
+    assert fast.rows == () and fast.survivors == () and fast.counts()["service"] == (0, 0)
+    monkeypatch.setattr(km, "NEMESIS_SECONDS", 4.0)
+    matrix = km.run_matrix(pg_server, subjects, seeds=(1,))
+    (row,) = matrix.rows
+    assert (row.check, row.seed, row.killed, row.unit) == (km.NEMESIS, 1, True, "runs"), row
+    assert row.why.startswith("lost: delivery ") and "found under kill" in row.detail
+    assert "what the nemesis saw:\n- reap-deletes (seed 1): lost: delivery " in km.table(matrix)
+    assert matrix.counts()["service"] == (1, 1)
+
+
+def test_the_fast_subset_of_service_mutants_alone_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutants", "--fast", "--kind", "service"]) == 2
+    assert "runs no check on a service mutant" in capsys.readouterr().err
 
 
 # -- the command -------------------------------------------------------------------------------------
