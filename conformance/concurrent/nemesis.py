@@ -14,7 +14,15 @@ process that sweeps expired leases, while a seeded schedule injects faults:
 - `restart`: the server is restarted, a fast shutdown or an immediate one
   (a crash, recovered at the next start), only on a server leaseproof
   started itself. The run's database commits synchronously (`prepare`
-  says why), and a lease's reap delay counts from when the server was back.
+  says why), and a lease's reap delay counts from when the server was back;
+- network faults, between the workers and the server (they connect through a
+  loopback proxy, conformance/harness/proxy.py, when the run has any; the
+  reaper does not, so that its sweeps' delay is the liveness clause's
+  measure): `lose-answer`, the next answer to a statement the server
+  committed is lost and the connection closed; `reset`, the next request is
+  sent and the connection reset before its answer; `delay`, answers come
+  DELAY_SECONDS late for a second; `blackhole`, nothing passes either way for
+  BLACKHOLE_SECONDS.
 
 Every worker appends what the store answered it to a log of its own (a line
 is written whole, so a killed worker leaves whole lines). Afterwards an audit
@@ -57,6 +65,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
@@ -66,7 +75,10 @@ from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause
 from leaseproof.model.errors import Refused
 
-FAULTS = ("kill", "terminate", "pause", "stall", "restart")
+NETWORK_FAULTS = ("lose-answer", "reset", "delay", "blackhole")
+FAULTS = ("kill", "terminate", "pause", "stall", "restart", *NETWORK_FAULTS)
+DELAY_SECONDS, DELAY_FOR = 0.2, 1.0
+BLACKHOLE_SECONDS = 0.5
 RESTART_MODES = ("fast", "immediate")
 TARGET = b"\x07" * 32
 WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
@@ -117,6 +129,7 @@ class Report:
     worst_healthy_delay: float = 0.0
     worst_stalled_delay: float = 0.0
     restarts: Counter[str] = attrs.field(factory=Counter)  # by mode
+    network: Counter[str] = attrs.field(factory=Counter)  # what the proxy did (FaultProxy.counts)
     left_by_sweeps: int = 0  # expired leases a sweep passed over (held locked by another client), summed
 
     @property
@@ -131,6 +144,8 @@ class Report:
         faults = ", ".join(f"{kind} {self.faults[kind]}" for kind in FAULTS) or "none"
         if self.restarts:
             faults += " (" + ", ".join(f"{mode} {self.restarts[mode]}" for mode in RESTART_MODES) + ")"
+        if self.network:
+            faults += "; the proxy: " + ", ".join(f"{what} {n}" for what, n in sorted(self.network.items()))
         answers = ", ".join(f"{name} {count}" for name, count in sorted(self.answers.items()))
         return [
             f"committed deliveries: {self.committed}   cycles (finishes accepted): {self.cycles}",
@@ -316,10 +331,13 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
 
     def start(i: int) -> None:
         seed = rng.randrange(2**32)
-        args = (dsn, f"lp-nemesis-worker-{i}", seed, until, str(logs[i]), plan.tenants, plan.store, plan.service)
+        name = f"lp-nemesis-worker-{i}"
+        args = (workers_dsn, name, seed, until, str(logs[i]), plan.tenants, plan.store, plan.service)
         procs[i] = ctx.Process(target=worker, args=args, daemon=True)
         procs[i].start()
 
+    proxy = FaultProxy(dsn).start() if set(plan.faults) & set(NETWORK_FAULTS) else None
+    workers_dsn = dsn if proxy is None else proxy.dsn_through(dsn)
     for i in range(plan.workers):
         start(i)
     sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl"), plan.store), daemon=True)
@@ -382,6 +400,8 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                         staller.close()
                         staller = None
                     report.restarts[mode] += 1
+                elif kind in NETWORK_FAULTS and proxy is not None:
+                    _network_fault(proxy, kind)
                 elif kind == "stall" and staller is None:
                     staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
                     staller.execute("BEGIN")
@@ -413,11 +433,25 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 proc.join(10)
         if monitor is not None:
             monitor.close()
+        if proxy is not None:
+            proxy.close()
+            report.network.update(proxy.counts)
     _drain(dsn, plan.store)
     _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, killed)
     for line in report.lines():
         say(line)
     return report
+
+
+def _network_fault(proxy: FaultProxy, kind: str) -> None:
+    if kind == "lose-answer":
+        proxy.lose_next_answer()
+    elif kind == "reset":
+        proxy.reset_next_request()
+    elif kind == "delay":
+        proxy.delay(DELAY_SECONDS, DELAY_FOR)
+    else:
+        proxy.blackhole(BLACKHOLE_SECONDS)
 
 
 # After the workers stop: how long past the lease the last sweep waits, and how many times it

@@ -41,7 +41,9 @@ MUTANT_KINDS = ("sequential", "race", "fault", "service")  # conformance/evidenc
 SCORE_SEEDS = (1, 2, 3, 4, 5)  # conformance/evidence/score.py: SEEDS
 SCORE_EXAMPLES = 300  # conformance/evidence/score.py: Budget().examples
 MIN_SCORE = 0.95  # conformance/evidence/score.py
-NEMESIS_FAULTS = ("kill", "terminate", "pause", "stall", "restart")  # conformance/concurrent/nemesis.py: FAULTS
+NEMESIS_FAULTS = (
+    "kill", "terminate", "pause", "stall", "restart", "lose-answer", "reset", "delay", "blackhole",
+)  # fmt: skip  # conformance/concurrent/nemesis.py: FAULTS
 # conformance/queues/subjects/__init__.py: SUBJECTS; conformance/evidence/throughput.py: SUBJECTS
 QUEUE_SUBJECTS = ("leaseproof", "procrastinate", "pgqueuer", "pg-boss", "graphile-worker")
 THROUGHPUT_SUBJECTS = ("floor", "store", "procrastinate", "pgqueuer", "pgqueuer-1")
