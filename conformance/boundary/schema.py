@@ -32,7 +32,14 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.boundary import codec
-from leaseproof.conformance.boundary.wire import _PARAMS, MACHINES, PROTOCOL_VERSION, PROTOCOL_VERSIONS, SESSIONS_SINCE
+from leaseproof.conformance.boundary.wire import (
+    _PARAMS,
+    DATABASES_SINCE,
+    MACHINES,
+    PROTOCOL_VERSION,
+    PROTOCOL_VERSIONS,
+    SESSIONS_SINCE,
+)
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 
@@ -168,6 +175,7 @@ def schema() -> dict[str, Any]:
                 "properties": {
                     "machines": {"propertyNames": {"enum": carried[version]}},
                     **({"sessions": {"const": False}} if version < SESSIONS_SINCE else {}),
+                    **({"databases": False} if version < DATABASES_SINCE else {}),
                 }
             },
         }
@@ -189,6 +197,11 @@ def schema() -> dict[str, Any]:
                 "minProperties": 1,
             },
             "sessions": {"type": "boolean"},
+            "databases": {
+                "type": "object",
+                "propertyNames": {"enum": sorted(MACHINES)},
+                "additionalProperties": {"type": "string", "minLength": 1},
+            },
         },
         "required": ["protocol", "implementation", "machines"],
     }

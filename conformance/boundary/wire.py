@@ -41,6 +41,7 @@ from leaseproof.model import lifecycle as lc
 PROTOCOL_VERSIONS = (1, 2, 3)
 PROTOCOL_VERSION = PROTOCOL_VERSIONS[-1]
 SESSIONS_SINCE = 2  # the first version with sessions
+DATABASES_SINCE = 3  # the first version whose hello may announce its databases
 REQUEST_KEYS_SINCE = 3  # the first version with a claim's request key (Claim.request_key, Delivery.claim_key)
 MACHINE = "delivery"  # the machine a request names when it names none, and the harness's default
 LIFECYCLE_OPERATIONS = frozenset(op.__name__ for op in lc.OUTCOME_VARIANTS)
@@ -165,6 +166,9 @@ class SubprocessAdapter:
             self.name = self._hello["implementation"]
             self.machines = frozenset(self._hello["machines"])
             self.sessions = self.protocol >= SESSIONS_SINCE and self._hello.get("sessions") is True
+            # The PostgreSQL database each machine's sessions use, where the hello says (section 5):
+            # where a fault injector may end their backends.
+            self.databases: dict[str, str] = dict(self._hello.get("databases") or {})
             if machine is not None:
                 self.use(machine)
         except AdapterFault as fault:
@@ -412,6 +416,18 @@ def _check_hello(result: Any) -> dict[str, Any]:
             f" not have: answer the version that has them, \"protocol\": {PROTOCOL_VERSION}"
             " (specs/adapter-protocol.md, section 6)"
         )
+    databases = result.get("databases", {})
+    if databases and protocol < DATABASES_SINCE:
+        raise AdapterFault(
+            f"it answered protocol {protocol} but announces databases, which protocol {DATABASES_SINCE} brought:"
+            f' answer "protocol": {PROTOCOL_VERSION} (specs/adapter-protocol.md, section 6)'
+        )
+    if not isinstance(databases, dict) or not all(
+        machine in machines and isinstance(dsn, str) and dsn for machine, dsn in databases.items()
+    ):
+        raise AdapterFault(
+            f"its hello's databases must map machines it offers to connection strings, not {databases!r}"
+        )
     name = result.get("implementation")
     return {**result, "implementation": name if isinstance(name, str) else "unnamed adapter"}
 
@@ -621,6 +637,9 @@ def serve(
         }
         if agreed.sessions:
             result["sessions"] = True
+        databases = {name: a.dsn for name, (a, _) in agreed.served.items() if isinstance(getattr(a, "dsn", None), str)}
+        if databases and protocol >= DATABASES_SINCE:
+            result["databases"] = databases
         return result
 
     def on(params: dict[str, Any]) -> Any:

@@ -182,12 +182,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
         adapter = _stress_adapter(args, machine, provisioned, out)
-        databases[machine] = args.terminate_dsn or provisioned.last_database
+        announced = getattr(adapter, "databases", {}).get(machine)  # an adapter's hello may say (wire.py)
+        databases[machine] = args.terminate_dsn or provisioned.last_database or announced
         if args.terminate and databases[machine] is None:
             provisioned.release(adapter)
             raise UsageError(
-                "--terminate: leaseproof did not give this implementation its database, so it cannot tell whose "
-                "backends to end; name the database it uses with --terminate-dsn DSN"
+                "--terminate: leaseproof did not give this implementation its database, and its hello announces "
+                "none, so it cannot tell whose backends to end; name the database it uses with --terminate-dsn DSN"
             )
         return adapter
 

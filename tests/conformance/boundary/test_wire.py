@@ -31,6 +31,7 @@ from leaseproof.conformance.boundary.wire import (
     AdapterFault,
     SessionLost,
     SubprocessAdapter,
+    _check_hello,
     serve,
 )
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS
@@ -850,6 +851,39 @@ def test_serve_executes_nothing_before_hello() -> None:
     assert replies[3] == {"id": 2, "result": None} and counting.calls == 1
 
 
+class _InADatabase(ModelAdapter):
+    """The model as an adapter that says which database it uses, as the bundled ones do (`dsn`)."""
+
+    dsn = "host=/tmp/nowhere dbname=lp_example"
+
+
+@pytest.mark.parametrize(("protocol", "announced"), [(3, {"delivery": _InADatabase.dsn}), (2, None), (1, None)])
+def test_serve_announces_its_databases_from_protocol_3(protocol: int, announced: Any) -> None:
+    replies, _ = exchange([{"id": 1, "method": "hello", "params": {"protocol": protocol}}], adapter=_InADatabase())
+    assert replies[0]["result"].get("databases") == announced
+    plain, _ = exchange([{"id": 1, "method": "hello", "params": {"protocol": 3}}])
+    assert "databases" not in plain[0]["result"]  # an adapter with no database announces none
+
+
+@pytest.mark.parametrize(
+    ("databases", "protocol", "refused"),
+    [
+        ({"delivery": "dbname=x"}, 3, ""),
+        ({"lifecycle": "dbname=x"}, 3, "databases must map machines it offers to connection strings"),
+        ({"delivery": ""}, 3, "databases must map machines it offers"),
+        (["dbname=x"], 3, "databases must map machines it offers"),
+        ({"delivery": "dbname=x"}, 2, "it answered protocol 2 but announces databases, which protocol 3 brought"),
+    ],
+)
+def test_a_hello_s_databases_are_checked(databases: Any, protocol: int, refused: str) -> None:
+    hello = {"protocol": protocol, "implementation": "x", "machines": {"delivery": ["Claim"]}, "databases": databases}
+    if not refused:
+        assert _check_hello(hello)["databases"] == databases
+        return
+    with pytest.raises(AdapterFault, match=refused):
+        _check_hello(hello)
+
+
 def test_serve_refuses_an_operation_it_does_not_offer() -> None:
     replies, _ = exchange([HELLO, RESET, execute(3, m.Reap())], operations=frozenset(CORE_OPERATIONS - {"Reap"}))
     assert replies[2]["fault"]["code"] == "malformed-value"
@@ -1112,7 +1146,9 @@ def test_serve_refuses_instants_and_clock_moves_the_model_does_not_know() -> Non
 # mutant that stress catches in process, stress catches through serve's sessions too.
 @pytest.mark.evidence
 @pytest.mark.parametrize(
-    "mutant", [mu for mu in RACE_MUTANTS if mu.name not in {*INTERLEAVINGS, *LIFECYCLE_INTERLEAVINGS}], ids=lambda mu: mu.name
+    "mutant",
+    [mu for mu in RACE_MUTANTS if mu.name not in {*INTERLEAVINGS, *LIFECYCLE_INTERLEAVINGS}],
+    ids=lambda mu: mu.name,
 )
 def test_stress_over_the_wire_catches_every_race_mutant_stress_catches_in_process(
     pg_server: Server, mutant: Any

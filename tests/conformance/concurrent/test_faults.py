@@ -7,6 +7,8 @@ way, stays linearizable, its cut operations judged as indeterminate."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 import threading
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from leaseproof.conformance.concurrent.faults import Cut, Terminator
 from leaseproof.conformance.concurrent.stress import REOPEN_TRIES, Runner, stress
 from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, PostgresDeliverySession
 from leaseproof.impl.mutants import by_name
@@ -140,6 +143,20 @@ def test_stress_terminate_on_the_command_line(delivery_dsn: str, capsys: pytest.
     assert "ending a busy backend in 0.5 of rounds" in captured.out
     assert "faults: backends ended " in captured.out and "verdict: LINEARIZABLE" in captured.out
     assert "stressing the lifecycle machine" not in captured.out
+
+
+def test_stress_terminate_finds_the_database_an_adapter_child_announces(
+    pg_server: Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`leaseproof serve` makes scratch databases nobody can name beforehand, and announces them
+    in its hello: the cuts reach its backends without --terminate-dsn."""
+    child = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(pg_server.dsn)}"
+    argv = ["stress", "--adapter-cmd", child, "--machine", "delivery", "--workers", "3", "--duration", "2",
+            "--seed", "5", "--terminate", "0.5"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    ended = int(out.split("faults: backends ended ")[1].split()[0].replace(",", ""))
+    assert ended > 0 and "verdict: LINEARIZABLE" in out, out
 
 
 @pytest.mark.parametrize(
