@@ -11,6 +11,9 @@ process that sweeps expired leases, while a seeded schedule injects faults:
 - `stall`: a client takes the row locks of every claimed delivery of the
   first tenant ("the stalled tenant") inside a transaction and does nothing
   for a while, as a worker paused between its UPDATE and its COMMIT would;
+  and, so that the liveness clause has something to judge while it lasts, a
+  holder of a healthy tenant's delivery dies with its lease (the run claims
+  one and abandons it: it expires halfway through the stall);
 - `restart`: the server is restarted, a fast shutdown or an immediate one
   (a crash, recovered at the next start), only on a server leaseproof
   started itself. The run's database commits synchronously (`prepare`
@@ -86,7 +89,7 @@ MESSAGE, DEFINITION = b"\x03" * 32, b"\x04" * 32
 LEASE_SECONDS = 1
 REAP_EVERY = 0.1  # seconds between sweeps
 WORK_SECONDS = 0.3  # the most a worker spends on one delivery (well inside its lease)
-STALL_SECONDS = 2.0
+STALL_SECONDS = 2.5  # the abandoned lease (LEASE_SECONDS) ends with 1.5 s of the stall to go
 PAUSE_SECONDS = LEASE_SECONDS + 0.5
 # The reaper sweeps every REAP_EVERY; a healthy tenant's expired lease should
 # wait no longer than a few sweeps, whatever another tenant's client does.
@@ -106,7 +109,14 @@ class Plan:
     tenants: int = 3
     per_tenant: int = 400
     faults: tuple[str, ...] = FAULTS
-    every: float = 0.4  # seconds between fault decisions
+    # Seconds between two faults of one kind: the decisions come `period / len(faults)` apart, so
+    # that a kind added to the mix does not make the others rarer.
+    period: float = 1.6
+
+    @property
+    def every(self) -> float:
+        """Seconds between two fault decisions."""
+        return self.period / max(1, len(self.faults))
     # The store the workers and the reaper use: the bundled one, or a variant of it (a mutant),
     # whose database functions `prepare` puts in the database; and the client they hold it
     # through (a service mutant's is a variant of DeliveryService).
@@ -131,6 +141,7 @@ class Report:
     restarts: Counter[str] = attrs.field(factory=Counter)  # by mode
     network: Counter[str] = attrs.field(factory=Counter)  # what the proxy did (FaultProxy.counts)
     left_by_sweeps: int = 0  # expired leases a sweep passed over (held locked by another client), summed
+    abandoned: int = 0  # leases of healthy tenants the run left to expire during stalls
 
     @property
     def safe(self) -> bool:
@@ -155,7 +166,7 @@ class Report:
             f"   one generation claimed twice: {len(self.same_generation)}   unprocessed: {len(self.unprocessed)}"
             f"   orphaned leases: {len(self.orphaned)}",
             f"worst reap delay: healthy tenants {self.worst_healthy_delay:.2f}s (bound {REAP_BOUND:g}s)"
-            f", the stalled tenant {self.worst_stalled_delay:.2f}s"
+            f", the stalled tenant {self.worst_stalled_delay:.2f}s; leases abandoned during stalls {self.abandoned}"
             f"   (expired leases passed over by sweeps, held locked: {self.left_by_sweeps})",
             *(
                 f"  {problem}"
@@ -344,6 +355,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
     sweeper.start()
     paused: dict[int, float] = {}  # worker -> when to continue it
     killed: Counter[str] = Counter()  # by worker name
+    abandoned = 0  # leases the run claimed and left to expire (at each stall)
     staller: psycopg.Connection[Any] | None = None
     stalled_until = 0.0
     monitor: psycopg.Connection[Any] | None = connect(dsn)
@@ -403,6 +415,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 elif kind in NETWORK_FAULTS and proxy is not None:
                     _network_fault(proxy, kind)
                 elif kind == "stall" and staller is None:
+                    abandoned += _abandon(dsn, plan, rng)
                     staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
                     staller.execute("BEGIN")
                     staller.execute(  # what it can lock now: a client holds what it took
@@ -437,10 +450,29 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
             proxy.close()
             report.network.update(proxy.counts)
     _drain(dsn, plan.store)
+    killed[ABANDONER] = abandoned  # a holder that died with its lease, one lease each
+    report.abandoned = abandoned
     _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, killed)
     for line in report.lines():
         say(line)
     return report
+
+
+ABANDONER = "lp-nemesis-abandoner"
+
+
+def _abandon(dsn: str, plan: Plan, rng: random.Random) -> int:
+    """Claim a pending delivery of a healthy tenant, with a lease that ends halfway through a
+    stall, and drop it: a holder that died. 1 if a delivery was claimed, else 0."""
+    if plan.tenants < 2:
+        return 0
+    key = f"{ABANDONER}/{rng.randrange(2**32)}"
+    with contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error), plan.service(
+        _named(dsn, ABANDONER), WAITS, store_class=plan.store
+    ) as service:
+        got = service.execute(m.Claim(tenant(rng.randrange(1, plan.tenants)), TARGET, LEASE_SECONDS, request_key=key))
+        return int(isinstance(got, m.Claimed))
+    return 0
 
 
 def _network_fault(proxy: FaultProxy, kind: str) -> None:

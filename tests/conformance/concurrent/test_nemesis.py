@@ -94,7 +94,7 @@ def test_a_seeded_run_with_server_restarts_stays_safe_on_a_server_it_started(
     monkeypatch.setattr(provision, "docker_engine", lambda *a, **k: (False, "not for this test"))
     said: list[str] = []
     with provision.postgres_server() as server, scratch_database(server) as dsn:
-        plan = Plan(seed=SEED, duration=5, workers=2, per_tenant=100, faults=("restart", "kill"), every=0.8)
+        plan = Plan(seed=SEED, duration=5, workers=2, per_tenant=100, faults=("restart", "kill"), period=1.6)
         report = nemesis.run(dsn, plan, tmp_path, said.append, restart=server.restart)
     assert report.faults["restart"] >= 2 and sum(report.restarts.values()) == report.faults["restart"], said
     assert report.safe, "\n".join(said)
