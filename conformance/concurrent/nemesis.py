@@ -152,9 +152,10 @@ class Report:
         return self.worst_healthy_delay <= REAP_BOUND
 
     def lines(self) -> list[str]:
-        faults = ", ".join(f"{kind} {self.faults[kind]}" for kind in FAULTS) or "none"
-        if self.restarts:
-            faults += " (" + ", ".join(f"{mode} {self.restarts[mode]}" for mode in RESTART_MODES) + ")"
+        modes = " (" + ", ".join(f"{mode} {self.restarts[mode]}" for mode in RESTART_MODES) + ")"
+        faults = ", ".join(
+            f"{kind} {self.faults[kind]}" + (modes if kind == "restart" and self.restarts else "") for kind in FAULTS
+        )
         if self.network:
             faults += "; the proxy: " + ", ".join(f"{what} {n}" for what, n in sorted(self.network.items()))
         answers = ", ".join(f"{name} {count}" for name, count in sorted(self.answers.items()))
