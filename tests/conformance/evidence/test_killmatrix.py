@@ -20,6 +20,7 @@ from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.impl.mutants.race import RACE_MUTANTS
+from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
 # The correct store, dressed as a mutant: nothing can kill it.
 BUNDLED = Mutant("bundled-store", "nothing: this is the bundled store", PostgresDeliveryStore)
@@ -36,12 +37,12 @@ def _rows(matrix: km.KillMatrix) -> dict[tuple[str, str], km.Row]:
 
 def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     names = [s.name for s in km.SUBJECTS]
-    assert (
-        len(names) == len(set(names)) == len(MUTANTS) + len(LIFECYCLE_MUTANTS) + len(RACE_MUTANTS) + len(FAULT_MUTANTS)
-    )
+    shipped = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *SERVICE_MUTANTS)
+    assert len(names) == len(set(names)) == len(shipped)
     kinds = {s.name: s.kind for s in km.SUBJECTS}
     assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.FAULT} == {mu.name for mu in FAULT_MUTANTS}
+    assert {n for n, k in kinds.items() if k == km.SERVICE} == {mu.name for mu in SERVICE_MUTANTS}
     forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
     assert forced == set(INTERLEAVINGS) | set(LIFECYCLE_INTERLEAVINGS)
     assert forced == {
@@ -50,6 +51,9 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     assert {s.machine for s in km.SUBJECTS if s.interleaving is not None} == {"delivery", "lifecycle"}
     for subject in km.SUBJECTS:
         full, fast = subject.checks(fast=False), subject.checks(fast=True)
+        if subject.kind == km.SERVICE:  # the nemesis, in the full matrix only (CI runs a short one in the tests)
+            assert (full, fast) == ((km.NEMESIS,), ()), subject.name
+            continue
         assert set(fast) <= set(full) and fast, subject.name
         profile = (km.GUARANTEES,) if subject.machine == "delivery" else ()
         if subject.kind == km.FAULT:
@@ -126,7 +130,7 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     admission = rows[("admission-without-row-lock", km.FORCED)]
     assert admission.killed and admission.machine == "lifecycle" and admission.shrunk_length == 4, admission.detail
     assert matrix.survivors == ()
-    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (3, 3), km.FAULT: (0, 0)}
+    assert matrix.counts() == {km.SEQUENTIAL: (2, 2), km.RACE: (3, 3), km.FAULT: (0, 0), km.SERVICE: (0, 0)}
     assert matrix.summary().startswith("2 of 2 sequential mutants killed, 3 of 3 race mutants killed (fast subset")
 
 
