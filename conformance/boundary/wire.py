@@ -208,7 +208,7 @@ class SubprocessAdapter:
         if self.protocol < since:
             raise AdapterFault(
                 f"adapter {self.command!r} speaks protocol {self.protocol}, which carries the delivery machine"
-                f" alone: the {machine} machine needs protocol {since} (its hello answers \"protocol\": {since})"
+                f' alone: the {machine} machine needs protocol {since} (its hello answers "protocol": {since})'
             )
         try:
             self.operations = _check_machine(self._hello["machines"], machine)
@@ -230,7 +230,7 @@ class SubprocessAdapter:
         if self.protocol < SESSIONS_SINCE:
             return (
                 f"it speaks protocol {self.protocol}, which has no sessions: concurrent runs need protocol"
-                f" {SESSIONS_SINCE}'s (its hello answers \"protocol\": {SESSIONS_SINCE}, \"sessions\": true)"
+                f' {SESSIONS_SINCE}\'s (its hello answers "protocol": {SESSIONS_SINCE}, "sessions": true)'
             )
         if not self.sessions:
             return 'it announced no sessions in its hello ("sessions": true)'
@@ -343,7 +343,7 @@ class SubprocessAdapter:
             reply_fault.reported = message
             raise reply_fault
         if "result" not in reply:
-            raise self._fault(f"its reply to {method!r} has neither \"result\" nor \"fault\": {text[:200]!r}")
+            raise self._fault(f'its reply to {method!r} has neither "result" nor "fault": {text[:200]!r}')
         return reply["result"]
 
     def _route(self, text: str | Exception | None) -> None:
@@ -413,7 +413,7 @@ def _check_hello(result: Any) -> dict[str, Any]:
     if later:
         raise AdapterFault(
             f"it answered protocol {protocol} but announces {' and '.join(later)}, which protocol {protocol} does"
-            f" not have: answer the version that has them, \"protocol\": {PROTOCOL_VERSION}"
+            f' not have: answer the version that has them, "protocol": {PROTOCOL_VERSION}'
             " (specs/adapter-protocol.md, section 6)"
         )
     databases = result.get("databases", {})
@@ -679,7 +679,12 @@ def serve(
                 except ProtocolError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
-                    fault = {"code": "implementation", "message": f"{type(exc).__name__}: {exc}"}
+                    # A session cut as it opens is lost, as one cut while it works (section 5).
+                    lost = method == "open_session" and _lost_connection(exc)
+                    fault = {
+                        "code": "session-lost" if lost else "implementation",
+                        "message": f"{type(exc).__name__}: {exc}",
+                    }
                     reply = {"id": id_, "fault": fault}
             except ProtocolError as error:
                 fault = {"code": error.code, "message": str(error)}

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from helpers import leaseproof
 
@@ -995,6 +996,28 @@ def test_serve_refuses_an_unknown_or_reopened_session() -> None:
     assert replies[2] == {"id": 3, "result": None}
     assert replies[3]["fault"] == {"code": "bad-params", "message": "session 'w1' is already open"}
     assert replies[4]["fault"] == {"code": "bad-params", "message": "no session 'w2' is open"}
+
+
+class _CutAsItOpens(_SessionModel):
+    """Sessions whose opening fails: its connection cut (a psycopg OperationalError), or a bug."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def session(self) -> _SessionModel:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(psycopg.OperationalError("terminating connection due to administrator command"), "session-lost"),
+     (ValueError("a bug"), "implementation")],
+)  # fmt: skip
+def test_serve_says_a_session_cut_as_it_opens_was_lost(error: Exception, code: str) -> None:
+    open_ = {"id": 3, "method": "open_session", "params": {"machine": "delivery", "session": "w1"}}
+    replies, _ = exchange([HELLO, RESET, open_, open_ | {"id": 4}], adapter=_CutAsItOpens(error))
+    assert replies[2]["fault"]["code"] == code and replies[3]["fault"]["code"] == code  # nothing half-opened
 
 
 def test_an_adapter_without_sessions_says_so_and_stress_refuses_it(tmp_path: Path) -> None:
