@@ -36,8 +36,10 @@ class ConnectionLost(ConnectionError):
     """The connection is gone; `applied` is False (nothing took effect) or None (unknown)."""
 
     def __init__(self, operation: str, applied: bool | None, cause: BaseException) -> None:
-        when = "while it was committing: it may or may not have taken effect" if applied is None else (
-            "before it committed: it did not take effect"
+        when = (
+            "while it was committing: it may or may not have taken effect"
+            if applied is None
+            else ("before it committed: it did not take effect")
         )
         super().__init__(f"{operation}: the connection was lost {when} ({type(cause).__name__}: {cause})")
         self.operation, self.applied = operation, applied

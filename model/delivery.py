@@ -954,9 +954,7 @@ def _finish(s: DeliverySystem, c: Finish) -> Decided:
         return refused(s, refusal)
     row = _held(s, lease)
     if row is not None:
-        done = attrs.evolve(
-            row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None, claim_key=None
-        )
+        done = attrs.evolve(row, status=c.outcome, finished_at=s.now, lease_until=None, claimed_at=None, claim_key=None)
         return s.with_delivery(done), Settled(c.outcome), "held"
     # Reconciliation of an uncertain completion: only the same holder (same
     # generation and target — finish never bumps the generation) is told

@@ -145,7 +145,7 @@ def raises_invalid(field: str, make: Callable[[], Any]) -> InvalidValue:
 # An importable adapter module for tests that run the CLI or a pytest project
 # in a folder of their own: `core_only(dsn)` is the bundled delivery adapter
 # offering only the mandatory operations; `fails_to_reap(dsn)` raises on Reap.
-ADAPTERS_MODULE = '''
+ADAPTERS_MODULE = """
 from leaseproof.conformance.boundary.protocols import CORE_OPERATIONS
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.model import delivery as m
@@ -167,7 +167,7 @@ class _FailsToReap(PostgresDeliveryAdapter):
 
 def fails_to_reap(dsn):
     return _FailsToReap(dsn)
-'''
+"""
 
 
 def write_adapters(folder: Path) -> None:

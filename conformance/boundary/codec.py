@@ -193,7 +193,7 @@ def decode(data: Any, expected: Any = object, path: str = "") -> Any:
 
 def _decode_record(data: Any, allowed: list[type], path: str) -> Any:
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise DecodeError(path, f"expected an object with a string \"type\", got {_kind(data)}")
+        raise DecodeError(path, f'expected an object with a string "type", got {_kind(data)}')
     cls = TYPES.get(data["type"])
     if cls is None or not any(issubclass(cls, a) for a in allowed):
         names = ", ".join(sorted(c.__name__ for c in allowed)) if len(allowed) < 8 else "a model type"

@@ -117,6 +117,7 @@ class Plan:
     def every(self) -> float:
         """Seconds between two fault decisions."""
         return self.period / max(1, len(self.faults))
+
     # The store the workers and the reaper use: the bundled one, or a variant of it (a mutant),
     # whose database functions `prepare` puts in the database; and the client they hold it
     # through (a service mutant's is a variant of DeliveryService).
@@ -468,9 +469,10 @@ def _abandon(dsn: str, plan: Plan, rng: random.Random) -> int:
     if plan.tenants < 2:
         return 0
     key = f"{ABANDONER}/{rng.randrange(2**32)}"
-    with contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error), plan.service(
-        _named(dsn, ABANDONER), WAITS, store_class=plan.store
-    ) as service:
+    with (
+        contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error),
+        plan.service(_named(dsn, ABANDONER), WAITS, store_class=plan.store) as service,
+    ):
         got = service.execute(m.Claim(tenant(rng.randrange(1, plan.tenants)), TARGET, LEASE_SECONDS, request_key=key))
         return int(isinstance(got, m.Claimed))
     return 0

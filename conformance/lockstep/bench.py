@@ -135,6 +135,7 @@ def _lockstep(
 ) -> float:
     """Seconds of one verify lockstep run (scenarios and `examples` programs); fails unless it conforms.
     `forked`: the implementation checked in a process of its own, as `leaseproof verify` does."""
+
     def build() -> Any:
         return ADAPTERS[machine](dsn, factory)
 
@@ -255,7 +256,14 @@ def measure(
 
 def table(results: Sequence[Result]) -> str:
     header = (
-        "machine", "programs", "statements", "lockstep s", "replay s", "replay / lockstep", "in process s", "speed-up"
+        "machine",
+        "programs",
+        "statements",
+        "lockstep s",
+        "replay s",
+        "replay / lockstep",
+        "in process s",
+        "speed-up",
     )
     lines = ["  ".join(f"{h:>18}" for h in header)]
     for r in results:

@@ -280,9 +280,7 @@ def _name(names: dict[str, Any], value: Any) -> str:
     return next(name for name, known in names.items() if known == value)
 
 
-def _colliding_id(
-    name: str, community: str, run: str, step: str, target: str, state: m.DeliverySystem | None
-) -> Any:
+def _colliding_id(name: str, community: str, run: str, step: str, target: str, state: m.DeliverySystem | None) -> Any:
     """The id a commit's recipient names: a world name, or a collision with `state`."""
     if name in COLLISIONS and state is not None:
         cid, identity = w.COMMUNITIES[community], (w.RUNS[run], w.STEPS[step], w.TARGETS[target])

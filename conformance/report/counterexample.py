@@ -183,7 +183,6 @@ def _step_markup(step: StepRun, open_it: bool, *, lead: bool = False) -> str:
     return f'<details class="{css}" id="step-{step.number}" data-step="{step.number}" {state}>{inner}</details>'
 
 
-
 def steps_markup(run: TraceRun) -> str:
     """Every step of a run; the first divergence and the two steps before it are open, and the
     steps before those, which agreed with the model, are folded into one line."""

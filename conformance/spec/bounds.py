@@ -44,7 +44,6 @@ class DeliveryBounds:
     lease_seconds: int = _bound(30, 1, dm.MAX_LEASE_SECONDS, "the lease claims and renewals ask for (default: 30)")
 
 
-
 @attrs.frozen
 class LifecycleBounds:
     """The lifecycle's world: community A (and B), workflow W1 (and W2), authors

@@ -171,16 +171,40 @@ class LifecycleMutant:
 
     def adapter(self, dsn: str) -> PostgresLifecycleAdapter:
         """The bundled lifecycle adapter running this mutant's classes, on the database `dsn`."""
-        return PostgresLifecycleAdapter(dsn, store_class=self.store, engine_class=self.engine, resumer_class=self.resumer)
+        return PostgresLifecycleAdapter(
+            dsn, store_class=self.store, engine_class=self.engine, resumer_class=self.resumer
+        )
 
 
 LIFECYCLE_MUTANTS: tuple[LifecycleMutant, ...] = (
-    LifecycleMutant("admission-ignores-hash", "a stale replica admits a superseded or disabled revision", engine=AdmissionIgnoresHash),
-    LifecycleMutant("admission-ignores-incarnation", "a stale replica admits across an identical recreation", engine=AdmissionIgnoresIncarnation),
+    LifecycleMutant(
+        "admission-ignores-hash",
+        "a stale replica admits a superseded or disabled revision",
+        engine=AdmissionIgnoresHash,
+    ),
+    LifecycleMutant(
+        "admission-ignores-incarnation",
+        "a stale replica admits across an identical recreation",
+        engine=AdmissionIgnoresIncarnation,
+    ),
     LifecycleMutant("admission-by-id", "bare-id admission: no selected-record match at all", engine=AdmissionByIdOnly),
-    LifecycleMutant("refreshed-admission-stale-execution", "admits the refreshed record, executes the stale parse", engine=RefreshedAdmissionStaleExecution),
+    LifecycleMutant(
+        "refreshed-admission-stale-execution",
+        "admits the refreshed record, executes the stale parse",
+        engine=RefreshedAdmissionStaleExecution,
+    ),
     LifecycleMutant("cache-never-expires", "a replica serves its cache past the TTL", engine=CacheNeverExpires),
-    LifecycleMutant("report-enforcement-splits", "report enforcement deletes outside the canonical path, with no cutoff", store=ReportEnforcementSplits),
-    LifecycleMutant("cutoff-ignored", "a delayed save at or before the cutoff revives a deleted coordinate", store=CutoffIgnored),
-    LifecycleMutant("resume-reloads-current", "a resumed run executes the current definition, not its pinned one", resumer=ResumeReloadsCurrent),
+    LifecycleMutant(
+        "report-enforcement-splits",
+        "report enforcement deletes outside the canonical path, with no cutoff",
+        store=ReportEnforcementSplits,
+    ),
+    LifecycleMutant(
+        "cutoff-ignored", "a delayed save at or before the cutoff revives a deleted coordinate", store=CutoffIgnored
+    ),
+    LifecycleMutant(
+        "resume-reloads-current",
+        "a resumed run executes the current definition, not its pinned one",
+        resumer=ResumeReloadsCurrent,
+    ),
 )

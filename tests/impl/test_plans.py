@@ -33,8 +33,10 @@ BOUND = 3  # rows a scan of one operation's statements may return
 
 # One plan node's figures, as EXPLAIN ANALYZE prints them on PostgreSQL 15 ("rows=12 loops=1")
 # and 18 ("rows=12.00 loops=1").
-_NODE = re.compile(r"->\s+(?P<node>[A-Za-z ]*Scan[A-Za-z ]*?) (?:using \S+ )?on (?P<table>\S+).*"
-                   r"actual time=\S+ rows=(?P<rows>[\d.]+) loops=(?P<loops>\d+)")
+_NODE = re.compile(
+    r"->\s+(?P<node>[A-Za-z ]*Scan[A-Za-z ]*?) (?:using \S+ )?on (?P<table>\S+).*"
+    r"actual time=\S+ rows=(?P<rows>[\d.]+) loops=(?P<loops>\d+)"
+)
 
 
 def _binding(step: str) -> Binding:

@@ -408,8 +408,16 @@ class TestCommandValues:
             ("event", lambda: SaveDefinition(cast(Any, "not an event"))),
             ("definition", lambda: attrs.evolve(E1, definition=cast(Any, ACTIONS))),
         ],
-        ids=["active=1", "replica=5", "fire-replica=None", "actions=None", "actions=5", "actions='deploy'",
-             "event=str", "definition=tuple"],
+        ids=[
+            "active=1",
+            "replica=5",
+            "fire-replica=None",
+            "actions=None",
+            "actions=5",
+            "actions='deploy'",
+            "event=str",
+            "definition=tuple",
+        ],
     )
     def test_every_malformed_field_raises_invalid_value(self, field: str, make: Callable[[], Any]) -> None:
         raises_invalid(field, make)
@@ -1092,8 +1100,16 @@ class SaveRecipe:
 
     def build(self, state: LifecycleSystem) -> SaveDefinition:
         created_at = _latest(state, (self.community, self.workflow)) + self.delta * SECOND
-        return SaveDefinition(event(created_at, self.definition, author=self.author, channel=self.channel,
-                                    workflow=self.workflow, community=self.community))
+        return SaveDefinition(
+            event(
+                created_at,
+                self.definition,
+                author=self.author,
+                channel=self.channel,
+                workflow=self.workflow,
+                community=self.community,
+            )
+        )
 
 
 @attrs.frozen

@@ -329,9 +329,7 @@ class TestInstants:
 
 
 class TestCause:
-    @pytest.mark.parametrize(
-        "bad", [None, "event", TRIGGER, INVOCATION, T0, EventCause, (EVENT_CAUSE,)], ids=repr
-    )
+    @pytest.mark.parametrize("bad", [None, "event", TRIGGER, INVOCATION, T0, EventCause, (EVENT_CAUSE,)], ids=repr)
     def test_cause_must_be_one_of_the_three_kinds(self, bad: Any) -> None:
         error = raises_invalid("cause", lambda: binding(cause=bad))
         assert error.rule == "must be exactly one of event, schedule or webhook cause"

@@ -43,5 +43,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if result.violation is not None:
         out.write(timeline(result.violation, spec) + "\n")
     return EXIT_CONFORMS if result.linearizable else EXIT_NONCONFORMING
-
-

@@ -37,5 +37,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_CONFORMS
     out.write(f"{args.trace}: the model disagrees\n{divergence.report()}\n")
     return EXIT_NONCONFORMING
-
-

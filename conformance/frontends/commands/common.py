@@ -28,9 +28,7 @@ def worse(a: int, b: int) -> int:
     return max(a, b, key=_SEVERITY.__getitem__)
 
 
-def number(
-    convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str
-) -> Callable[[str], Any]:
+def number(convert: Callable[[str], Any], noun: str, accepts: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
     """An argparse type: `convert` the text, then require `accepts` of the value."""
 
     def parse(text: str) -> Any:
@@ -61,8 +59,7 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
         "--mutant",
         choices=SEQUENTIAL_MUTANTS,
         metavar="NAME",
-        help="use a known-buggy variant of the bundled implementation: "
-        + ", ".join(SEQUENTIAL_MUTANTS),
+        help="use a known-buggy variant of the bundled implementation: " + ", ".join(SEQUENTIAL_MUTANTS),
     )
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument(

@@ -50,5 +50,3 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     return EXIT_CONFORMS if holds else EXIT_NONCONFORMING
-
-

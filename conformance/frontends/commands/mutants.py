@@ -76,8 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-examples",
         type=positive,
-        help=f"with --generated: programs of the search alone (default: {SCORE_EXAMPLES}, "
-        "verify's default)",
+        help=f"with --generated: programs of the search alone (default: {SCORE_EXAMPLES}, verify's default)",
     )
     parser.add_argument(
         "--min-score",

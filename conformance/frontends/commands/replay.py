@@ -32,10 +32,10 @@ DESCRIPTION = (
     "the adapter does not offer is not sent (n/a); an adapter fault is that trace's, and the batch goes on."
 )
 EXITS = (
-        "exit status: 0 every trace as expected; 1 a trace diverged (or passed though listed by --expect-fail); "
-        "2 usage error, or the adapter failed on a trace; 3 a trace needs operations the adapter does not "
-        "offer and --accept-subset was not given; " + INTERRUPTED_EXITS
-    )
+    "exit status: 0 every trace as expected; 1 a trace diverged (or passed though listed by --expect-fail); "
+    "2 usage error, or the adapter failed on a trace; 3 a trace needs operations the adapter does not "
+    "offer and --accept-subset was not given; " + INTERRUPTED_EXITS
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

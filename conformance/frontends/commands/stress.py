@@ -31,10 +31,10 @@ DESCRIPTION = (
     "check every recorded history for linearizability against the model."
 )
 EXITS = (
-        "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
-        "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
-        "backend; " + INTERRUPTED_EXITS
-    )
+    "exit status: 0 every history linearizable; 1 a history is not (or the checker's budget left one "
+    "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
+    "backend; " + INTERRUPTED_EXITS
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -291,5 +291,3 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
         out.write(f"history: {path} ({len(finding.history):,} operations, the whole failing run)\n")
         out.write(f"piece: {piece} (the piece above, from its partition's state; leaseproof check-history {piece})\n")
     return EXIT_NONCONFORMING
-
-

@@ -359,5 +359,3 @@ def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: T
         return
     steps = len(verdict.trace.steps)
     out.write(f"trace: {path} (the counterexample, {steps} steps; replay it with: {replay_command(path, args)})\n")
-
-

@@ -50,7 +50,9 @@ zones = st.just(UTC) | st.builds(dt.timezone, offsets)
 instants = st.datetimes(min_value=dt.datetime(1000, 1, 2), max_value=dt.datetime(9998, 12, 30), timezones=zones)
 whole_seconds = instants.map(lambda t: t.replace(microsecond=0))
 step_ids = st.text(
-    st.characters(blacklist_categories=SURROGATES, blacklist_characters="\x00"), min_size=1, max_size=b.STEP_ID_MAX_CHARS
+    st.characters(blacklist_categories=SURROGATES, blacklist_characters="\x00"),
+    min_size=1,
+    max_size=b.STEP_ID_MAX_CHARS,
 ).filter(lambda s: s.strip(b.STEP_ID_TRIMMED) != "")
 statuses = st.sampled_from(m.Status)
 terminal = st.sampled_from([m.Status.FINISHED, m.Status.FAILED])
@@ -140,7 +142,9 @@ VOCABULARY: dict[type, st.SearchStrategy[Any]] = {
     m.Renew: st.builds(m.Renew, leases, lease_seconds),
     m.Finish: st.builds(m.Finish, leases, terminal),
     m.Reap: st.builds(m.Reap),
-    m.AdvanceClock: st.builds(m.AdvanceClock, st.timedeltas(min_value=dt.timedelta(microseconds=1), max_value=m.MAX_ADVANCE)),
+    m.AdvanceClock: st.builds(
+        m.AdvanceClock, st.timedeltas(min_value=dt.timedelta(microseconds=1), max_value=m.MAX_ADVANCE)
+    ),
     m.GetDelivery: st.builds(m.GetDelivery, uuids, uuids),
     # outcomes
     m.Ok: st.builds(m.Ok),
@@ -208,7 +212,14 @@ def test_the_strategies_cover_the_whole_vocabulary() -> None:
 
 def test_the_lifecycle_shares_the_delivery_classes_it_reuses() -> None:
     """One entry per class: the lifecycle's CreateCommunity, Ok, NotFound... are delivery's."""
-    shared: tuple[str, ...] = ("CreateCommunity", "SetCommunityState", "AdvanceClock", "Ok", "NotFound", "UnknownCommunity")
+    shared: tuple[str, ...] = (
+        "CreateCommunity",
+        "SetCommunityState",
+        "AdvanceClock",
+        "Ok",
+        "NotFound",
+        "UnknownCommunity",
+    )
     shared += ("CommunityNotWritable", "AlreadyExists")
     for name in shared:
         assert codec.TYPES[name] is getattr(m, name)
@@ -319,7 +330,9 @@ def pool_commands(draw: st.DrawFn, held: list[m.Lease]) -> Any:
     kind = draw(st.sampled_from(kinds))
     if kind == "commit":
         community, run, step = draw(c), draw(i2), draw(st.sampled_from(POOL_STEPS))
-        targets = draw(st.lists(st.tuples(st.sampled_from(POOL_DELIVERIES), i2, i2, st.integers(0, 2)), min_size=1, max_size=2))
+        targets = draw(
+            st.lists(st.tuples(st.sampled_from(POOL_DELIVERIES), i2, i2, st.integers(0, 2)), min_size=1, max_size=2)
+        )
         return m.CommitDeliveries(
             community,
             POOL_RUNS[run],
@@ -401,7 +414,10 @@ def test_a_state_with_every_kind_of_row_round_trips() -> None:
     state, second = m.step(state, m.Claim(a, POOL_TARGETS[1], 30))
     state, _ = m.step(state, m.Finish(second.lease, m.Status.FAILED))
     more = m.CommitDeliveries(
-        a, POOL_RUNS[1], "s2", [m.NewDelivery(POOL_DELIVERIES[t + 2], pool_binding(a, 1, "s2", t, 1, 2)) for t in (0, 1)]
+        a,
+        POOL_RUNS[1],
+        "s2",
+        [m.NewDelivery(POOL_DELIVERIES[t + 2], pool_binding(a, 1, "s2", t, 1, 2)) for t in (0, 1)],
     )
     state, _ = m.step(state, more)
     state, _ = m.step(state, m.Claim(a, POOL_TARGETS[0], 30))
@@ -689,7 +705,10 @@ def test_bytes_are_lowercase_hex() -> None:
         (dt.datetime(2026, 1, 1, 0, 0, 30, 5, tzinfo=UTC), "2026-01-01T00:00:30.000005Z"),
         # Aware but not UTC: the same instant, spelled in UTC (and across a date line).
         (dt.datetime(2026, 1, 1, 2, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2026-01-01T00:00:30.000000Z"),
-        (dt.datetime(2025, 12, 31, 19, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5))), "2026-01-01T00:00:30.000000Z"),
+        (
+            dt.datetime(2025, 12, 31, 19, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+            "2026-01-01T00:00:30.000000Z",
+        ),
     ],
 )
 def test_instants_are_utc_with_six_fraction_digits_and_z(instant: dt.datetime, spelling: str) -> None:
@@ -1159,7 +1178,12 @@ def test_the_expected_annotation_restricts_what_decodes() -> None:
 
 @pytest.mark.parametrize(
     "spelling",
-    ["2026-13-01T00:00:30.000000Z", "2026-02-30T00:00:30.000000Z", "2026-01-01T24:00:00.000000Z", "2026-12-31T23:59:60.000000Z"],
+    [
+        "2026-13-01T00:00:30.000000Z",
+        "2026-02-30T00:00:30.000000Z",
+        "2026-01-01T24:00:00.000000Z",
+        "2026-12-31T23:59:60.000000Z",
+    ],
 )
 def test_an_impossible_instant_is_a_decode_error(spelling: str) -> None:
     """Well-shaped but not a real instant: once a bare ValueError from strptime, with no path."""
@@ -1256,9 +1280,13 @@ def spec_history() -> tuple[list[Any], lc.LifecycleSystem]:
         lc.RefreshCache("r1"),
         lc.Fire("r1", "event", c, w1),
         lc.SaveDefinition(
-            lc.DefinitionEvent(b"\xe2" * 32, c, w1, alice, channel, t + s, lc.Definition(("post-summary", "page-oncall")))
+            lc.DefinitionEvent(
+                b"\xe2" * 32, c, w1, alice, channel, t + s, lc.Definition(("post-summary", "page-oncall"))
+            )
         ),
-        lc.SaveDefinition(lc.DefinitionEvent(b"\xe3" * 32, c, w2, alice, channel, t, lc.Definition(("archive",), False))),
+        lc.SaveDefinition(
+            lc.DefinitionEvent(b"\xe3" * 32, c, w2, alice, channel, t, lc.Definition(("archive",), False))
+        ),
         lc.DeleteDefinition(c, w2, alice, t + 2 * s),
         m.AdvanceClock(s),
         lc.ResumeRun(1),
@@ -1308,7 +1336,9 @@ def type_names(data: Any) -> Iterator[str]:
 
 def test_the_protocol_specs_lifecycle_state_is_the_state_its_history_ends_in() -> None:
     _, state = spec_history()
-    blocks = re.findall(r"\n```\n(\{\n  \"type\": \"LifecycleSystem\".*?)\n```\n", lifecycle_encoding_section(), re.DOTALL)
+    blocks = re.findall(
+        r"\n```\n(\{\n  \"type\": \"LifecycleSystem\".*?)\n```\n", lifecycle_encoding_section(), re.DOTALL
+    )
     assert len(blocks) == 1
     assert json.loads(blocks[0]) == encode_state(state)
     assert decode_state(json.loads(blocks[0])) == state

@@ -100,7 +100,7 @@ def test_asked_for_version_1_it_is_a_version_1_adapter() -> None:
     assert code == 0
     hello = replies[0]["result"]
     assert hello["protocol"] == 1 and hello["machines"].keys() == {"delivery"} and "sessions" not in hello
-    assert "not \"lifecycle\"" in replies[1]["fault"]["message"]
+    assert 'not "lifecycle"' in replies[1]["fault"]["message"]
     assert "protocol 1 has no sessions" in replies[2]["fault"]["message"]
     assert replies[3]["result"]["protocol"] == 3  # a harness newer than it: its own newest
 

@@ -13,7 +13,16 @@ def test_the_benchmark_prints_one_row_per_size_all_linearizable(capsys: pytest.C
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "delivery histories, 4 clients, seed 3"
     assert lines[1].split() == [
-        "operations", "epochs", "partitions", "configurations", "seconds", "peak", "MiB", "×", "50", "verdict",
+        "operations",
+        "epochs",
+        "partitions",
+        "configurations",
+        "seconds",
+        "peak",
+        "MiB",
+        "×",
+        "50",
+        "verdict",
     ]
     rows = [line.split() for line in lines[2:]]
     assert [row[0] for row in rows] == ["50", "200", "400"]  # smallest first: it is the base of the ratios

@@ -39,7 +39,15 @@ def test_verify_of_an_adapter_command_prints_a_replay_with_that_command(tmp_path
         f" --dsn {shlex.quote(pg_server.dsn)} --mutant lease-target-unbound"
     )
     verify = leaseproof(
-        "verify", "--adapter-cmd", adapter, "--reply-timeout", "45", "--seed", "1", "--machine", "delivery",
+        "verify",
+        "--adapter-cmd",
+        adapter,
+        "--reply-timeout",
+        "45",
+        "--seed",
+        "1",
+        "--machine",
+        "delivery",
         cwd=tmp_path,
     )
     assert verify.returncode == 1, verify.stdout + verify.stderr
@@ -79,7 +87,6 @@ def test_stress_prints_a_check_of_the_piece_that_finds_it_not_linearizable(tmp_p
     checked = run_as_printed(command, tmp_path)
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "not linearizable" in checked.stdout
-
 
 
 def test_two_machines_failing_write_two_traces(tmp_path: Path) -> None:

@@ -69,8 +69,6 @@ def _postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().splitlines()[0])
 
 
-
-
 def _process_uid(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Uid:"):
@@ -82,9 +80,7 @@ def _process_uid(pid: int) -> int:
 
 def _database_exists(server: Server, name: str) -> bool:
     with psycopg.connect(server.dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_database WHERE datname = %s", (name,)
-        ).fetchone()
+        row = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,)).fetchone()
     assert row is not None
     return bool(row[0] == 1)
 
@@ -211,9 +207,7 @@ def test_unreachable_binaries_are_copied_once_and_reused(
         # libpq-linked code must load from the copy too (dblink needs libpq).
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION dblink")
-            row = conn.execute(
-                "SELECT * FROM dblink(%s, 'SELECT 42') AS t(answer int)", (server.dsn,)
-            ).fetchone()
+            row = conn.execute("SELECT * FROM dblink(%s, 'SELECT 42') AS t(answer int)", (server.dsn,)).fetchone()
         assert row == (42,)
     assert not folder.exists() and copy.is_dir()
     assert copy.parent == own_temp
@@ -370,9 +364,7 @@ def _must_not_be_tried(*args: object, **kwargs: object) -> object:
 
 
 @pytest.mark.parametrize("via", ["env", "argument"])
-def test_unreachable_dsn_fails_fast_naming_source_and_fix(
-    via: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unreachable_dsn_fails_fast_naming_source_and_fix(via: str, monkeypatch: pytest.MonkeyPatch) -> None:
     dsn = "host=127.0.0.1 port=1 user=postgres password=hunter2 dbname=postgres"
     monkeypatch.setattr(provision, "docker_engine", _must_not_be_tried)
     monkeypatch.setattr(provision, "_embedded_server", _must_not_be_tried)

@@ -227,6 +227,8 @@ BAD = {
     "guarantees": "postgresql://x:s3cret@host:notaport/db",
     "throughput": "host=h password=s3cret port=nope",
 }
+
+
 @pytest.mark.parametrize("command", sorted(BAD))
 def test_a_command_given_a_dsn_that_does_not_parse_says_so_in_one_line_and_exits_2(command: str) -> None:
     run = leaseproof(command, "--dsn", BAD[command], timeout=60)

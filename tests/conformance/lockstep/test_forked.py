@@ -163,7 +163,6 @@ def test_a_forked_adapter_serves_only_its_machine(delivery_dsn: str) -> None:
     assert not adapter._process.is_alive()
 
 
-
 _HARNESS = """
 import sys, time
 from leaseproof.conformance.lockstep.forked import ForkedAdapter

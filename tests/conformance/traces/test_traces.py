@@ -154,7 +154,11 @@ def test_each_corpus_trace_passes_the_real_store_and_catches_its_mutant(
 ) -> None:
     trace = read(CORPUS / f"{mutant.name}.jsonl")
     assert check(trace) is None, "the recorded expectations no longer match the model: regenerate the corpus"
-    real = PostgresDeliveryAdapter(delivery_dsn) if mutant.machine == "delivery" else PostgresLifecycleAdapter(delivery_dsn)
+    real = (
+        PostgresDeliveryAdapter(delivery_dsn)
+        if mutant.machine == "delivery"
+        else PostgresLifecycleAdapter(delivery_dsn)
+    )
     try:
         assert replay(trace, real) is None
     finally:
@@ -434,7 +438,9 @@ def test_a_fault_in_one_trace_is_that_traces_and_writes_no_counterexample(
     adapter = ("--dsn", pg_server.dsn, "--adapter", "adapters:fails_to_reap")
     run = _cli("replay", str(trace_file), str(quiet), *adapter, cwd=tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
-    assert f"FAULT {trace_file}: the adapter failed, so nothing was judged: RuntimeError: the sweep crashed" in run.stdout
+    assert (
+        f"FAULT {trace_file}: the adapter failed, so nothing was judged: RuntimeError: the sweep crashed" in run.stdout
+    )
     assert f"pass  {quiet}" in run.stdout  # the batch went on
     assert "1 passed, 0 failed, 1 faulted" in run.stdout
     verify = _cli("verify", "--machine", "delivery", "--seed", "1", "--max-examples", "5", *adapter, cwd=tmp_path)
