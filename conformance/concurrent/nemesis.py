@@ -59,6 +59,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -228,10 +229,13 @@ def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
 # database, beside the schema it judges): which delivery, at which generation, under which
 # request key (a worker's keys begin with its name).
 _CLAIM_TRAIL = """
-    CREATE TABLE lp_nemesis_claims (id uuid NOT NULL, generation bigint NOT NULL, claim_key text);
+    CREATE TABLE lp_nemesis_claims (
+        id uuid NOT NULL, generation bigint NOT NULL, claim_key text, lease_until timestamptz,
+        at timestamptz NOT NULL DEFAULT clock_timestamp());
     CREATE FUNCTION lp_nemesis_trail() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        INSERT INTO lp_nemesis_claims VALUES (NEW.id, NEW.lease_generation, NEW.claim_key);
+        INSERT INTO lp_nemesis_claims (id, generation, claim_key, lease_until)
+        VALUES (NEW.id, NEW.lease_generation, NEW.claim_key, NEW.lease_until);
         RETURN NULL;
     END
     $$;
@@ -266,11 +270,13 @@ def worker(
     claims = 0
     with open(log_path, "a", encoding="utf-8") as out:
         while time.time() < until:
-            doing = "claim"
+            doing, key = "claim", ""
             try:
                 community = tenant(rng.randrange(tenants))
                 claims += 1  # each claim request its own key: a resend after a lost answer gets its lease
-                got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS, request_key=f"{name}/{seed}/{claims}"))
+                key = f"{name}/{seed}/{claims}"
+                _log(out, op="claiming", key=key)  # a worker killed before its answer leaves this line last
+                got = store.execute(m.Claim(community, TARGET, LEASE_SECONDS, request_key=key))
                 if not isinstance(got, m.Claimed):
                     _log(out, op="claim", answer=type(got).__name__)
                     time.sleep(0.005)  # nothing to do: poll again, as a worker does
@@ -295,7 +301,7 @@ def worker(
                 _log(out, op="unavailable", answer="Unavailable", reason=exc.reason, doing=doing)
                 time.sleep(0.05)  # a worker backs off before it tries again (the server may be restarting)
             except (ConnectionLost, psycopg.Error) as exc:
-                _log(out, op="lost", answer=type(exc).__name__, doing=doing)
+                _log(out, op="lost", answer=type(exc).__name__, doing=doing, key=key)
                 store.close()
 
 
@@ -356,8 +362,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
     sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl"), plan.store), daemon=True)
     sweeper.start()
     paused: dict[int, float] = {}  # worker -> when to continue it
-    killed: Counter[str] = Counter()  # by worker name
-    abandoned = 0  # leases the run claimed and left to expire (at each stall)
+    abandoned: set[str] = set()  # keys of the leases the run claimed and left to expire (at each stall)
     staller: psycopg.Connection[Any] | None = None
     stalled_until = 0.0
     monitor: psycopg.Connection[Any] | None = connect(dsn)
@@ -392,7 +397,6 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 kind = kinds.pop()
                 i = rng.randrange(plan.workers)
                 if kind == "kill" and i not in paused:
-                    killed[f"lp-nemesis-worker-{i}"] += 1
                     procs[i].kill()
                     procs[i].join(10)
                     start(i)
@@ -417,7 +421,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 elif kind in NETWORK_FAULTS and proxy is not None:
                     _network_fault(proxy, kind)
                 elif kind == "stall" and staller is None:
-                    abandoned += _abandon(dsn, plan, rng)
+                    abandoned |= _abandon(dsn, plan, rng)
                     staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
                     staller.execute("BEGIN")
                     staller.execute(  # what it can lock now: a client holds what it took
@@ -440,10 +444,9 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                 os.kill(procs[i].pid, signal.SIGCONT)
         if staller is not None:
             staller.close()
-        for i, proc in (*procs.items(), (-1, sweeper)):
+        for proc in (*procs.values(), sweeper):
             proc.join(10 + WAITS.statement)
             if proc.is_alive():
-                killed[f"lp-nemesis-worker-{i}"] += 1
                 proc.kill()
                 proc.join(10)
         if monitor is not None:
@@ -452,9 +455,8 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
             proxy.close()
             report.network.update(proxy.counts)
     _drain(dsn, plan.store)
-    killed[ABANDONER] = abandoned  # a holder that died with its lease, one lease each
-    report.abandoned = abandoned
-    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, killed)
+    report.abandoned = len(abandoned)
+    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, abandoned)
     for line in report.lines():
         say(line)
     return report
@@ -463,19 +465,19 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
 ABANDONER = "lp-nemesis-abandoner"
 
 
-def _abandon(dsn: str, plan: Plan, rng: random.Random) -> int:
+def _abandon(dsn: str, plan: Plan, rng: random.Random) -> set[str]:
     """Claim a pending delivery of a healthy tenant, with a lease that ends halfway through a
-    stall, and drop it: a holder that died. 1 if a delivery was claimed, else 0."""
+    stall, and drop it: a holder that died. The claim's key, if it claimed one."""
     if plan.tenants < 2:
-        return 0
+        return set()
     key = f"{ABANDONER}/{rng.randrange(2**32)}"
     with (
         contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error),
         plan.service(_named(dsn, ABANDONER), WAITS, store_class=plan.store) as service,
     ):
         got = service.execute(m.Claim(tenant(rng.randrange(1, plan.tenants)), TARGET, LEASE_SECONDS, request_key=key))
-        return int(isinstance(got, m.Claimed))
-    return 0
+        return {key} if isinstance(got, m.Claimed) else set()
+    return {key}  # it may have claimed: its answer was lost
 
 
 def _network_fault(proxy: FaultProxy, kind: str) -> None:
@@ -517,9 +519,9 @@ def _entries(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
 
 
 def _audit(
-    dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report, killed: Counter[str] | None = None
+    dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report, excused: AbstractSet[str] = frozenset()
 ) -> None:
-    """Judge the logs and the rows; `killed`: how many times each worker (by name) was killed."""
+    """Judge the logs and the rows; `excused`: request keys of claims the run itself abandoned."""
     with connect(dsn) as conn:
         rows = {
             row["id"]: row
@@ -530,7 +532,7 @@ def _audit(
         }
         trail = []
         if conn.execute("SELECT to_regclass('lp_nemesis_claims') IS NOT NULL AS made").fetchone()["made"]:  # type: ignore[index]  # one row
-            trail = conn.execute("SELECT id, generation, claim_key FROM lp_nemesis_claims").fetchall()
+            trail = conn.execute("SELECT id, generation, claim_key, lease_until, at FROM lp_nemesis_claims").fetchall()
     for delivery in ids:
         if delivery not in rows:
             report.lost.append(f"lost: delivery {delivery} was committed and is gone")
@@ -543,9 +545,18 @@ def _audit(
     settled: dict[str, list[int]] = defaultdict(list)
     resettled: list[dict[str, Any]] = []  # Settled answers that came from a resend
     claims: dict[tuple[str, int], int] = Counter()
-    given_up: Counter[str] = Counter()  # claims a worker gave up on, their outcome unknown, by worker
+    given_up: set[str] = set()  # keys of claims a worker gave up on, their outcome unknown
+    unanswered: set[str] = set()  # keys of the claims workers were sending when they were killed
     for path in logs:
+        asking = ""  # the key of the claim this worker sent last and has no answer logged for
         for entry in _entries((path,)):
+            if entry["op"] == "claiming":
+                if asking:  # the incarnation before was killed while it claimed
+                    unanswered.add(asking)
+                asking = entry["key"]
+                continue
+            if entry["op"] in ("claim", "lost", "unavailable", "refused"):
+                asking = ""
             report.answers[f"{entry['op']}:{entry['answer']}"] += 1
             report.left_by_sweeps += entry.get("left", 0)
             if entry["op"] == "claim" and entry["answer"] == "Claimed":
@@ -555,7 +566,9 @@ def _audit(
                 if entry.get("resent_at") is not None:
                     resettled.append(entry)
             if entry["op"] == "lost" and entry.get("doing") == "claim":
-                given_up[f"lp-nemesis-{path.stem}"] += 1
+                given_up.add(entry.get("key", ""))
+        if asking:  # killed at the end, while it claimed
+            unanswered.add(asking)
     report.cycles = sum(map(len, settled.values()))
     for (claimed, generation), count in claims.items():
         if count > 1:
@@ -579,37 +592,35 @@ def _audit(
                 f"settled twice: delivery {entry['id']} was settled at {row['finished_at']:%H:%M:%S.%f} by a finish"
                 f" whose answer was lost, and its resend, sent later, was told Settled again"
             )
-    _orphans(trail, claims, given_up, killed or Counter(), report)
+    _orphans(trail, claims, unanswered | given_up | set(excused), report)
 
 
 def _orphans(
-    trail: Sequence[dict[str, Any]],
-    claims: dict[tuple[str, int], int],
-    given_up: Counter[str],
-    killed: Counter[str],
-    report: Report,
+    trail: Sequence[dict[str, Any]], claims: dict[tuple[str, int], int], excused: AbstractSet[str], report: Report
 ) -> None:
-    """Every lease the database handed out must reach the worker whose key it was claimed
-    under, unless that worker was killed (it may have died with the answer on its way) or
-    gave the claim up (its connection lost, and the resend too): at most one such lease
-    for each. What is left over is a lease nobody holds, its delivery held up until the
-    lease runs out."""
-    unheld: dict[str, list[str]] = defaultdict(list)
+    """Every lease the database handed out must reach the worker that claimed it, unless the
+    claim's key is `excused` (its worker was killed while it claimed, the answer may have
+    been on its way; or it gave the claim up, its connection lost and the resend too; or
+    the run abandoned it), or the lease had run out when the claim's resend, under the same
+    key, took another (the model's keyed claim: a key's lease is returned while it holds).
+    What is left is a lease nobody holds, its delivery held up until the lease runs out."""
+    taken_at: dict[str, list[Any]] = defaultdict(list)  # when each key's claims were made
     for row in trail:
-        if (str(row["id"]), row["generation"]) in claims:
-            continue
-        key = row["claim_key"] or ""
-        unheld[key.split("/", 1)[0]].append(
-            f"delivery {row['id']} at generation {row['generation']} under key {key or '(none)'}"
+        taken_at[row["claim_key"] or ""].append(row["at"])
+    orphaned = [
+        f"delivery {row['id']} at generation {row['generation']} under key {row['claim_key'] or '(none)'}"
+        for row in trail
+        if (str(row["id"]), row["generation"]) not in claims
+        and (row["claim_key"] or "") not in excused
+        and not (
+            row["lease_until"] is not None and any(at > row["lease_until"] for at in taken_at[row["claim_key"] or ""])
         )
-    for worker, leases in sorted(unheld.items()):
-        excused = killed[worker] + given_up[worker]
-        if len(leases) > excused:
-            report.orphaned.append(
-                f"orphaned leases: {len(leases)} claimed for {worker or 'no worker'} reached nobody, where its"
-                f" {killed[worker]} kills and {given_up[worker]} claims given up explain at most {excused}:"
-                f" {'; '.join(leases[:3])}"
-            )
+    ]
+    if orphaned:
+        report.orphaned.append(
+            f"orphaned leases: {len(orphaned)} claimed and handed to no worker (none killed while claiming it"
+            f" or giving it up): {'; '.join(orphaned[:3])}"
+        )
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -22,8 +22,9 @@ ended, the network cut):
 too long, or no server to connect to) is raised as it is: nothing took
 effect, and when to try again is the caller's decision (it is load, not a
 lost answer). Except after a call whose outcome is unknown: if its resend
-cannot connect, or is itself lost, the caller is told the first call's
-`ConnectionLost(applied=None)`, never that nothing took effect.
+cannot connect, waits past a bound, is refused or is itself lost, the caller
+is told the first call's `ConnectionLost(applied=None)`, never that nothing
+took effect.
 
 `resent_at` says, after each call, when its answer came from a resend (the
 time the resend was sent, `time.time()`), or None: what an audit needs to
@@ -43,6 +44,7 @@ import psycopg
 from leaseproof.impl.delivery.store import WAITS, PostgresDeliveryStore, Sweep, Waits, connect
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.model import delivery as m
+from leaseproof.model.errors import Refused
 
 Connect = Callable[[str, Waits], Any]
 
@@ -106,6 +108,10 @@ class DeliveryService:
                 if attempt:
                     self.resent_at = time.time()
                 return call(store)
+            except (Unavailable, Refused):
+                if unknown is not None:  # the resend says nothing of the first call, which may have taken effect
+                    raise unknown from unknown.__cause__
+                raise
             except ConnectionLost as lost:
                 self._drop()
                 if lost.applied is not False:

@@ -160,6 +160,30 @@ def test_a_call_lost_while_committing_whose_resend_cannot_connect_is_still_unkno
             service.close()
 
 
+def test_a_call_lost_while_committing_whose_resend_waits_past_its_bound_is_still_unknown(world: str) -> None:
+    """The resend meets the row locked by another client and gives up (lock_timeout):
+    `Unavailable` would say nothing took effect, and the first call may have."""
+    with DeliveryService(world) as setup:
+        claimed = setup.execute(m.Claim(A, TARGET, 30))
+    assert isinstance(claimed, m.Claimed)
+    with Schedule(world) as schedule, connect(world) as holder:
+        cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_FINISH, at="statement")
+        service = DeliveryService(world, Waits(lock=0.2), connect=cut)
+        try:
+            service._live("Finish")
+            cut.client.start(lambda: service.execute(m.Finish(claimed.lease, m.Status.FINISHED)))
+            holder.execute("BEGIN")
+            holder.execute("SELECT 1 FROM workflow_agent_deliveries WHERE id = %s FOR UPDATE", (D1,))
+            cut.cut_when_parked()
+            with pytest.raises(ConnectionLost) as raised:
+                cut.client.result(_BOUND)
+            assert raised.value.applied is None and raised.value.operation == "Finish"
+            assert service.connections == 2  # it was sent again, and that gave up
+        finally:
+            holder.execute("ROLLBACK")
+            service.close()
+
+
 def test_a_claim_lost_while_committing_is_not_sent_again(world: str) -> None:
     with Schedule(world) as schedule:
         cut = _CutOnce(schedule, PostgresDeliveryStore.SQL_CLAIM, at="statement")

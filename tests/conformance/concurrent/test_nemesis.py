@@ -5,10 +5,10 @@ logs and rows made to break each rule it checks."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -200,17 +200,40 @@ def test_the_audit_finds_a_resend_told_settled_again_and_a_lease_that_reached_no
         nemesis._audit(dsn, ids, [worker_0, worker_1], report)
         assert len(report.double) == 1 and report.double[0].startswith(f"settled twice: delivery {first} was settled")
         (orphan,) = report.orphaned
-        assert (
-            orphan.startswith("orphaned leases: 1 claimed for lp-nemesis-worker-1 reached nobody") and third in orphan
-        )
-        # A kill of that worker, or a claim it gave up on, explains one such lease.
-        excused = Report()
-        nemesis._audit(dsn, ids, [worker_0, worker_1], excused, Counter({"lp-nemesis-worker-1": 1}))
-        assert excused.orphaned == []
-        _log(worker_1, {"op": "lost", "answer": "ConnectionLost", "doing": "claim"})
-        gave_up = Report()
-        nemesis._audit(dsn, ids, [worker_0, worker_1], gave_up)
-        assert gave_up.orphaned == [] and not gave_up.safe  # (the double settlement stays)
+        assert orphan.startswith("orphaned leases: 1 claimed and handed to no worker")
+        assert third in orphan and "lp-nemesis-worker-1/9/1" in orphan
+        # Explained: its worker was killed while it claimed (its last line), gave the claim up, or the run abandoned it.
+        for lines in (
+            [{"op": "claiming", "key": "lp-nemesis-worker-1/9/1"}],
+            [{"op": "claiming", "key": "lp-nemesis-worker-1/9/1"}, {"op": "claiming", "key": "lp-nemesis-worker-1/5/1"},
+             {"op": "claim", "answer": "ClaimMiss"}],
+            [{"op": "lost", "answer": "ConnectionLost", "doing": "claim", "key": "lp-nemesis-worker-1/9/1"}],
+        ):  # fmt: skip
+            _log(worker_1, *lines)
+            explained = Report()
+            nemesis._audit(dsn, ids, [worker_0, worker_1], explained)
+            assert explained.orphaned == [], lines
+        _log(worker_1, {"op": "claiming", "key": "lp-nemesis-worker-1/9/1"}, {"op": "claim", "answer": "ClaimMiss"})
+        answered = Report()  # a claim answered (a miss) explains nothing
+        nemesis._audit(dsn, ids, [worker_0, worker_1], answered)
+        assert len(answered.orphaned) == 1
+        abandoned = Report()
+        nemesis._audit(dsn, ids, [worker_0, worker_1], abandoned, {"lp-nemesis-worker-1/9/1"})
+        assert abandoned.orphaned == [] and not abandoned.safe  # (the double settlement stays)
+
+
+def test_a_lease_that_ran_out_before_its_claim_was_resent_is_not_orphaned() -> None:
+    """A keyed claim resent after its first lease ran out takes a new one (the model's rule):
+    the first reached nobody, and that is no fault. Resent while it still held, it is."""
+    t0 = dt.datetime(2026, 12, 7, tzinfo=dt.UTC)
+    first = {"id": uuid.UUID(int=1), "generation": 1, "claim_key": "lp-nemesis-worker-0/1/1",
+             "lease_until": t0 + dt.timedelta(seconds=1), "at": t0}  # fmt: skip
+    resent = {**first, "id": uuid.UUID(int=2), "lease_until": t0 + dt.timedelta(seconds=3)}
+    handed = {(str(uuid.UUID(int=2)), 1): 1}  # the resend's lease reached the worker
+    for at, orphans in ((t0 + dt.timedelta(seconds=2), 0), (t0 + dt.timedelta(milliseconds=500), 1)):
+        report = Report()
+        nemesis._orphans([first, {**resent, "at": at}], handed, frozenset(), report)
+        assert len(report.orphaned) == orphans, (at, report.orphaned)
 
 
 def test_liveness_is_judged_against_its_bound() -> None:
