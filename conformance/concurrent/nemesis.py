@@ -467,13 +467,14 @@ ABANDONER = "lp-nemesis-abandoner"
 
 def _abandon(dsn: str, plan: Plan, rng: random.Random) -> set[str]:
     """Claim a pending delivery of a healthy tenant, with a lease that ends halfway through a
-    stall, and drop it: a holder that died. The claim's key, if it claimed one."""
+    stall, and drop it: a holder that died. The claim's key, if it claimed one. Through the
+    bundled client: the probe is the run's, not the client's under test."""
     if plan.tenants < 2:
         return set()
     key = f"{ABANDONER}/{rng.randrange(2**32)}"
     with (
         contextlib.suppress(Unavailable, ConnectionLost, psycopg.Error),
-        plan.service(_named(dsn, ABANDONER), WAITS, store_class=plan.store) as service,
+        DeliveryService(_named(dsn, ABANDONER), WAITS, store_class=plan.store) as service,
     ):
         got = service.execute(m.Claim(tenant(rng.randrange(1, plan.tenants)), TARGET, LEASE_SECONDS, request_key=key))
         return {key} if isinstance(got, m.Claimed) else set()
