@@ -203,12 +203,13 @@ def test_the_audit_finds_a_resend_told_settled_again_and_a_lease_that_reached_no
         assert orphan.startswith("orphaned leases: 1 claimed and handed to no worker")
         assert third in orphan and "lp-nemesis-worker-1/9/1" in orphan
         # Explained: its worker was killed while it claimed (its last line), gave the claim up, or the run abandoned it.
-        for lines in (
+        explanations: tuple[list[dict[str, object]], ...] = (
             [{"op": "claiming", "key": "lp-nemesis-worker-1/9/1"}],
             [{"op": "claiming", "key": "lp-nemesis-worker-1/9/1"}, {"op": "claiming", "key": "lp-nemesis-worker-1/5/1"},
              {"op": "claim", "answer": "ClaimMiss"}],
             [{"op": "lost", "answer": "ConnectionLost", "doing": "claim", "key": "lp-nemesis-worker-1/9/1"}],
-        ):  # fmt: skip
+        )  # fmt: skip
+        for lines in explanations:
             _log(worker_1, *lines)
             explained = Report()
             nemesis._audit(dsn, ids, [worker_0, worker_1], explained)
