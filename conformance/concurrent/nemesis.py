@@ -147,7 +147,12 @@ class Report:
 
     @property
     def safe(self) -> bool:
-        return not (self.lost or self.double or self.stale or self.same_generation or self.unprocessed or self.orphaned)
+        return not self.problems
+
+    @property
+    def problems(self) -> list[str]:
+        """Every safety clause's findings, in the audit's order."""
+        return [*self.lost, *self.double, *self.stale, *self.same_generation, *self.unprocessed, *self.orphaned]
 
     @property
     def live(self) -> bool:
@@ -171,17 +176,7 @@ class Report:
             f"worst reap delay: healthy tenants {self.worst_healthy_delay:.2f}s (bound {REAP_BOUND:g}s)"
             f", the stalled tenant {self.worst_stalled_delay:.2f}s; leases abandoned during stalls {self.abandoned}"
             f"   (expired leases passed over by sweeps, held locked: {self.left_by_sweeps})",
-            *(
-                f"  {problem}"
-                for problem in (
-                    *self.lost,
-                    *self.double,
-                    *self.stale,
-                    *self.same_generation,
-                    *self.unprocessed,
-                    *self.orphaned,
-                )[:20]
-            ),
+            *(f"  {problem}" for problem in self.problems[:20]),
             "verdict: " + ("SAFE" if self.safe else "UNSAFE") + ", " + ("LIVE" if self.live else "NOT LIVE"),
         ]
 
@@ -608,15 +603,14 @@ def _orphans(
     taken_at: dict[str, list[Any]] = defaultdict(list)  # when each key's claims were made
     for row in trail:
         taken_at[row["claim_key"] or ""].append(row["at"])
-    orphaned = [
-        f"delivery {row['id']} at generation {row['generation']} under key {row['claim_key'] or '(none)'}"
-        for row in trail
-        if (str(row["id"]), row["generation"]) not in claims
-        and (row["claim_key"] or "") not in excused
-        and not (
-            row["lease_until"] is not None and any(at > row["lease_until"] for at in taken_at[row["claim_key"] or ""])
-        )
-    ]
+    orphaned = []
+    for row in trail:
+        key, until = row["claim_key"] or "", row["lease_until"]
+        if (str(row["id"]), row["generation"]) in claims or key in excused:
+            continue
+        if until is not None and any(at > until for at in taken_at[key]):
+            continue  # ran out before its resend took another
+        orphaned.append(f"delivery {row['id']} at generation {row['generation']} under key {key or '(none)'}")
     if orphaned:
         report.orphaned.append(
             f"orphaned leases: {len(orphaned)} claimed and handed to no worker (none killed while claiming it"

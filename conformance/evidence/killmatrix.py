@@ -455,8 +455,7 @@ def _nemesis(subject: Subject, dsn: str, seed: int) -> Row:
         report = nemesis.run(dsn, plan, Path(folder), say=lambda line: None)
     seconds = time.monotonic() - started
     base = _row(subject, NEMESIS, budget=1, unit="runs", check_seconds=seconds, seed=seed)
-    problems = [*report.lost, *report.double, *report.stale, *report.same_generation, *report.unprocessed]
-    problems += report.orphaned
+    problems = report.problems
     if not report.live:
         problems.append(f"not live: a healthy tenant's expired lease waited {report.worst_healthy_delay:.2f}s")
     injected = ", ".join(f"{kind} {report.faults[kind]}" for kind in faults)

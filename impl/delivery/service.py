@@ -100,16 +100,13 @@ class DeliveryService:
         while True:
             try:
                 store = self._live(operation)
-            except Unavailable:
-                if unknown is not None:
-                    raise unknown from unknown.__cause__
-                raise
-            try:
                 if attempt:
                     self.resent_at = time.time()
                 return call(store)
-            except (Unavailable, Refused):
-                if unknown is not None:  # the resend says nothing of the first call, which may have taken effect
+            except (Unavailable, Refused):  # no server, a bound reached, a refusal: nothing done *this* time
+                if (
+                    unknown is not None
+                ):  # a resend's failure says nothing of the first call, which may have taken effect
                     raise unknown from unknown.__cause__
                 raise
             except ConnectionLost as lost:
