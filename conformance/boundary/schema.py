@@ -130,6 +130,7 @@ def _request(method: str) -> dict[str, Any]:
         "start": _ref("instant"),
         "command": _ref("command"),
         "protocol": {"type": "integer", "minimum": PROTOCOL_VERSIONS[0]},
+        "database": {"type": "string", "minLength": 1},
     }
     params = {
         "type": "object",
@@ -175,7 +176,7 @@ def schema() -> dict[str, Any]:
                 "properties": {
                     "machines": {"propertyNames": {"enum": carried[version]}},
                     **({"sessions": {"const": False}} if version < SESSIONS_SINCE else {}),
-                    **({"databases": False} if version < DATABASES_SINCE else {}),
+                    **({"databases": False, "attach": False} if version < DATABASES_SINCE else {}),
                 }
             },
         }
@@ -202,6 +203,7 @@ def schema() -> dict[str, Any]:
                 "propertyNames": {"enum": sorted(MACHINES)},
                 "additionalProperties": {"type": "string", "minLength": 1},
             },
+            "attach": {"type": "array", "items": {"enum": sorted(MACHINES)}, "uniqueItems": True},
         },
         "required": ["protocol", "implementation", "machines"],
     }
@@ -220,8 +222,8 @@ def schema() -> dict[str, Any]:
         ),
         "description": (
             "Validate a request against #/$defs/request, a reply against #/$defs/reply, and a reply's result against "
-            "the definition of its method's result: hello-result, null (reset, open_session, close_session, close), "
-            "outcome (execute), snapshot (snapshot)."
+            "the definition of its method's result: hello-result, null (reset, open_session, close_session, close, "
+            "attach), outcome (execute), snapshot (snapshot)."
         ),
         "$defs": defs
         | {
@@ -264,6 +266,7 @@ RESULTS: dict[str, str | None] = {
     "open_session": None,
     "close_session": None,
     "close": None,
+    "attach": None,
 }
 assert RESULTS.keys() == _PARAMS.keys()
 assert m.DeliverySystem.__name__ in codec.STATES and lc.LifecycleSystem.__name__ in codec.STATES

@@ -6,8 +6,12 @@ Speaks the wire protocol of `specs/adapter-protocol.md` on stdin/stdout;
 diagnostics go to stderr. Without --dsn it provisions its own server (the
 same order as `leaseproof verify`) and serves both machines, each in a
 scratch database of its own, which it drops however it ends: at end of input or "close", on SIGTERM, SIGHUP or
-Ctrl-C. One killed outright (SIGKILL) cannot; so at start it drops the
-scratch databases left by serve processes of this host that no longer run.
+Ctrl-C. One killed outright (SIGKILL) cannot; so at its first reset it drops the
+scratch databases left by serve processes of this host that no longer run. Not
+before: a serve started again after a kill is told to `attach` to its
+predecessor's delivery database (specs/adapter-protocol.md, "Restarts"), which
+it then adopts (the database's comment names it, so no other serve drops it)
+and drops when it ends.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ import os
 import signal
 import socket
 import sys
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
 from leaseproof.conformance.harness.interrupts import interruptible
@@ -35,14 +44,14 @@ from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.mutants.faults import FAULT_MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 # Every mutant of either machine, sequential, racy (which only concurrent
-# sessions show) or faulty (which only a cut connection shows); the other
-# machine is served as bundled.
-SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
+# sessions show), faulty (which only a cut connection shows) or forgetful (which
+# only a restart of this process shows); the other machine is served as bundled.
+SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *RESTART_MUTANTS)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
 # on the same host can tell whose owner is gone.
@@ -50,13 +59,36 @@ _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _PREFIX = "lp_serve"
 
 
+_ADOPTED = f"adopted by serve {_HOST} "  # a database's comment, then the adopter's pid
+
+
+def _gone(pid: str) -> bool:
+    return pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid))
+
+
 def _drop_orphans(server: Server) -> None:
-    """Drop the scratch databases of this host's serve processes that are gone."""
+    """Drop the scratch databases of this host's serve processes that are gone (made by
+    one, and adopted by none that still runs)."""
+    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute("SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database").fetchall()
+    comments: dict[str, str | None] = dict(rows)
     for name in databases_named(server, f"{_PREFIX}_{_HOST}"):
-        pid = name.split("_")[3]
-        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+        pid, comment = name.split("_")[3], comments.get(name) or ""
+        adopter = comment.removeprefix(_ADOPTED) if comment.startswith(_ADOPTED) else ""
+        if _gone(pid) and (not adopter or _gone(adopter)):
             print(f"serve: dropping {name}, left by serve process {pid}, which is gone", file=sys.stderr)
             drop_database(server, name)
+
+
+def _adopt(server: Server, dsn: str) -> str:
+    """Mark the database of `dsn`, made by a serve that was killed, as this process's; its name."""
+    name = str(conninfo_to_dict(dsn).get("dbname") or "")
+    with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+        comment = sql.SQL("COMMENT ON DATABASE {} IS {}").format(
+            sql.Identifier(name), sql.Literal(f"{_ADOPTED}{os.getpid()}")
+        )
+        conn.execute(comment)
+    return name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,16 +106,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interruptible(), contextlib.ExitStack() as stack:
             server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
-            _drop_orphans(server)
             # One scratch database per machine, so each reset is its machine's alone.
             mine = f"{_PREFIX}_{_HOST}_{os.getpid()}"
             delivery_dsn, lifecycle_dsn = (stack.enter_context(scratch_database(server, prefix=mine)) for _ in "dl")
-            delivery = (
-                mutant.adapter(delivery_dsn)
-                if mutant is not None and not isinstance(mutant, LifecycleMutant)
-                else PostgresDeliveryAdapter(delivery_dsn, PostgresDeliveryStore)
-            )
-            stack.callback(delivery.close)
+
+            def delivery_adapter(dsn: str) -> Any:
+                adapter = (
+                    mutant.adapter(dsn)
+                    if mutant is not None and not isinstance(mutant, LifecycleMutant)
+                    else PostgresDeliveryAdapter(dsn, PostgresDeliveryStore)
+                )
+                stack.callback(adapter.close)
+                return adapter
+
+            def attach_delivery(dsn: str) -> Any:
+                adopted = _adopt(server, dsn)
+                stack.callback(drop_database, server, adopted)  # after the adapter closes
+                return delivery_adapter(dsn)
+
+            delivery = delivery_adapter(delivery_dsn)
             lifecycle = (
                 mutant.adapter(lifecycle_dsn)
                 if isinstance(mutant, LifecycleMutant)
@@ -91,7 +132,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             stack.callback(lifecycle.close)
             name = f"leaseproof bundled {delivery.name} / {lifecycle.name}"
-            serve(delivery, implementation=name, lifecycle=lifecycle, stdout=protocol)
+            orphans_dropped = False
+
+            def drop_orphans_once() -> None:  # at the first reset (the module's docstring says why)
+                nonlocal orphans_dropped
+                if not orphans_dropped:
+                    orphans_dropped = True
+                    _drop_orphans(server)
+
+            serve(
+                delivery,
+                implementation=name,
+                lifecycle=lifecycle,
+                stdout=protocol,
+                attach={"delivery": attach_delivery},
+                before_reset=drop_orphans_once,
+            )
     except KeyboardInterrupt:
         print("serve: ended by a signal; its scratch databases are dropped", file=sys.stderr)
         return 130

@@ -100,17 +100,38 @@ class SessionLost(ConnectionError):
     run records the operation as indeterminate and opens another session."""
 
 
+class _Stale(Exception):
+    """A session's request was not sent: the child it belongs to was replaced first."""
+
+
 class WireSession:
-    """One session of a `SubprocessAdapter`: another client of the same implementation."""
+    """One session of a `SubprocessAdapter`: another client of the same implementation.
+
+    A session belongs to the child that opened it. After a restart (`SubprocessAdapter.restart`)
+    its next command first opens a session of the same client on the new child: the
+    command was not sent before, so nothing about it is unknown."""
 
     def __init__(self, adapter: SubprocessAdapter, name: str) -> None:
         self.adapter, self.name = adapter, name
-        adapter._call("open_session", {"machine": adapter.machine, "session": name})
+        self._open()
+
+    def _open(self) -> None:
+        self.incarnation = self.adapter.incarnation
+        self.adapter._call("open_session", {"machine": self.adapter.machine, "session": self.name})
 
     def execute(self, command: m.Command) -> m.Outcome:
-        return self.adapter._execute(command, {"session": self.name})
+        while True:
+            if self.incarnation != self.adapter.incarnation:
+                self.name = self.adapter._session_name()
+                self._open()
+            try:
+                return self.adapter._execute(command, {"session": self.name}, self.incarnation)
+            except _Stale:
+                continue  # the child was started again before the command was sent: send it to the new one
 
     def close(self) -> None:
+        if self.incarnation != self.adapter.incarnation:
+            return  # its child is gone, and the session with it
         with contextlib.suppress(AdapterFault, SessionLost):
             self.adapter._call("close_session", {"machine": self.adapter.machine, "session": self.name})
 
@@ -138,6 +159,12 @@ class SubprocessAdapter:
         self._ended: Exception | Literal[False] | None = False  # False while stdout is open
         self._next_id = 0
         self._sessions = 0
+        # Restarts (`restart`): which child this is (0 the first), and whether one is running
+        # (calls wait while the next one starts).
+        self.incarnation = 0
+        self._up = threading.Event()
+        self._up.set()
+        self._pumps: list[threading.Thread] = []
         self.sessions = False  # whether it offers sessions: protocol 2, and its hello says so
         self.operations: frozenset[str] = frozenset()  # what it offers of `machine`, once `use`d
         try:
@@ -146,20 +173,8 @@ class SubprocessAdapter:
             raise AdapterFault(f"cannot parse the adapter command {command!r}: {exc}") from None
         if not argv:
             raise AdapterFault("the adapter command is empty")
-        try:
-            self.process = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                bufsize=1,
-            )
-        except OSError as exc:
-            raise AdapterFault(f"could not start the adapter {command!r}: {exc}") from None
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._argv = argv
+        self._start()
         try:
             self._hello = self._handshake()
             self.protocol: int = self._hello["protocol"]
@@ -175,7 +190,28 @@ class SubprocessAdapter:
             self.close()  # a refused handshake leaves no child behind
             raise fault if str(fault).startswith("adapter ") else self._fault(str(fault)) from None
 
-    def _handshake(self) -> dict[str, Any]:
+    def _start(self) -> None:
+        """Start the child and the threads that read its stdout and stderr."""
+        try:
+            self.process = subprocess.Popen(
+                self._argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                bufsize=1,
+            )
+        except OSError as exc:
+            raise AdapterFault(f"could not start the adapter {self.command!r}: {exc}") from None
+        self._pumps = [
+            threading.Thread(target=self._pump_stdout, args=(self.process,), daemon=True),
+            threading.Thread(target=self._pump_stderr, args=(self.process,), daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
+
+    def _handshake(self, restarting: bool = False) -> dict[str, Any]:
         """The checked hello result (its "implementation" always a string).
 
         The harness offers its newest version; the adapter answers the version
@@ -183,12 +219,12 @@ class SubprocessAdapter:
         as the version-1 page allowed for a version it does not speak: it is
         asked again at version 1, once."""
         try:
-            result = self._call("hello", {"protocol": PROTOCOL_VERSION})
+            result = self._call("hello", {"protocol": PROTOCOL_VERSION}, restarting=restarting)
         except AdapterFault as newest:
             if newest.reported is None:
                 raise
             try:
-                result = self._call("hello", {"protocol": PROTOCOL_VERSIONS[0]})
+                result = self._call("hello", {"protocol": PROTOCOL_VERSIONS[0]}, restarting=restarting)
             except AdapterFault as oldest:
                 if oldest.reported is None:
                     raise
@@ -225,6 +261,56 @@ class SubprocessAdapter:
             raise self._fault(f"it offers none of the machines {sorted(MACHINES)} (machines: {offered!r})")
         return machines
 
+    def why_no_restart(self) -> str:
+        """Why this adapter's child cannot be killed and started again without losing the
+        state of `machine` ("" if it can): its state must live in a database its hello
+        announces (section 5, "Restarts")."""
+        if self.machine not in self.databases:
+            return (
+                f"its hello announces no database for the {self.machine} machine, so its state would die with its"
+                ' process (a restart needs the state in a database it announces: "databases", protocol 3)'
+            )
+        return ""
+
+    def restart(self) -> None:
+        """Kill the child (SIGKILL: a crash) and start its command again: a new hello, then,
+        if the new child's database for the machine in use differs from the first's,
+        `attach` to the first's (section 5, "Restarts"); other machines start afresh.
+        Calls to the old child, in flight or of its sessions, end as `SessionLost`: nobody
+        knows whether they took effect. Others wait until the new child is up."""
+        first = dict(self.databases)
+        self._up.clear()
+        try:
+            self.process.kill()
+            self.process.wait(timeout=self.reply_timeout)
+            self._pumps[0].join(timeout=self.reply_timeout)  # the end of its stdout reaches every waiting call
+            with self._routing, self._writing:  # a session's request goes to the old child, or is _Stale
+                self.incarnation += 1
+                self._ended = False
+                self._start()
+            hello = self._handshake(restarting=True)
+            if hello["protocol"] != self.protocol or frozenset(hello["machines"]) != self.machines:
+                raise self._fault(
+                    f"it was started again and its hello differs from the first: {hello!r}, not {self._hello!r}"
+                )
+            now = dict(hello.get("databases") or {})
+            machine, dsn = self.machine, first.get(self.machine)
+            if dsn is not None and now.get(machine) != dsn:
+                if machine not in (hello.get("attach") or ()):
+                    raise self._fault(
+                        f"it was started again with another database for the {machine} machine and offers no"
+                        ' attach to the first ("attach" in its hello: section 5, "Restarts")'
+                    )
+                self._call("attach", {"machine": machine, "database": dsn}, restarting=True)
+                now[machine] = dsn
+            self.databases = now
+        finally:
+            self._up.set()
+
+    def _session_name(self) -> str:
+        self._sessions += 1
+        return f"s{self._sessions}"
+
     def why_no_sessions(self) -> str:
         """Why this adapter cannot be run concurrently ("" if it can)."""
         if self.protocol < SESSIONS_SINCE:
@@ -248,11 +334,11 @@ class SubprocessAdapter:
         """Another client of the same implementation (an `open_session`), for concurrent runs."""
         if not self.sessions:
             raise AdapterFault(f"adapter {self.command!r}: {self.why_no_sessions()}")
-        self._sessions += 1
-        return WireSession(self, f"s{self._sessions}")
+        return WireSession(self, self._session_name())
 
-    def _execute(self, command: m.Command, session: dict[str, str]) -> m.Outcome:
-        result = self._call("execute", {"machine": self.machine, **session, "command": codec.encode(command)})
+    def _execute(self, command: m.Command, session: dict[str, str], incarnation: int | None = None) -> m.Outcome:
+        params = {"machine": self.machine, **session, "command": codec.encode(command)}
+        result = self._call("execute", params, incarnation=incarnation)
         try:
             outcome = codec.decode(result)
         except codec.DecodeError as exc:
@@ -297,8 +383,29 @@ class SubprocessAdapter:
 
     # -- the exchange ---------------------------------------------------------------
 
-    def _call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> Any:
-        """Send one request and wait for its reply (other threads' calls may be in flight)."""
+    def _call(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float | None = None,
+        restarting: bool = False,
+        incarnation: int | None = None,
+    ) -> Any:
+        """Send one request and wait for its reply (other threads' calls may be in flight).
+        While a restart starts the next child, wait for it (`restarting`: the restart's own
+        requests); a call to a child that was killed meanwhile is `SessionLost`, and one
+        for a session of an `incarnation` that is gone, not yet sent, is `_Stale`."""
+        if not restarting and not self._up.wait(self.reply_timeout):
+            raise self._fault(f"it was not up again within {self.reply_timeout:g}s of a restart, for {method!r}")
+        sent_to = self.incarnation if incarnation is None else incarnation
+        try:
+            return self._exchange(method, params, timeout, incarnation)
+        except AdapterFault:
+            if (sent_to == self.incarnation and self._up.is_set()) or restarting:
+                raise
+            raise SessionLost(f"{method}: the adapter's process was killed while it ran (a restart)") from None
+
+    def _exchange(self, method: str, params: dict[str, Any], timeout: float | None, incarnation: int | None) -> Any:
         slot: queue.Queue[_Line] = queue.Queue()
         with self._routing:
             self._next_id += 1
@@ -311,6 +418,8 @@ class SubprocessAdapter:
             try:
                 assert self.process.stdin is not None
                 with self._writing:
+                    if incarnation is not None and incarnation != self.incarnation:
+                        raise _Stale
                     self.process.stdin.write(json.dumps(request, separators=(",", ":")) + "\n")
                     self.process.stdin.flush()
             except (BrokenPipeError, OSError, ValueError):
@@ -375,20 +484,20 @@ class SubprocessAdapter:
             return ""
         return f" (it exited with status {code})"
 
-    def _pump_stdout(self) -> None:
-        assert self.process.stdout is not None
+    def _pump_stdout(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
         try:
-            for line in self.process.stdout:
+            for line in process.stdout:
                 self._route(line)
         except UnicodeDecodeError as exc:
             self._route(exc)
             return
         self._route(None)
 
-    def _pump_stderr(self) -> None:
-        assert self.process.stderr is not None
+    def _pump_stderr(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
         try:
-            for line in self.process.stderr:
+            for line in process.stderr:
                 self._stderr.append(line.rstrip("\n"))
         except UnicodeDecodeError:
             self._stderr.append("(the rest of stderr is not valid UTF-8)")
@@ -427,6 +536,12 @@ def _check_hello(result: Any) -> dict[str, Any]:
     ):
         raise AdapterFault(
             f"its hello's databases must map machines it offers to connection strings, not {databases!r}"
+        )
+    attach = result.get("attach", [])
+    if not isinstance(attach, list) or not all(isinstance(machine, str) and machine in databases for machine in attach):
+        raise AdapterFault(
+            f"its hello's attach must list machines whose databases it announces, not {attach!r}"
+            ' (specs/adapter-protocol.md, section 5, "Restarts")'
         )
     name = result.get("implementation")
     return {**result, "implementation": name if isinstance(name, str) else "unnamed adapter"}
@@ -470,6 +585,7 @@ _PARAMS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "open_session": (frozenset({"machine", "session"}), frozenset()),
     "close_session": (frozenset({"machine", "session"}), frozenset()),
     "close": (frozenset(), frozenset()),
+    "attach": (frozenset({"machine", "database"}), frozenset()),
 }
 
 
@@ -572,6 +688,8 @@ def serve(
     lifecycle: Any = None,
     stdin: IO[bytes] | TextIO | None = None,
     stdout: TextIO = sys.stdout,
+    attach: Mapping[str, Callable[[str], Any]] | None = None,
+    before_reset: Callable[[], None] | None = None,
 ) -> None:
     """Answer protocol requests, one per line of `stdin` (default: the process's
     standard input, read as bytes), until "close" or end of input: `adapter`'s
@@ -582,7 +700,12 @@ def serve(
     method or member, wrong params, a machine not served, anything before
     "hello", a value that does not decode) gets a fault reply with its
     `code` and never reaches an adapter. An exception from an adapter is a
-    fault with code "implementation". Either way `serve` goes on serving."""
+    fault with code "implementation". Either way `serve` goes on serving.
+
+    `attach`: for each machine it names, how to make that machine's adapter serve the state
+    in another database (its connection string), for the harness's `attach` after a
+    restart (specs/adapter-protocol.md, section 5, "Restarts"); `before_reset`, called before
+    each reset."""
     served: dict[str, tuple[Any, frozenset[str]]] = {MACHINE: (adapter, operations)}
     if lifecycle is not None:
         served["lifecycle"] = (lifecycle, LIFECYCLE_OPERATIONS)
@@ -640,19 +763,39 @@ def serve(
         databases = {name: a.dsn for name, (a, _) in agreed.served.items() if isinstance(getattr(a, "dsn", None), str)}
         if databases and protocol >= DATABASES_SINCE:
             result["databases"] = databases
+            if attachable := sorted(name for name in databases if name in (attach or {})):
+                result["attach"] = attachable
         return result
+
+    def attach_to(params: dict[str, Any]) -> None:
+        """Serve a machine from the database an earlier process announced, as it stands."""
+        machine, database = params["machine"], params["database"]
+        if not isinstance(database, str) or not database:
+            raise ProtocolError("bad-params", f'"database" must be a connection string, not {json.dumps(database)}')
+        if agreed.protocol < DATABASES_SINCE or machine not in (attach or {}):
+            raise ProtocolError("unknown-method", f"this adapter cannot attach the {machine} machine to a database")
+        if any(name == machine for name, _ in sessions):
+            raise ProtocolError("bad-params", "attach comes before any session of its machine is opened")
+        operations = served[machine][1]
+        served[machine] = agreed.served[machine] = (attach[machine](database), operations)  # type: ignore[index]
 
     def on(params: dict[str, Any]) -> Any:
         return served[params["machine"]][0]
 
+    def reset(params: dict[str, Any]) -> None:
+        if before_reset is not None:
+            before_reset()
+        on(params).reset(params["start"])
+
     handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
         "hello": hello,
-        "reset": lambda p: on(p).reset(p["start"]),
+        "reset": reset,
         "execute": lambda p: codec.encode(on(p).execute(p["command"])),
         "snapshot": lambda p: codec.encode_state(on(p).snapshot()),
         "open_session": open_session,
         "close_session": close_session,
         "close": lambda p: None,
+        "attach": attach_to,
     }
     greeted = False
     try:

@@ -37,9 +37,13 @@ runs of one seed differ in detail.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -63,38 +67,83 @@ POLL_SECONDS = 0.0005  # between looks for a busy backend while a round runs
 
 
 class FaultError(Exception):
-    """The terminator could not do its work (its own connection failed, a backend did not exit)."""
+    """A fault injector could not do its work (its own connection failed, a backend did not
+    exit, a killed adapter did not come back)."""
 
 
 @attrs.frozen
 class Cut:
-    """One round's cut: the share of a typical round to wait before looking for a busy backend
-    (`at`), and which of the busy backends to end (`pick`, a share of their list)."""
+    """One round's fault: the share of a typical round to wait before striking (`at`), which
+    of the candidates to strike (`pick`, a share of their list), and, in a mix, which
+    injector strikes (`kind`)."""
 
     at: float
     pick: float
+    kind: str = ""
 
 
 @attrs.define
 class FaultCounts:
-    rounds_faulted: int = 0  # rounds in which a cut was due
-    ended: int = 0  # backends ended
-    missed: int = 0  # rounds whose cut was due but no backend was busy before the round ended
+    rounds_faulted: int = 0  # rounds in which a fault was due
+    ended: int = 0  # faults that landed: backends ended, processes killed or paused
+    missed: int = 0  # rounds whose fault was due but found nothing to strike before the round ended
 
 
-class Terminator:
-    """Ends one busy backend of the database `dsn` in a `rate` fraction of rounds.
+class RoundFault:
+    """A fault aimed at a point of a round, in a `rate` fraction of rounds.
 
-    `during_round(done)` runs in a thread of its own while a round's branches
-    run; `done` is set when they have all ended."""
+    `during_round(done, cut)` runs in a thread of its own while a round's branches
+    run; `done` is set when they have all ended. A subclass says how to strike
+    (`strike`: whether it did; False to look again a moment later)."""
 
-    def __init__(self, dsn: str, rate: float, seed: int) -> None:
+    kind = "fault"
+
+    def __init__(self, rate: float, seed: int) -> None:
         if not 0 < rate <= 1:
             raise ValueError(f"the fraction of rounds to fault must be in (0, 1], not {rate}")
-        self.dsn, self.rate = dsn, rate
+        self.rate = rate
         self.rng = random.Random(seed ^ 0x7E2A)
         self.counts = FaultCounts()
         self.typical = 0.0  # seconds: the running mean of the rounds observed
+
+    def due(self) -> Cut | None:
+        """This round's fault, if it is faulted: drawn before the round starts, so the seed alone
+        decides them."""
+        faulted, at, pick = self.rng.random() < self.rate, self.rng.random(), self.rng.random()
+        return Cut(at, pick, self.kind) if faulted else None
+
+    def observe(self, seconds: float) -> None:
+        """A round took `seconds` (any round, faulted or not): where the next faults are aimed."""
+        self.typical = seconds if not self.typical else 0.8 * self.typical + 0.2 * seconds
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        """Wait until the point `cut` aims at, then strike, looking again until it can; give
+        up when `done`. Whether it struck."""
+        self.counts.rounds_faulted += 1
+        done.wait(cut.at * self.typical)
+        while not done.is_set():
+            if self.strike(cut):
+                self.counts.ended += 1
+                return True
+            done.wait(POLL_SECONDS)
+        self.counts.missed += 1
+        return False
+
+    def strike(self, cut: Cut) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the injector holds."""
+
+
+class Terminator(RoundFault):
+    """Ends one busy backend of the database `dsn` in a `rate` fraction of rounds."""
+
+    kind = "terminate"
+
+    def __init__(self, dsn: str, rate: float, seed: int) -> None:
+        super().__init__(rate, seed)
+        self.dsn = dsn
         self.conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[dict[str, Any]]:
@@ -105,34 +154,17 @@ class Terminator:
         conn.execute("SET statement_timeout = '10s'")
         return conn
 
-    def due(self) -> Cut | None:
-        """This round's cut, if it is faulted: drawn before the round starts, so the seed alone
-        decides them."""
-        faulted, at, pick = self.rng.random() < self.rate, self.rng.random(), self.rng.random()
-        return Cut(at, pick) if faulted else None
-
-    def observe(self, seconds: float) -> None:
-        """A round took `seconds` (any round, cut or not): where the next cuts are aimed."""
-        self.typical = seconds if not self.typical else 0.8 * self.typical + 0.2 * seconds
-
-    def during_round(self, done: threading.Event, cut: Cut) -> bool:
-        """Wait until the point `cut` aims at, then for a busy backend; end it, and wait until
-        it has exited; give up when `done`. Whether a backend was ended."""
-        self.counts.rounds_faulted += 1
-        done.wait(cut.at * self.typical)
-        while not done.is_set():
-            busy = [row["pid"] for row in self.conn.execute(_BUSY).fetchall()]
-            if busy:
-                pid = busy[min(int(cut.pick * len(busy)), len(busy) - 1)]
-                sent = self.conn.execute("SELECT pg_terminate_backend(%s) AS sent", (pid,)).fetchone()
-                if sent is None or not sent["sent"]:
-                    continue  # it ended on its own just now
-                self._wait_exit(pid)
-                self.counts.ended += 1
-                return True
-            done.wait(POLL_SECONDS)
-        self.counts.missed += 1
-        return False
+    def strike(self, cut: Cut) -> bool:
+        """End a busy backend, if one is, and wait until it has exited."""
+        busy = [row["pid"] for row in self.conn.execute(_BUSY).fetchall()]
+        if not busy:
+            return False
+        pid = busy[min(int(cut.pick * len(busy)), len(busy) - 1)]
+        sent = self.conn.execute("SELECT pg_terminate_backend(%s) AS sent", (pid,)).fetchone()
+        if sent is None or not sent["sent"]:
+            return False  # it ended on its own just now
+        self._wait_exit(pid)
+        return True
 
     def _wait_exit(self, pid: int) -> None:
         """Until the backend `pid` has rolled back and left: no row of it in pg_stat_activity
@@ -146,3 +178,101 @@ class Terminator:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class Killer(RoundFault):
+    """Kills the adapter's process (SIGKILL) in a `rate` fraction of rounds, and starts it
+    again (`SubprocessAdapter.restart`: a new hello, then `attach` to the database it
+    announced): at the point of the round `cut` aims at, or, if the round ended before
+    it, at the round's end (before its barrier reads the state). What its sessions were
+    doing is lost, and judged as indeterminate; what it committed must still be there,
+    and nothing it kept only in its process may matter to what it answers after."""
+
+    kind = "kill"
+
+    def __init__(self, adapter: Any, rate: float, seed: int) -> None:
+        super().__init__(rate, seed)
+        self.adapter = adapter
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        self.counts.rounds_faulted += 1
+        done.wait(cut.at * self.typical)
+        self.strike(cut)
+        self.counts.ended += 1
+        return True
+
+    def strike(self, cut: Cut) -> bool:
+        try:
+            self.adapter.restart()
+        except Exception as exc:  # the restart's own failure is the injector's
+            raise FaultError(f"the adapter did not come back after it was killed: {exc}") from exc
+        return True
+
+
+PAUSE_SECONDS = 0.5  # how long a paused adapter process stays stopped
+
+
+class Pauser(RoundFault):
+    """Stops the adapter's process (SIGSTOP) in a `rate` fraction of rounds while the round
+    runs, for PAUSE_SECONDS, then lets it go on (SIGCONT): a process that stalls (a long
+    collection, a swapped-out host, a debugger) with its transactions open and its locks
+    held. Nothing is lost; what it answers after is judged as ever."""
+
+    kind = "pause"
+
+    def __init__(self, pid: Callable[[], int], rate: float, seed: int) -> None:
+        super().__init__(rate, seed)
+        self.pid = pid  # the process's id now (a restart changes it)
+
+    def strike(self, cut: Cut) -> bool:
+        pid = self.pid()
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        try:
+            time.sleep(PAUSE_SECONDS)  # the fault itself: a stop of a set length, on the real clock
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return True
+
+
+class Mix(RoundFault):
+    """Several injectors, one fault a round at most: in a `rate` fraction of rounds, one of
+    them, drawn by the seed, strikes. Its counts are the sum; `each` keeps them by kind."""
+
+    kind = "mix"
+
+    def __init__(self, injectors: Sequence[RoundFault], rate: float, seed: int) -> None:
+        if not injectors:
+            raise ValueError("a mix of no faults")
+        super().__init__(rate, seed)
+        self.injectors = {injector.kind: injector for injector in injectors}
+
+    @property
+    def each(self) -> dict[str, FaultCounts]:
+        return {kind: injector.counts for kind, injector in self.injectors.items()}
+
+    def due(self) -> Cut | None:
+        cut = super().due()
+        kind = self.rng.choice(sorted(self.injectors))
+        return None if cut is None else attrs.evolve(cut, kind=kind)
+
+    def observe(self, seconds: float) -> None:
+        super().observe(seconds)
+        for injector in self.injectors.values():
+            injector.observe(seconds)
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        self.counts.rounds_faulted += 1
+        struck = self.injectors[cut.kind].during_round(done, cut)
+        if struck:
+            self.counts.ended += 1
+        else:
+            self.counts.missed += 1
+        return struck
+
+    def close(self) -> None:
+        for injector in self.injectors.values():
+            injector.close()

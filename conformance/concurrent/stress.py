@@ -37,7 +37,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.boundary.protocols import takes_request_keys
-from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
+from leaseproof.conformance.concurrent.faults import FaultCounts, RoundFault, Terminator
 from leaseproof.conformance.concurrent.history import (
     DROPPED,
     GUARD_SQLSTATE,
@@ -94,7 +94,7 @@ class Progress:
     check_seconds: float = 0.0
     unknown: int = 0  # histories the checker ran out of budget on
     indeterminate: int = 0
-    faults: FaultCounts = attrs.Factory(FaultCounts)  # backends ended (`terminate`)
+    faults: FaultCounts = attrs.Factory(FaultCounts)  # faults injected in rounds (`terminate`, the nemesis's)
     # The model's (operation, guard, outcome) behaviours along the orders that explained the histories.
     behaviours: collections.Counter[tuple[str, str, str]] = attrs.Factory(collections.Counter)
 
@@ -166,27 +166,27 @@ class Runner:
         *,
         lose: float = 0.0,
         seed: int = 0,
-        terminator: Terminator | None = None,
+        faults: RoundFault | None = None,
     ) -> None:
-        """`terminator`: ends a busy backend of the adapter's database in some rounds
-        (conformance/concurrent/faults.py); the runner closes it."""
+        """`faults`: strike in some rounds while they run (conformance/concurrent/faults.py: end a
+        busy backend of the adapter's database, kill or pause its process); the runner closes it."""
         if not hasattr(adapter, "session"):
             raise TypeError(f"{adapter.name} offers no session(): it cannot be driven concurrently")
         self.adapter, self.machine = adapter, machine
         self.sessions = [adapter.session() for _ in range(workers)]
-        # One more thread than clients: the terminator's, beside the round's branches.
+        # One more thread than clients: the fault injector's, beside the round's branches.
         self.pool = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="leaseproof-worker")
         self.faults = random.Random(seed ^ 0x10575)
         self.lose_rate = lose
         self.lose_lock = threading.Lock()
-        self.terminator = terminator
+        self.injector = faults
 
     def close(self) -> None:
         self.pool.shutdown()
         for session in self.sessions:
             session.close()
-        if self.terminator is not None:
-            self.terminator.close()
+        if self.injector is not None:
+            self.injector.close()
 
     def _lose(self) -> bool:
         with self.lose_lock:
@@ -221,8 +221,8 @@ class Runner:
                 future.result()
             if cut is not None:
                 cut.result()
-            elif self.terminator is not None:
-                self.terminator.observe(time.monotonic() - began)  # an uncut round: how long one takes
+            elif self.injector is not None:
+                self.injector.observe(time.monotonic() - began)  # an unfaulted round: how long one takes
             mark = recorder.barrier(self.adapter.snapshot())
             if round_.advance is not None:
                 coordinator = _Client("coordinator", self.adapter)
@@ -234,19 +234,20 @@ class Runner:
 
     def _reopened(self) -> Any:
         """A new session for a client whose connection was lost. Opening one is itself cut
-        when a round's cut ends its backend as it sets the session up (the terminator ends
-        any busy backend); one cut a round, so the second try holds, and the third ends it."""
+        when a round's fault ends its backend as it sets the session up (the terminator ends
+        any busy backend); one fault a round, so the second try holds, and the third ends it."""
         for _ in range(REOPEN_TRIES - 1):
             with contextlib.suppress(*LOST):
                 return self.adapter.session()
         return self.adapter.session()
 
     def _cut_during(self, futures: list[Any]) -> Any:
-        """If the terminator's seed says so, end a busy backend while `futures` run: the
-        terminator's own future, which ends once the backend has exited or the round has."""
-        if self.terminator is None:
+        """If the injector's seed says so, strike while `futures` run: the injector's own
+        future, which ends once the fault has landed (a backend exited, a process is back)
+        or the round has ended."""
+        if self.injector is None:
             return None
-        cut = self.terminator.due()
+        cut = self.injector.due()
         if cut is None:
             return None
         done = threading.Event()
@@ -261,7 +262,7 @@ class Runner:
 
         for future in futures:
             future.add_done_callback(finished)
-        return self.pool.submit(self.terminator.during_round, done, cut)
+        return self.pool.submit(self.injector.during_round, done, cut)
 
 
 def _expired_refreshes(state: Any, advance: dt.timedelta) -> list[Any]:
@@ -286,26 +287,33 @@ def stress(
     max_programs: int | None = None,
     terminate: float = 0.0,
     database: str | None = None,
+    faults: RoundFault | None = None,
+    rounds: int = 2,
 ) -> StressReport:
     """Generate and run programs for `duration` seconds (or `max_programs`);
     stop at the first program with a non-linearizable history. `terminate`: the
     fraction of rounds in which a busy backend of `database` (a DSN: the adapter's
-    database) is ended (conformance/concurrent/faults.py)."""
+    database) is ended; `faults`, instead: any injector (conformance/concurrent/faults.py),
+    which the run closes. `rounds`: each program's rounds (more give a fault more
+    operations after it to be seen by)."""
     if terminate and database is None:
         raise ValueError("ending backends needs the adapter's database (a DSN)")
+    if terminate and faults is not None:
+        raise ValueError("give terminate or faults, not both")
     spec = SPECS[machine]
     generate = GENERATORS[machine]
     options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
     rng = random.Random(seed)
     progress = Progress()
     started = time.monotonic()
-    terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
-    if terminator is not None:
-        progress.faults = terminator.counts
-    runner = Runner(adapter, machine, workers, lose=lose, seed=seed, terminator=terminator)
+    if terminate and database is not None:
+        faults = Terminator(database, terminate, seed)
+    if faults is not None:
+        progress.faults = faults.counts
+    runner = Runner(adapter, machine, workers, lose=lose, seed=seed, faults=faults)
     try:
         while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
-            program = generate(rng, workers, **options)
+            program = generate(rng, workers, rounds=rounds, **options)
             failed, first = 0, None
             for _ in range(repeats):
                 history = runner.run(program)

@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "nemesis": (
         f"{_COMMANDS_PACKAGE}.nemesis",
-        "run the bundled delivery store under faults (kills, ended backends, pauses, a stalled tenant) and audit",
+        "run the bundled delivery store, or any implementation with sessions, under faults and judge it",
     ),
     "guarantees": (
         f"{_COMMANDS_PACKAGE}.guarantees",

@@ -15,6 +15,7 @@ take no keys, sees it only in the rounds with a cut.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -110,5 +111,56 @@ FAULT_MUTANTS: tuple[Mutant, ...] = (
         "claim-then-deadline",
         "a claim and its lease's deadline in two transactions: a cut between leaves a job no rescue takes",
         ClaimThenDeadline,
+    ),
+)
+
+
+# The request-key lookup of a keyed claim, made only when the calling process says it
+# has sent the key before (a transaction-local setting its claim statement sets first).
+_LOOKUP = "WHERE p_request_key IS NOT NULL AND (SELECT e.state = 'active' FROM env e)"
+_LOOKUP_IF_SEEN = (
+    "WHERE p_request_key IS NOT NULL AND current_setting('lp.test_key_seen', true) = 'on'"
+    " AND (SELECT e.state = 'active' FROM env e)"
+)
+
+
+class KeysRememberedInProcess(Store):
+    """A service that keeps the request keys it has used in its process's memory, and asks
+    the database for a key's lease only when it has sent that key before: a key it never
+    sent cannot hold one, it reasons. True while the process lives, with any number of
+    sessions (they share the memory, and one key's claims take turns in the database).
+    After a crash and a restart the memory is empty: a claim sent again under a key whose
+    lease still holds takes a second delivery. Only a restart shows it: no sequential
+    run, no race and no cut connection does (a cut leaves the process and its memory)."""
+
+    FUNCTIONS = edits(Patch("lp_claim", _LOOKUP, _LOOKUP_IF_SEEN))
+    SQL_CLAIM = Store.SQL_CLAIM.replace(
+        "%(request_key)s)",
+        "CASE WHEN set_config('lp.test_key_seen', %(seen)s, true) IS NOT NULL"
+        " THEN %(request_key)s::lp_request_key END)",
+    )
+    SEEN: ClassVar[set[str]] = set()  # the process's memory of the keys it sent
+    _SEEN_LOCK: ClassVar[threading.Lock] = threading.Lock()
+
+    def claim(self, c: m.Claim) -> m.Claimed | m.ClaimMiss:
+        with self._SEEN_LOCK:
+            self._seen = "on" if c.request_key in self.SEEN else "off"
+            if c.request_key is not None:
+                self.SEEN.add(c.request_key)
+        return super().claim(c)
+
+    def _call(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+        if sql is self.SQL_CLAIM:
+            params = {**params, "seen": self._seen}
+        return super()._call(sql, params)
+
+
+# Mutants only a restart of the implementation's process shows (`leaseproof nemesis
+# --adapter-cmd` with its `kill` fault): state that lived in the process alone.
+RESTART_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "keys-remembered-in-process",
+        "request keys remembered in the process: after a restart, a claim sent again takes a second delivery",
+        KeysRememberedInProcess,
     ),
 )

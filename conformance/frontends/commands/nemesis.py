@@ -1,21 +1,50 @@
-"""`leaseproof nemesis`: the bundled delivery store under faults, then an audit.
-The options are here; the run is `conformance/concurrent/nemesis.py`'s, imported when one starts."""
+"""`leaseproof nemesis`: an implementation under faults, then a judgement.
+
+Two runs share the command. Without an adapter, the bundled delivery store is used as a
+service uses it, on the database's real clock, and audited afterwards
+(`conformance/concurrent/nemesis.py`). With `--adapter-cmd` or `--adapter`, any
+implementation with sessions is run as `leaseproof stress` runs it, while faults strike
+inside its rounds (`conformance/concurrent/faults.py`: its process killed and started
+again, its process paused, its database backends ended), and every history is judged by
+the model. The options are here; what a run needs is imported when one starts."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from leaseproof.conformance.frontends.catalogue import FAULT_MUTANTS, NEMESIS_FAULTS, SERVICE_MUTANTS
+from leaseproof.conformance.frontends.commands.common import (
+    UsageError,
+    adapter_errors_in_one_line,
+    positive,
+    share,
+)
+from leaseproof.conformance.frontends.exits import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from leaseproof.conformance.concurrent.faults import RoundFault
+    from leaseproof.conformance.frontends.commands.running import Provisioned
 
 DESCRIPTION = (
-    "Worker processes claim, renew and finish deliveries of three tenants with the bundled store on the "
-    "database's real clock, a reaper sweeps, and a seeded schedule kills workers, ends their backends, pauses "
-    "them past their leases, stalls a client on one tenant's rows and restarts the server; then an audit: "
-    "nothing lost, nothing settled twice, no stale holder's finish accepted, no generation claimed twice, "
-    "nothing left claimed once every lease ran out, and the healthy tenants' worst reap delay against its bound."
+    "Without an adapter: worker processes claim, renew and finish deliveries of three tenants with the bundled "
+    "store on the database's real clock, a reaper sweeps, and a seeded schedule kills workers, ends their "
+    "backends, pauses them past their leases, stalls a client on one tenant's rows, loses, delays and resets "
+    "their network traffic and restarts the server; then an audit: nothing lost, nothing settled twice, no stale "
+    "holder's finish accepted, no generation claimed twice, nothing left claimed once every lease ran out, and "
+    "the healthy tenants' worst reap delay against its bound. With --adapter-cmd or --adapter: any "
+    "implementation with sessions runs stress's concurrent programs while, in a share of the rounds, its process "
+    "is killed and started again (its state must survive, in the database its hello announces), paused, or "
+    "one of its database backends ended; every history is judged by the model."
 )
-EXITS = "exit status: 0 safe and live, 1 a safety check or the liveness bound failed, 2 usage, 130 interrupted"
+EXITS = (
+    "exit status: 0 safe and live (with an adapter: every history linearizable), 1 a safety check or the "
+    "liveness bound failed (with an adapter: a history is not linearizable), 2 usage, no fault applies to the "
+    "adapter, or the implementation failed instead of answering, 130 interrupted"
+)
+# The faults for an implementation leaseproof knows only through its adapter
+# (conformance/concurrent/faults.py), in the order they are listed.
+ADAPTER_FAULTS = ("kill", "pause", "terminate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsn", help="server (default: LEASEPROOF_DSN, else Docker, else embedded)")
     parser.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (default: fresh, printed)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of faults (default 20)")
-    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes, or sessions (default 4)")
     parser.add_argument("--deliveries", type=int, default=400, help="committed per tenant before the run (default 400)")
     parser.add_argument(
         "--mutant",
@@ -36,11 +65,153 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--faults",
         default=None,
         help=f"comma-separated, of {', '.join(NEMESIS_FAULTS)} (default: all; restart only on a server leaseproof "
-        "starts, not one named by --dsn or LEASEPROOF_DSN)",
+        f"starts, not one named by --dsn or LEASEPROOF_DSN); with an adapter, of {', '.join(ADAPTER_FAULTS)} "
+        "(default: every one that applies to it)",
     )
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
+        "--adapter-cmd",
+        metavar="COMMAND",
+        help="run this implementation instead: an adapter in a child process whose hello announces sessions "
+        "(specs/adapter-protocol.md); to be killed and started again, its state must live in a database its "
+        "hello announces",
+    )
+    chosen.add_argument(
+        "--adapter", metavar="MODULE:FACTORY", help="run this in-process adapter, which offers session(), instead"
+    )
+    parser.add_argument("--machine", choices=("delivery", "lifecycle"), help="with an adapter: one machine")
+    parser.add_argument(
+        "--rate",
+        type=share,
+        default=0.5,
+        metavar="P",
+        help="with an adapter: the share of rounds a fault strikes in (default: 0.5)",
+    )
+    parser.add_argument("--repeats", type=positive, default=2, help="with an adapter: runs of each program (default 2)")
+    parser.add_argument(
+        "--rounds",
+        type=positive,
+        default=4,
+        help="with an adapter: rounds of each program (default 4, stress's 2: a fault is seen by what comes after it)",
+    )
+    parser.add_argument(
+        "--reply-timeout", type=positive, default=30, help="seconds an --adapter-cmd child may take per reply"
+    )
+    adapter_errors_in_one_line(parser)
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from leaseproof.conformance.concurrent.nemesis import command as run
+    if args.adapter is None and args.adapter_cmd is None:
+        if args.machine is not None:
+            err.write("leaseproof: --machine applies with an adapter; the bundled store's nemesis is the delivery's\n")
+            return EXIT_USAGE
+        from leaseproof.conformance.concurrent.nemesis import command as run
 
-    return run(args, out, err)
+        return run(args, out, err)
+    return _of_adapter(args, out, err)
+
+
+def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The nemesis of an implementation behind an adapter: stress with faults in its rounds."""
+    from leaseproof.conformance.concurrent.faults import FaultError, Mix
+    from leaseproof.conformance.concurrent.stress import stress
+    from leaseproof.conformance.frontends.commands.running import each_machine
+    from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, _StressProgress
+
+    asked = None if args.faults is None else tuple(kind for kind in args.faults.split(",") if kind)
+    unknown = sorted(set(asked or ()) - set(ADAPTER_FAULTS))
+    if unknown or asked == ():
+        err.write(f"leaseproof: with an adapter, --faults takes {', '.join(ADAPTER_FAULTS)}, not {unknown or '--'}\n")
+        return EXIT_USAGE
+    if args.mutant is not None:
+        err.write("leaseproof: --mutant applies to the bundled store's nemesis, not to --adapter/--adapter-cmd\n")
+        return EXIT_USAGE
+    if args.duration <= 0 or args.workers < 1:
+        err.write("leaseproof: --duration and --workers must be positive\n")
+        return EXIT_USAGE
+    databases: dict[str, str | None] = {}
+    args.terminate, args.trace_out = 0.0, None  # what the stress report reads
+
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+        adapter = _stress_adapter(args, machine, provisioned, out)
+        databases[machine] = provisioned.last_database or getattr(adapter, "databases", {}).get(machine)
+        return adapter
+
+    def judge(adapter: Any, machine: str, seed: int) -> int:
+        injectors, left_out = _injectors(args, adapter, machine, databases.get(machine), seed)
+        for kind, why in left_out:
+            (err if asked else out).write(f"{'leaseproof: ' if asked else ''}no {kind} fault: {why}\n")
+        if (asked and left_out) or not injectors:
+            for injector in injectors:
+                injector.close()
+            raise UsageError(f"no fault of {', '.join(asked or ADAPTER_FAULTS)} applies to {adapter.name} as asked")
+        kinds = ", ".join(injector.kind for injector in injectors)
+        out.write(
+            f"nemesis of the {machine} machine against {adapter.name}: {args.workers} sessions, {args.duration:g}s,"
+            f" {args.rounds} rounds a program, each {args.repeats} times, seed {seed}; faults {kinds},"
+            f" in {args.rate:g} of rounds\n"
+        )
+        out.flush()
+        mix = Mix(injectors, args.rate, seed)
+        progress = _StressProgress(err)
+        try:
+            report = stress(
+                adapter,
+                machine=machine,
+                workers=args.workers,
+                duration=args.duration,
+                seed=seed,
+                repeats=args.repeats,
+                on_progress=progress,
+                faults=mix,
+                rounds=args.rounds,
+            )
+        finally:
+            progress.close()
+        landed = ", ".join(
+            f"{kind} {counts.ended:,} (of {counts.rounds_faulted:,} due)" for kind, counts in mix.each.items()
+        )
+        out.write(f"faults: {landed}\n")
+        return _stress_report(report, args, out, err)
+
+    try:
+        return each_machine(args, out, err, adapter_for, judge)
+    except FaultError as exc:
+        err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
+        return EXIT_USAGE
+
+
+# Why the faults that cut an operation mid-way leave the lifecycle alone: a fire's admission
+# is a run id the implementation picks, and a fire cut mid-way leaves unknown which it took;
+# the checker leaves such a history unjudged (as `stress --terminate` does).
+_CUT_MID_WAY = (
+    "a fire cut mid-way leaves unknown which run id it took, and the checker would leave the history unjudged"
+)
+
+
+def _injectors(
+    args: argparse.Namespace, adapter: Any, machine: str, database: str | None, seed: int
+) -> tuple[list[RoundFault], list[tuple[str, str]]]:
+    """The injectors asked for (or every one) that apply to `adapter`, and why each other
+    is left out."""
+    from leaseproof.conformance.concurrent.faults import Killer, Pauser, Terminator
+
+    asked = ADAPTER_FAULTS if args.faults is None else tuple(k for k in args.faults.split(",") if k)
+    chosen: list[RoundFault] = []
+    left_out: list[tuple[str, str]] = []
+    for kind in (kind for kind in ADAPTER_FAULTS if kind in asked):
+        if kind in ("kill", "terminate") and machine != "delivery":
+            left_out.append((kind, f"the {machine} machine: {_CUT_MID_WAY}"))
+        elif kind in ("kill", "pause") and args.adapter_cmd is None:
+            left_out.append((kind, "an in-process adapter has no process of its own to stop"))
+        elif kind == "kill" and (why := adapter.why_no_restart()):
+            left_out.append((kind, why))
+        elif kind == "kill":
+            chosen.append(Killer(adapter, 1.0, seed))
+        elif kind == "pause":
+            chosen.append(Pauser(lambda: int(adapter.process.pid), 1.0, seed))
+        elif database is None:
+            left_out.append((kind, "leaseproof did not give it its database, and its hello announces none"))
+        else:
+            chosen.append(Terminator(database, 1.0, seed))
+    return chosen, left_out

@@ -1,0 +1,118 @@
+"""`leaseproof nemesis --adapter-cmd`: any implementation with sessions, under faults in its
+rounds (its process killed and started again, paused, its backends ended), judged by the
+model; run from the command line as a user would."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, leaseproof
+
+from leaseproof.conformance.boundary.wire import SubprocessAdapter
+from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.lockstep import world as w
+from leaseproof.model import delivery as m
+
+NODE = shutil.which("node")
+NODE_EXAMPLE = f"{shlex.quote(str(NODE))} {shlex.quote(str(REPO / 'conformance' / 'examples' / 'node' / 'adapter.js'))}"
+
+
+def _serve(server: Server, mutant: str = "") -> str:
+    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server.dsn)}"
+    return command + (f" --mutant {mutant}" if mutant else "")
+
+
+def _landed(output: str) -> dict[str, int]:
+    line = next(line for line in output.splitlines() if line.startswith("faults: "))
+    return {kind: int(count.replace(",", "")) for kind, count in re.findall(r"(\w+) ([\d,]+) \(of", line)}
+
+
+def test_the_bundled_serve_survives_kills_pauses_and_ended_backends(pg_server: Server, tmp_path: Path) -> None:
+    run = leaseproof(
+        "nemesis", "--adapter-cmd", _serve(pg_server), "--dsn", pg_server.dsn, "--machine", "delivery",
+        "--duration", "6", "--seed", "1", "--rate", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    landed = _landed(run.stdout)
+    assert set(landed) == {"kill", "pause", "terminate"} and landed["kill"] > 0, run.stdout
+    assert "verdict: LINEARIZABLE" in run.stdout
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on PATH")
+def test_the_node_example_is_paused_on_both_machines_and_told_why_nothing_else_applies(tmp_path: Path) -> None:
+    run = leaseproof("nemesis", "--adapter-cmd", NODE_EXAMPLE, "--duration", "3", "--seed", "1", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("verdict: LINEARIZABLE") == 2
+    assert "no kill fault: its hello announces no database for the delivery machine" in run.stdout
+    assert "no terminate fault: leaseproof did not give it its database" in run.stdout
+    assert "no kill fault: the lifecycle machine: a fire cut mid-way" in run.stdout
+    faults = [line for line in run.stdout.splitlines() if line.startswith("faults: ")]
+    assert len(faults) == 2 and all(re.fullmatch(r"faults: pause [1-9][\d,]* \(of [\d,]+ due\)", f) for f in faults)
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on PATH")
+def test_a_fault_asked_for_that_does_not_apply_is_a_usage_error(tmp_path: Path) -> None:
+    run = leaseproof(
+        "nemesis", "--adapter-cmd", NODE_EXAMPLE, "--machine", "delivery", "--faults", "kill,pause", "--seed", "1",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "leaseproof: no kill fault: its hello announces no database" in run.stderr
+    assert "no fault of kill, pause applies to node in-memory as asked" in run.stderr
+    assert "verdict" not in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--faults", "restart"], "with an adapter, --faults takes kill, pause, terminate, not ['restart']"),
+        (["--mutant", "reap-deletes"], "--mutant applies to the bundled store's nemesis"),
+    ],
+)
+def test_bad_arguments_with_an_adapter_are_usage_errors(extra: list[str], says: str, tmp_path: Path) -> None:
+    run = leaseproof("nemesis", "--adapter-cmd", "true", *extra, cwd=tmp_path)
+    assert run.returncode == 2 and says in run.stderr, run.stdout + run.stderr
+
+
+def test_machine_without_an_adapter_is_a_usage_error(tmp_path: Path) -> None:
+    run = leaseproof("nemesis", "--machine", "lifecycle", cwd=tmp_path)
+    assert run.returncode == 2 and "--machine applies with an adapter" in run.stderr
+
+
+def test_a_service_that_remembers_request_keys_in_its_process_differs_only_after_a_restart(pg_server: Server) -> None:
+    """What the kill fault is there to show (the mutant keys-remembered-in-process): a claim
+    sent again under its key returns the lease the key holds, while the process lives; after
+    a restart the mutant takes a second delivery. The bundled store is the same both times."""
+    answers = {}
+    for mutant in ("", "keys-remembered-in-process"):
+        adapter = SubprocessAdapter(_serve(pg_server, mutant))
+        try:
+            adapter.reset(w.START)
+            a = w.COMMUNITIES["A"]
+            for command in (
+                m.CreateCommunity(a),
+                m.CreateWorkflow(a, w.WORKFLOWS["W1"]),
+                m.CreateRun(a, w.WORKFLOWS["W1"], w.RUNS["R1"]),
+                m.PublishEvent(a, w.MESSAGES["M1"]),
+            ):
+                adapter.execute(command)
+            for step in ("s1", "s2"):
+                binding = w.binding("A", "W1", "R1", step, "T1", "D1", "M1", "event:E1")
+                delivery = m.NewDelivery(w.delivery_id(w.FRESH, "R1", step, "T1"), binding)
+                adapter.execute(m.CommitDeliveries(a, w.RUNS["R1"], w.STEPS[step], [delivery]))
+            claim = m.Claim(a, w.TARGETS["T1"], 30, request_key=w.REQUEST_KEY)
+            session = adapter.session()
+            first = session.execute(claim)
+            again = session.execute(claim)  # the process lives: the key's lease
+            adapter.restart()
+            after = session.execute(claim)  # the process was started again
+            assert isinstance(first, m.Claimed) and again == first
+            answers[mutant] = after == first
+        finally:
+            adapter.close()
+    assert answers == {"": True, "keys-remembered-in-process": False}
