@@ -272,18 +272,22 @@ class SubprocessAdapter:
             )
         return ""
 
-    def restart(self) -> None:
+    def restart(self, settle: Callable[[], None] | None = None) -> None:
         """Kill the child (SIGKILL: a crash) and start its command again: a new hello, then,
         if the new child's database for the machine in use differs from the first's,
         `attach` to the first's (section 5, "Restarts"); other machines start afresh.
         Calls to the old child, in flight or of its sessions, end as `SessionLost`: nobody
-        knows whether they took effect. Others wait until the new child is up."""
+        knows whether they took effect. Others wait until the new child is up. `settle`
+        runs once the old child is gone, before the new one starts (what it left behind,
+        such as its database backends, is then the caller's to wait for)."""
         first = dict(self.databases)
         self._up.clear()
         try:
             self.process.kill()
             self.process.wait(timeout=self.reply_timeout)
             self._pumps[0].join(timeout=self.reply_timeout)  # the end of its stdout reaches every waiting call
+            if settle is not None:
+                settle()
             with self._routing, self._writing:  # a session's request goes to the old child, or is _Stale
                 self.incarnation += 1
                 self._ended = False
@@ -403,6 +407,9 @@ class SubprocessAdapter:
         except AdapterFault:
             if (sent_to == self.incarnation and self._up.is_set()) or restarting:
                 raise
+            # Lost when the restart is done, not before: what the killed child set going (a
+            # statement its database backend still runs) may take effect until it settled.
+            self._up.wait(self.reply_timeout)
             raise SessionLost(f"{method}: the adapter's process was killed while it ran (a restart)") from None
 
     def _exchange(self, method: str, params: dict[str, Any], timeout: float | None, incarnation: int | None) -> Any:

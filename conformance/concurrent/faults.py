@@ -136,6 +136,33 @@ class RoundFault:
         """Release what the injector holds."""
 
 
+INJECTOR = "leaseproof-fault-injector"  # the application name of the injectors' own connections
+
+
+def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+    """A connection of an injector to the implementation's database (named INJECTOR, so that
+    no injector counts it as the implementation's)."""
+    try:
+        conn = psycopg.connect(
+            dsn, autocommit=True, row_factory=dict_row, connect_timeout=10, application_name=INJECTOR
+        )
+    except psycopg.Error as exc:
+        raise FaultError(f"cannot connect to the implementation's database ({exc})") from exc
+    conn.execute("SET statement_timeout = '10s'")
+    return conn
+
+
+def _wait_exit(conn: psycopg.Connection[dict[str, Any]], pid: int) -> None:
+    """Until the backend `pid` has rolled back and left: no row of it in pg_stat_activity
+    (removed after its transaction was aborted) or pg_locks. Polled, not
+    `pg_terminate_backend(pid, timeout)`, which looks again only every 100 ms."""
+    deadline = time.monotonic() + EXIT_WAIT_MS / 1000
+    while (row := conn.execute(_ALIVE, (pid, pid)).fetchone()) is not None and row["alive"]:
+        if time.monotonic() > deadline:
+            raise FaultError(f"backend {pid} did not exit within {EXIT_WAIT_MS} ms of being ended")
+        time.sleep(POLL_SECONDS)
+
+
 class Terminator(RoundFault):
     """Ends one busy backend of the database `dsn` in a `rate` fraction of rounds."""
 
@@ -144,15 +171,7 @@ class Terminator(RoundFault):
     def __init__(self, dsn: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.dsn = dsn
-        self.conn = self._connect()
-
-    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
-        try:
-            conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row, connect_timeout=10)
-        except psycopg.Error as exc:
-            raise FaultError(f"cannot connect to the database whose backends to end ({exc})") from exc
-        conn.execute("SET statement_timeout = '10s'")
-        return conn
+        self.conn = _connect(dsn)
 
     def strike(self, cut: Cut) -> bool:
         """End a busy backend, if one is, and wait until it has exited."""
@@ -163,21 +182,19 @@ class Terminator(RoundFault):
         sent = self.conn.execute("SELECT pg_terminate_backend(%s) AS sent", (pid,)).fetchone()
         if sent is None or not sent["sent"]:
             return False  # it ended on its own just now
-        self._wait_exit(pid)
+        _wait_exit(self.conn, pid)
         return True
-
-    def _wait_exit(self, pid: int) -> None:
-        """Until the backend `pid` has rolled back and left: no row of it in pg_stat_activity
-        (removed after its transaction was aborted) or pg_locks. Polled, not
-        `pg_terminate_backend(pid, timeout)`, which looks again only every 100 ms."""
-        deadline = time.monotonic() + EXIT_WAIT_MS / 1000
-        while (row := self.conn.execute(_ALIVE, (pid, pid)).fetchone()) is not None and row["alive"]:
-            if time.monotonic() > deadline:
-                raise FaultError(f"backend {pid} did not exit within {EXIT_WAIT_MS} ms of being ended")
-            time.sleep(POLL_SECONDS)
 
     def close(self) -> None:
         self.conn.close()
+
+
+# The implementation's backends in its database: every client but the injectors'.
+_THEIRS = """
+    SELECT pid FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+      AND application_name IS DISTINCT FROM %s
+"""
 
 
 class Killer(RoundFault):
@@ -186,13 +203,35 @@ class Killer(RoundFault):
     announced): at the point of the round `cut` aims at, or, if the round ended before
     it, at the round's end (before its barrier reads the state). What its sessions were
     doing is lost, and judged as indeterminate; what it committed must still be there,
-    and nothing it kept only in its process may matter to what it answers after."""
+    and nothing it kept only in its process may matter to what it answers after.
+
+    A killed client's backends outlive it for a moment: one in the middle of a statement
+    finishes it (and, in autocommit, commits) before it notices its client is gone, and
+    holds its row locks until then. So before the process is started again, the killer
+    waits until no backend of the database `dsn` is left but the injectors' (ending any
+    still there after EXIT_WAIT_MS), and the operations cut by the kill end then: after
+    it, nothing of theirs can happen."""
 
     kind = "kill"
 
-    def __init__(self, adapter: Any, rate: float, seed: int) -> None:
+    def __init__(self, adapter: Any, dsn: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.adapter = adapter
+        self.conn = _connect(dsn)
+
+    def _settle(self) -> None:
+        """Until the killed process's backends are gone."""
+        deadline = time.monotonic() + EXIT_WAIT_MS / 1000
+        while pids := [row["pid"] for row in self.conn.execute(_THEIRS, (INJECTOR,)).fetchall()]:
+            if time.monotonic() > deadline:
+                for pid in pids:
+                    self.conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    _wait_exit(self.conn, pid)
+                return
+            time.sleep(POLL_SECONDS)
+
+    def close(self) -> None:
+        self.conn.close()
 
     def during_round(self, done: threading.Event, cut: Cut) -> bool:
         self.counts.rounds_faulted += 1
@@ -203,7 +242,7 @@ class Killer(RoundFault):
 
     def strike(self, cut: Cut) -> bool:
         try:
-            self.adapter.restart()
+            self.adapter.restart(settle=self._settle)
         except Exception as exc:  # the restart's own failure is the injector's
             raise FaultError(f"the adapter did not come back after it was killed: {exc}") from exc
         return True

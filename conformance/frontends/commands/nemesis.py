@@ -203,11 +203,12 @@ def _injectors(
         if kind in ("kill", "terminate") and machine != "delivery":
             left_out.append((kind, f"the {machine} machine: {_CUT_MID_WAY}"))
         elif kind in ("kill", "pause") and args.adapter_cmd is None:
-            left_out.append((kind, "an in-process adapter has no process of its own to stop"))
+            what = "kill and start again" if kind == "kill" else "stop"
+            left_out.append((kind, f"an in-process adapter has no process of its own to {what}"))
         elif kind == "kill" and (why := adapter.why_no_restart()):
             left_out.append((kind, why))
         elif kind == "kill":
-            chosen.append(Killer(adapter, 1.0, seed))
+            chosen.append(Killer(adapter, adapter.databases[machine], 1.0, seed))
         elif kind == "pause":
             chosen.append(Pauser(lambda: int(adapter.process.pid), 1.0, seed))
         elif database is None:

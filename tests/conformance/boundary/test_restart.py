@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, _check_hello, serve
@@ -284,3 +285,94 @@ def test_the_bundled_serve_killed_and_started_again_keeps_its_state(pg_server: S
     finally:
         adapter.close()
     assert name not in databases_named(pg_server, "lp_serve")  # dropped when its adopter ended
+
+
+# A session whose Reap runs a statement in the database named by argv[2] that sleeps, then
+# commits a table (autocommit): a backend that finishes after its client was killed.
+SLOW_WRITER = """
+import sys, threading, time
+import psycopg
+from leaseproof.conformance.boundary import wire
+from leaseproof.model import delivery as m
+
+LOG, DSN = sys.argv[1], sys.argv[2]
+
+
+class Session:
+    def __init__(self, model):
+        self.model = model
+
+    def execute(self, command):
+        if isinstance(command, m.Reap):
+            with open(LOG, "a") as f:
+                f.write("writing\\n")
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute("SELECT pg_sleep(1); CREATE TABLE written_after_the_kill ()")
+        return self.model.execute(command)
+
+    def close(self):
+        pass
+
+
+class Model:
+    dsn = DSN
+
+    def __init__(self):
+        self.state, self.lock = None, threading.Lock()
+
+    def reset(self, start):
+        self.state = m.initial_state(start)
+
+    def execute(self, command):
+        with self.lock:
+            self.state, outcome = m.step(self.state, command)
+            return outcome
+
+    def snapshot(self):
+        return self.state
+
+    def session(self):
+        return Session(self)
+
+    def close(self):
+        pass
+
+
+wire.serve(Model(), implementation="a slow writer", stdout=wire.stdout_for_protocol())
+"""
+
+
+def test_a_kill_s_operations_end_only_once_the_backends_it_left_are_gone(tmp_path: Path, scratch_dsn: str) -> None:
+    """A killed client's backend finishes its statement and commits it: the kill's operations
+    are lost (their interval ends) only after that, or a barrier could read what no
+    operation in flight explains."""
+    from leaseproof.conformance.concurrent.faults import Cut, Killer
+
+    script, log = tmp_path / "adapter.py", tmp_path / "adapter.log"
+    script.write_text(textwrap.dedent(SLOW_WRITER))
+    command = " ".join([PYTHON, shlex.quote(str(script)), shlex.quote(str(log)), shlex.quote(scratch_dsn)])
+    adapter = SubprocessAdapter(command)
+    killer = Killer(adapter, scratch_dsn, 1.0, 1)
+    seen: list[bool] = []
+    try:
+        adapter.reset(w.START)
+        session = adapter.session()
+
+        def reap() -> None:
+            try:
+                session.execute(m.Reap())
+            except SessionLost:
+                with psycopg.connect(scratch_dsn) as conn:
+                    seen.append(conn.execute("SELECT to_regclass('written_after_the_kill') IS NOT NULL").fetchone()[0])
+
+        thread = threading.Thread(target=reap)
+        thread.start()
+        while not log.exists():
+            thread.join(0.01)
+        thread.join(0.2)  # the statement is running in its backend
+        assert killer.during_round(threading.Event(), Cut(0.0, 0.0, "kill"))
+        thread.join(30)
+        assert seen == [True]
+    finally:
+        killer.close()
+        adapter.close()

@@ -43,6 +43,18 @@ def test_the_bundled_serve_survives_kills_pauses_and_ended_backends(pg_server: S
     assert "verdict: LINEARIZABLE" in run.stdout
 
 
+def test_an_in_process_adapter_gets_its_backends_ended_and_nothing_else(pg_server: Server, tmp_path: Path) -> None:
+    run = leaseproof(
+        "nemesis", "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter", "--dsn", pg_server.dsn,
+        "--duration", "2", "--seed", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no kill fault: an in-process adapter has no process of its own to kill and start again" in run.stdout
+    assert "no pause fault: an in-process adapter has no process of its own to stop" in run.stdout
+    assert set(_landed(run.stdout)) == {"terminate"} and _landed(run.stdout)["terminate"] > 0
+    assert "verdict: LINEARIZABLE" in run.stdout
+
+
 @pytest.mark.skipif(NODE is None, reason="Node.js (`node`) is not on PATH")
 def test_the_node_example_is_paused_on_both_machines_and_told_why_nothing_else_applies(tmp_path: Path) -> None:
     run = leaseproof("nemesis", "--adapter-cmd", NODE_EXAMPLE, "--duration", "3", "--seed", "1", cwd=tmp_path)
