@@ -363,7 +363,8 @@ def test_a_kill_s_operations_end_only_once_the_backends_it_left_are_gone(tmp_pat
                 session.execute(m.Reap())
             except SessionLost:
                 with psycopg.connect(scratch_dsn) as conn:
-                    seen.append(conn.execute("SELECT to_regclass('written_after_the_kill') IS NOT NULL").fetchone()[0])
+                    row = conn.execute("SELECT to_regclass('written_after_the_kill') IS NOT NULL").fetchone()
+                    seen.append(row is not None and row[0])
 
         thread = threading.Thread(target=reap)
         thread.start()
