@@ -26,7 +26,13 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   service uses it, under every fault a shared server allows), NEMESIS_SECONDS
   on each seed. The full matrix runs it; the fast subset leaves it to the
   tests (tests/conformance/concurrent/test_nemesis.py runs a short nemesis in
-  CI, on the bundled store and two of them).
+  CI, on the bundled store and two of them);
+- restart mutants (impl/mutants/faults.py: RESTART_MUTANTS), state kept in the
+  implementation's process: the nemesis of an implementation over the wire
+  (`leaseproof nemesis --adapter-cmd "serve --mutant NAME" --faults kill`),
+  its process killed and started again in KILL_RATE of the rounds,
+  RESTART_SECONDS on each seed; the full matrix only (the tests show the
+  difference a restart makes directly).
 
 The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
 its race rounds (TERMINATE) for every delivery mutant it judges.
@@ -40,13 +46,15 @@ lockstep with scenarios (each sequential mutant dies in a fixed scenario),
 the forced interleavings (instead of stress, for the four mutants that need
 them), stress for the other race mutants, which it usually kills
 within a few dozen programs, and both checks of the fault mutants; no
-service mutant.
+service or restart mutant.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shlex
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -56,8 +64,10 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.boundary.wire import SubprocessAdapter
 from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.explain import violation_sentence
+from leaseproof.conformance.concurrent.faults import Killer, Mix
 from leaseproof.conformance.concurrent.linearizability import timeline
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.schedules import (
@@ -76,14 +86,14 @@ from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
-from leaseproof.impl.mutants.faults import FAULT_MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
 SEED = 20261129  # the kill tests' seed
-SEQUENTIAL, RACE, FAULT, SERVICE = "sequential", "race", "fault", "service"
-KINDS = (SEQUENTIAL, RACE, FAULT, SERVICE)
+SEQUENTIAL, RACE, FAULT, SERVICE, RESTART = "sequential", "race", "fault", "service", "restart"
+KINDS = (SEQUENTIAL, RACE, FAULT, SERVICE, RESTART)
 
 SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
 SEARCH_ALONE = "lockstep: search alone"
@@ -91,8 +101,12 @@ STRESS = "stress"
 FORCED = "forced interleaving"
 GUARANTEES = "guarantees profile"
 NEMESIS = "nemesis"
-CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS)
+KILLS = "nemesis: kill"  # the nemesis of an implementation over the wire, its process killed
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, KILLS)
 NEMESIS_SECONDS = 30.0  # of each service mutant's nemesis run, on each seed
+RESTART_SECONDS = 120.0  # of each restart mutant's run under kills, on each seed
+KILL_RATE = 0.5  # the share of its rounds in which the process is killed
+KILL_ROUNDS = 4  # rounds of each program (as `leaseproof nemesis --adapter-cmd`)
 GUARANTEE_RACES = 20  # rounds of each of the profile's races
 FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
 TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
@@ -143,6 +157,8 @@ class Subject:
         profile = (GUARANTEES,) if self.machine == "delivery" and not fast else ()
         if self.kind == SERVICE:
             return () if fast else (NEMESIS,)
+        if self.kind == RESTART:
+            return () if fast else (KILLS,)
         if self.kind == FAULT:
             return (STRESS, GUARANTEES)
         if self.kind == SEQUENTIAL:
@@ -159,6 +175,7 @@ SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, RACE, mu.stands_for, mu, _FORCED_SCHEDULES.get(mu.name)) for mu in RACE_MUTANTS),
     *(Subject(mu.name, mu.machine, FAULT, mu.stands_for, mu) for mu in FAULT_MUTANTS),
     *(Subject(mu.name, mu.machine, SERVICE, mu.stands_for, mu) for mu in SERVICE_MUTANTS),
+    *(Subject(mu.name, mu.machine, RESTART, mu.stands_for, mu) for mu in RESTART_MUTANTS),
 )
 
 
@@ -212,7 +229,11 @@ class Row:
     @property
     def why(self) -> str:
         """The one line that says what the check saw: for stress, the violation in the model's words."""
-        return self.counterexample.splitlines()[0] if self.check in (STRESS, NEMESIS) and self.counterexample else ""
+        return (
+            self.counterexample.splitlines()[0]
+            if self.check in (STRESS, NEMESIS, KILLS) and self.counterexample
+            else ""
+        )
 
     def to_json(self) -> dict[str, Any]:
         fields = attrs.asdict(self, filter=lambda field, _: field.name != "stress")
@@ -233,7 +254,7 @@ class KillMatrix:
 
     @property
     def judged(self) -> tuple[Subject, ...]:
-        """The subjects some check ran on (the fast subset runs none on a service mutant)."""
+        """The subjects some check ran on (the fast subset runs none on a service or restart mutant)."""
         return tuple(s for s in self.subjects if s.checks(self.fast))
 
     @property
@@ -338,21 +359,29 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
     )
 
 
-def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
+def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str | None = None) -> Row:
+    """Stress, with connections cut for a fault mutant; for a restart mutant (`server`: the
+    server's DSN), the nemesis of `serve --mutant NAME` over the wire, its process killed."""
     started = time.monotonic()
-    base = _row(subject, STRESS, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
-    adapter = subject.adapter(dsn)
+    check, seconds = (KILLS, RESTART_SECONDS) if server is not None else (STRESS, budgets.stress_seconds)
+    base = _row(subject, check, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
+    adapter = subject.adapter(dsn) if server is None else _served(subject, server)
     try:
+        faults = None
+        if server is not None:
+            faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], KILL_RATE, seed)
         report = stress(
             adapter,
             machine=subject.machine,
             workers=STRESS_WORKERS,
-            duration=budgets.stress_seconds,
+            duration=seconds,
             seed=seed,
             repeats=STRESS_REPEATS,
             max_programs=budgets.stress,
             terminate=TERMINATE if subject.kind == FAULT else 0.0,
             database=dsn,
+            faults=faults,
+            rounds=KILL_ROUNDS if server is not None else 2,
         )
     except StressFault as fault:
         seconds = time.monotonic() - started
@@ -366,7 +395,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
         if p.unknown:
             why += f" ({p.unknown:,} unknown: the checker ran out of budget)"
         if p.programs < budgets.stress:
-            why += f"; stopped at {budgets.stress_seconds:g}s"
+            why += f"; stopped at {seconds:g}s"
         return attrs.evolve(base, killed=False, detail=why)
     violation = finding.result.violation
     said = finding.result.summary()
@@ -382,6 +411,12 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets) -> Row:
         counterexample=said,
         stress=report,
     )
+
+
+def _served(subject: Subject, server: str) -> SubprocessAdapter:
+    """The mutant behind `serve` in a process of its own, on the server `server`."""
+    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server)}"
+    return SubprocessAdapter(f"{command} --mutant {subject.name}", machine=subject.machine)
 
 
 def _forced(subject: Subject, dsn: str) -> Row:
@@ -528,6 +563,8 @@ def run_matrix(
                             row = _guarantees(subject, dsn, seed, budgets)
                         elif check == NEMESIS:
                             row = _nemesis(subject, dsn, seed)
+                        elif check == KILLS:
+                            row = _stress(subject, dsn, seed, budgets, server=server.dsn)
                         else:
                             row = _lockstep(subject, dsn, check, seed, budgets)
                     rows.append(row)
@@ -566,7 +603,11 @@ def table(matrix: KillMatrix) -> str:
     """The matrix as a Markdown table, what stress saw in each history it convicted, then the summary."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join(" --- " for _ in COLUMNS) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |" for row in matrix.rows]
-    for check, heading in ((STRESS, "what stress saw:"), (NEMESIS, "what the nemesis saw:")):
+    for check, heading in (
+        (STRESS, "what stress saw:"),
+        (NEMESIS, "what the nemesis saw:"),
+        (KILLS, "what the nemesis saw, killing the process:"),
+    ):
         seen = [f"- {r.mutant} (seed {r.seed}): {r.why}" for r in matrix.rows if r.check == check and r.why]
         if seen:
             lines += ["", heading, *seen]

@@ -121,7 +121,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"leaseproof: {exc}\n")
         return EXIT_USAGE
     if not any(subject.checks(args.fast) for subject in subjects):
-        err.write("leaseproof: the fast subset runs no check on a service mutant (the nemesis): leave out --fast\n")
+        err.write(
+            "leaseproof: the fast subset runs no check on a service or restart mutant (the nemesis): leave out --fast\n"
+        )
         return EXIT_USAGE
 
     def on_row(row: killmatrix.Row) -> None:
