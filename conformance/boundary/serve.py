@@ -44,14 +44,15 @@ from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
-from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 
 # Every mutant of either machine, sequential, racy (which only concurrent
-# sessions show), faulty (which only a cut connection shows) or forgetful (which
-# only a restart of this process shows); the other machine is served as bundled.
-SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *RESTART_MUTANTS)
+# sessions show), faulty (which only a cut connection shows), forgetful (which only
+# a restart of this process shows) or resending (which only an answer lost after a
+# commit shows); the other machine is served as bundled.
+SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *RESTART_MUTANTS, *NETWORK_MUTANTS)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
 # on the same host can tell whose owner is gone.

@@ -143,8 +143,16 @@ class SubprocessAdapter:
     One child serves every machine its hello announces: `use(machine)` points
     the adapter at another of them, so a run over both machines starts one child."""
 
-    def __init__(self, command: str, *, machine: str | None = MACHINE, reply_timeout: float = 30.0) -> None:
-        """`machine` None: only shake hands (to learn the `machines` it offers); `use` picks one later."""
+    def __init__(
+        self,
+        command: str,
+        *,
+        machine: str | None = MACHINE,
+        reply_timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`machine` None: only shake hands (to learn the `machines` it offers); `use` picks one later.
+        `env`: variables set in the child's environment beside the harness's own."""
         if machine is not None and machine not in MACHINES:
             raise ValueError(f"no machine {machine!r}: the machines are {sorted(MACHINES)}")
         self.command, self.machine = command, machine or MACHINE
@@ -174,6 +182,7 @@ class SubprocessAdapter:
         if not argv:
             raise AdapterFault("the adapter command is empty")
         self._argv = argv
+        self._env = None if env is None else {**os.environ, **env}
         self._start()
         try:
             self._hello = self._handshake()
@@ -201,6 +210,7 @@ class SubprocessAdapter:
                 text=True,
                 encoding="utf-8",
                 bufsize=1,
+                env=self._env,
             )
         except OSError as exc:
             raise AdapterFault(f"could not start the adapter {self.command!r}: {exc}") from None

@@ -50,6 +50,8 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
+from leaseproof.conformance.harness.proxy import FaultProxy
+
 # Backends of the adapter's database that are doing something: running a
 # statement, or holding a transaction open between statements.
 _BUSY = """
@@ -275,6 +277,60 @@ class Pauser(RoundFault):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         return True
+
+
+# The proxy's faults (conformance/harness/proxy.py), by the name the nemesis gives each, and
+# what the proxy counts when one fires.
+NETWORK_FAULTS = ("lose-answer", "reset", "delay", "blackhole")
+_FIRED = {"lose-answer": "lose-answer", "reset": "reset", "delay": "delayed", "blackhole": "blackholed"}
+DELAY_SECONDS, DELAY_FOR = 0.2, 1.0  # answers this late, for this long
+BLACKHOLE_SECONDS = 0.5
+
+
+def arm(proxy: FaultProxy, kind: str) -> None:
+    """Arm the proxy's fault `kind`, one of NETWORK_FAULTS."""
+    if kind == "lose-answer":
+        proxy.lose_next_answer()
+    elif kind == "reset":
+        proxy.reset_next_request()
+    elif kind == "delay":
+        proxy.delay(DELAY_SECONDS, DELAY_FOR)
+    elif kind == "blackhole":
+        proxy.blackhole(BLACKHOLE_SECONDS)
+    else:
+        raise ValueError(f"no network fault {kind!r}: the network faults are {', '.join(NETWORK_FAULTS)}")
+
+
+class Network(RoundFault):
+    """One of the proxy's faults between the implementation and its server (`kind`, one of
+    NETWORK_FAULTS), armed at the point of the round `cut` aims at; it lands when the proxy
+    meets a request or an answer to act on before the round ends, and whatever is left of it
+    is disarmed then, so that the barrier's reads pass untouched."""
+
+    def __init__(self, proxy: FaultProxy, kind: str, rate: float, seed: int) -> None:
+        if kind not in NETWORK_FAULTS:
+            raise ValueError(f"no network fault {kind!r}: the network faults are {', '.join(NETWORK_FAULTS)}")
+        super().__init__(rate, seed)
+        self.proxy = proxy
+        self.kind = kind
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        self.counts.rounds_faulted += 1
+        done.wait(cut.at * self.typical)
+        fired = _FIRED[self.kind]
+        before = self.proxy.counts[fired]
+        if not done.is_set():
+            arm(self.proxy, self.kind)
+            while not done.is_set() and self.proxy.counts[fired] == before:
+                done.wait(POLL_SECONDS)
+            if self.kind in ("delay", "blackhole"):
+                done.wait()  # the window runs on until the round ends
+            self.proxy.disarm()
+        if self.proxy.counts[fired] > before:
+            self.counts.ended += 1
+            return True
+        self.counts.missed += 1
+        return False
 
 
 class Mix(RoundFault):

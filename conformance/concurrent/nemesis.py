@@ -25,7 +25,7 @@ process that sweeps expired leases, while a seeded schedule injects faults:
   committed is lost and the connection closed; `reset`, the next request is
   sent and the connection reset before its answer; `delay`, answers come
   DELAY_SECONDS late for a second; `blackhole`, nothing passes either way for
-  BLACKHOLE_SECONDS.
+  BLACKHOLE_SECONDS (both in conformance/concurrent/faults.py, which arms them).
 
 Every worker appends what the store answered it to a log of its own (a line
 is written whole, so a killed worker leaves whole lines). Afterwards an audit
@@ -68,6 +68,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from leaseproof.conformance.concurrent.faults import NETWORK_FAULTS, arm
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.impl.delivery.service import DeliveryService
@@ -79,10 +80,7 @@ from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause
 from leaseproof.model.errors import Refused
 
-NETWORK_FAULTS = ("lose-answer", "reset", "delay", "blackhole")
 FAULTS = ("kill", "terminate", "pause", "stall", "restart", *NETWORK_FAULTS)
-DELAY_SECONDS, DELAY_FOR = 0.2, 1.0
-BLACKHOLE_SECONDS = 0.5
 RESTART_MODES = ("fast", "immediate")
 TARGET = b"\x07" * 32
 WORKFLOW, RUN = uuid.UUID(int=0x100), uuid.UUID(int=0x200)
@@ -414,7 +412,7 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
                         staller = None
                     report.restarts[mode] += 1
                 elif kind in NETWORK_FAULTS and proxy is not None:
-                    _network_fault(proxy, kind)
+                    arm(proxy, kind)
                 elif kind == "stall" and staller is None:
                     abandoned |= _abandon(dsn, plan, rng)
                     staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
@@ -474,17 +472,6 @@ def _abandon(dsn: str, plan: Plan, rng: random.Random) -> set[str]:
         got = service.execute(m.Claim(tenant(rng.randrange(1, plan.tenants)), TARGET, LEASE_SECONDS, request_key=key))
         return {key} if isinstance(got, m.Claimed) else set()
     return {key}  # it may have claimed: its answer was lost
-
-
-def _network_fault(proxy: FaultProxy, kind: str) -> None:
-    if kind == "lose-answer":
-        proxy.lose_next_answer()
-    elif kind == "reset":
-        proxy.reset_next_request()
-    elif kind == "delay":
-        proxy.delay(DELAY_SECONDS, DELAY_FOR)
-    else:
-        proxy.blackhole(BLACKHOLE_SECONDS)
 
 
 # After the workers stop: how long past the lease the last sweep waits, and how many times it

@@ -32,7 +32,12 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   (`leaseproof nemesis --adapter-cmd "serve --mutant NAME" --faults kill`),
   its process killed and started again in KILL_RATE of the rounds,
   RESTART_SECONDS on each seed; the full matrix only (the tests show the
-  difference a restart makes directly).
+  difference a restart makes directly);
+- network mutants (NETWORK_MUTANTS there), a resend after a lost answer: the
+  same nemesis with the proxy's faults between `serve` and its server
+  (`--faults lose-answer,reset,delay,blackhole`, `serve` started with
+  LEASEPROOF_DSN through the proxy), in KILL_RATE of the rounds,
+  RESTART_SECONDS on each seed; the full matrix only.
 
 The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
 its race rounds (TERMINATE) for every delivery mutant it judges.
@@ -46,7 +51,7 @@ lockstep with scenarios (each sequential mutant dies in a fixed scenario),
 the forced interleavings (instead of stress, for the four mutants that need
 them), stress for the other race mutants, which it usually kills
 within a few dozen programs, and both checks of the fault mutants; no
-service or restart mutant.
+service, restart or network mutant.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ from psycopg.conninfo import conninfo_to_dict
 from leaseproof.conformance.boundary.wire import SubprocessAdapter
 from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.explain import violation_sentence
-from leaseproof.conformance.concurrent.faults import Killer, Mix
+from leaseproof.conformance.concurrent.faults import NETWORK_FAULTS, Killer, Mix, Network
 from leaseproof.conformance.concurrent.linearizability import timeline
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.schedules import (
@@ -78,6 +83,7 @@ from leaseproof.conformance.concurrent.schedules import (
 )
 from leaseproof.conformance.concurrent.stress import StressFault, StressReport, stress
 from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
+from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
@@ -86,14 +92,15 @@ from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
-from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
 SEED = 20261129  # the kill tests' seed
-SEQUENTIAL, RACE, FAULT, SERVICE, RESTART = "sequential", "race", "fault", "service", "restart"
-KINDS = (SEQUENTIAL, RACE, FAULT, SERVICE, RESTART)
+SEQUENTIAL, RACE, FAULT, SERVICE = "sequential", "race", "fault", "service"
+RESTART, NETWORK = "restart", "network"
+KINDS = (SEQUENTIAL, RACE, FAULT, SERVICE, RESTART, NETWORK)
 
 SCENARIOS_AND_SEARCH = "lockstep: scenarios+search"
 SEARCH_ALONE = "lockstep: search alone"
@@ -102,7 +109,8 @@ FORCED = "forced interleaving"
 GUARANTEES = "guarantees profile"
 NEMESIS = "nemesis"
 KILLS = "nemesis: kill"  # the nemesis of an implementation over the wire, its process killed
-CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, KILLS)
+LOST_ANSWERS = "nemesis: network"  # the same, the proxy's faults between it and its server
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, KILLS, LOST_ANSWERS)
 NEMESIS_SECONDS = 30.0  # of each service mutant's nemesis run, on each seed
 RESTART_SECONDS = 120.0  # of each restart mutant's run under kills, on each seed
 KILL_RATE = 0.5  # the share of its rounds in which the process is killed
@@ -159,6 +167,8 @@ class Subject:
             return () if fast else (NEMESIS,)
         if self.kind == RESTART:
             return () if fast else (KILLS,)
+        if self.kind == NETWORK:
+            return () if fast else (LOST_ANSWERS,)
         if self.kind == FAULT:
             return (STRESS, GUARANTEES)
         if self.kind == SEQUENTIAL:
@@ -176,6 +186,7 @@ SUBJECTS: tuple[Subject, ...] = (
     *(Subject(mu.name, mu.machine, FAULT, mu.stands_for, mu) for mu in FAULT_MUTANTS),
     *(Subject(mu.name, mu.machine, SERVICE, mu.stands_for, mu) for mu in SERVICE_MUTANTS),
     *(Subject(mu.name, mu.machine, RESTART, mu.stands_for, mu) for mu in RESTART_MUTANTS),
+    *(Subject(mu.name, mu.machine, NETWORK, mu.stands_for, mu) for mu in NETWORK_MUTANTS),
 )
 
 
@@ -231,7 +242,7 @@ class Row:
         """The one line that says what the check saw: for stress, the violation in the model's words."""
         return (
             self.counterexample.splitlines()[0]
-            if self.check in (STRESS, NEMESIS, KILLS) and self.counterexample
+            if self.check in (STRESS, NEMESIS, KILLS, LOST_ANSWERS) and self.counterexample
             else ""
         )
 
@@ -254,7 +265,7 @@ class KillMatrix:
 
     @property
     def judged(self) -> tuple[Subject, ...]:
-        """The subjects some check ran on (the fast subset runs none on a service or restart mutant)."""
+        """The subjects some check ran on (the fast subset runs none on a service, restart or network mutant)."""
         return tuple(s for s in self.subjects if s.checks(self.fast))
 
     @property
@@ -360,15 +371,20 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
 
 
 def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str | None = None) -> Row:
-    """Stress, with connections cut for a fault mutant; for a restart mutant (`server`: the
-    server's DSN), the nemesis of `serve --mutant NAME` over the wire, its process killed."""
+    """Stress, with connections cut for a fault mutant; for a restart or network mutant
+    (`server`: the server's DSN), the nemesis of `serve --mutant NAME` over the wire, its
+    process killed, or the proxy's faults between it and the server."""
     started = time.monotonic()
-    check, seconds = (KILLS, RESTART_SECONDS) if server is not None else (STRESS, budgets.stress_seconds)
+    check = STRESS if server is None else (KILLS if subject.kind == RESTART else LOST_ANSWERS)
+    seconds = budgets.stress_seconds if server is None else RESTART_SECONDS
     base = _row(subject, check, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
-    adapter = subject.adapter(dsn) if server is None else _served(subject, server)
+    proxy = FaultProxy(server).start() if check == LOST_ANSWERS and server is not None else None
+    adapter = subject.adapter(dsn) if server is None else _served(subject, server, proxy)
     try:
-        faults = None
-        if server is not None:
+        faults: Mix | None = None
+        if proxy is not None:
+            faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], KILL_RATE, seed)
+        elif server is not None:
             faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], KILL_RATE, seed)
         report = stress(
             adapter,
@@ -388,6 +404,8 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
         return attrs.evolve(base, killed=True, seconds=seconds, check_seconds=seconds, how="fault", detail=str(fault))
     finally:
         adapter.close()
+        if proxy is not None:
+            proxy.close()
     p, finding = report.progress, report.finding
     base = attrs.evolve(base, examples=p.programs, seconds=p.seconds, check_seconds=time.monotonic() - started)
     if finding is None:
@@ -413,10 +431,14 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
     )
 
 
-def _served(subject: Subject, server: str) -> SubprocessAdapter:
-    """The mutant behind `serve` in a process of its own, on the server `server`."""
-    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server)}"
-    return SubprocessAdapter(f"{command} --mutant {subject.name}", machine=subject.machine)
+def _served(subject: Subject, server: str, proxy: FaultProxy | None = None) -> SubprocessAdapter:
+    """The mutant behind `serve` in a process of its own, on the server `server`, or through
+    `proxy` in front of it (its LEASEPROOF_DSN)."""
+    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --mutant {subject.name}"
+    if proxy is None:
+        return SubprocessAdapter(f"{command} --dsn {shlex.quote(server)}", machine=subject.machine)
+    through = {"LEASEPROOF_DSN": proxy.dsn_through(server)}
+    return SubprocessAdapter(command, machine=subject.machine, env=through)
 
 
 def _forced(subject: Subject, dsn: str) -> Row:
@@ -563,7 +585,7 @@ def run_matrix(
                             row = _guarantees(subject, dsn, seed, budgets)
                         elif check == NEMESIS:
                             row = _nemesis(subject, dsn, seed)
-                        elif check == KILLS:
+                        elif check in (KILLS, LOST_ANSWERS):
                             row = _stress(subject, dsn, seed, budgets, server=server.dsn)
                         else:
                             row = _lockstep(subject, dsn, check, seed, budgets)
@@ -607,6 +629,7 @@ def table(matrix: KillMatrix) -> str:
         (STRESS, "what stress saw:"),
         (NEMESIS, "what the nemesis saw:"),
         (KILLS, "what the nemesis saw, killing the process:"),
+        (LOST_ANSWERS, "what the nemesis saw, between the process and its server:"),
     ):
         seen = [f"- {r.mutant} (seed {r.seed}): {r.why}" for r in matrix.rows if r.check == check and r.why]
         if seen:

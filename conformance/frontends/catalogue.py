@@ -29,6 +29,8 @@ FAULT_MUTANTS = ("claim-then-deadline",)
 ALL_MUTANTS = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
 # impl/mutants/faults.py: RESTART_MUTANTS, what only a restart of the implementation's process shows.
 RESTART_MUTANTS = ("keys-remembered-in-process",)
+# impl/mutants/faults.py: NETWORK_MUTANTS, what only an answer lost after a commit shows.
+NETWORK_MUTANTS = ("resends-after-a-lost-answer",)
 # impl/mutants/service.py: what the nemesis's audit must catch (with the fault mutants).
 SERVICE_MUTANTS = (
     "reap-deletes", "finish-retry-settles-again", "finish-ignores-generation", "generation-never-moves",
@@ -39,7 +41,8 @@ CHECKER_BUDGET = 200_000  # conformance/concurrent/linearizability.py: DEFAULT_B
 SHRINK_ATTEMPTS = 1_000  # conformance/lockstep/core.py
 SHRINK_SECONDS = 60.0  # conformance/lockstep/core.py
 KILL_MATRIX_SEED = 20261129  # conformance/evidence/killmatrix.py: SEED
-MUTANT_KINDS = ("sequential", "race", "fault", "service", "restart")  # conformance/evidence/killmatrix.py: KINDS
+# conformance/evidence/killmatrix.py: KINDS
+MUTANT_KINDS = ("sequential", "race", "fault", "service", "restart", "network")
 SCORE_SEEDS = (1, 2, 3, 4, 5)  # conformance/evidence/score.py: SEEDS
 SCORE_EXAMPLES = 300  # conformance/evidence/score.py: Budget().examples
 MIN_SCORE = 0.95  # conformance/evidence/score.py

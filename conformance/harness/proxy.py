@@ -136,6 +136,7 @@ class FaultProxy:
         accepts connections after `start()`. Raises ValueError if the DSN names no host (nor does PGHOST)
         or a port that is not a number, and OSError if its host name does not resolve."""
         self._targets = _upstream(dsn)
+        self._target_dsn = dsn
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # notified on close, on a connection's end, on a blackhole
         self._stopping = False
@@ -188,6 +189,18 @@ class FaultProxy:
         for key in ("hostaddr", "sslnegotiation"):
             params.pop(key, None)
         params.update(host="127.0.0.1", port=str(self._port), sslmode="disable", gssencmode="disable")
+        return make_conninfo("", **params)
+
+    def direct(self, dsn: str) -> str:
+        """`dsn`, a connection string through this proxy (`dsn_through`'s, or one a client built
+        from it), pointed at the server itself again: the host, port and encryption settings of
+        the DSN the proxy was made for. For a client that must not meet the faults."""
+        target = conninfo_to_dict(self._target_dsn)
+        params = conninfo_to_dict(dsn)
+        for key in ("host", "hostaddr", "port", "sslmode", "gssencmode", "sslnegotiation"):
+            params.pop(key, None)
+            if key in target:
+                params[key] = target[key]
         return make_conninfo("", **params)
 
     def start(self) -> Self:
@@ -262,6 +275,15 @@ class FaultProxy:
         _check_duration("for_seconds", for_seconds)
         with self._lock:
             self._blackhole_until = time.monotonic() + for_seconds
+            self._blackhole_generation += 1
+            self._changed.notify_all()
+
+    def disarm(self) -> None:
+        """Cancel what is armed and has not fired (a lost answer, a reset) and end any delay or
+        blackhole now."""
+        with self._lock:
+            self._lose_armed = self._reset_armed = False
+            self._delay_until = self._blackhole_until = 0.0
             self._blackhole_generation += 1
             self._changed.notify_all()
 

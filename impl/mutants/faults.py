@@ -19,7 +19,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import psycopg
+
+from leaseproof.impl.delivery.adapter import Connect, PostgresDeliveryAdapter, PostgresDeliverySession
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, refuse_community
+from leaseproof.impl.errors import ConnectionLost
+from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.migrate import Addition, Patch
 from leaseproof.impl.mutants.delivery import Mutant, edits
 from leaseproof.model import delivery as m
@@ -162,5 +167,47 @@ RESTART_MUTANTS: tuple[Mutant, ...] = (
         "keys-remembered-in-process",
         "request keys remembered in the process: after a restart, a claim sent again takes a second delivery",
         KeysRememberedInProcess,
+    ),
+)
+
+
+class _ResendingSession(PostgresDeliverySession):
+    """A client that, when its connection is lost while a command runs, connects again and
+    sends the same command again, as a naive retry does: right when the first attempt did
+    not take effect, wrong when the server had committed it and only the answer was lost
+    (a claim sent again takes a second delivery, a finish sent again finds the row settled,
+    a commit sent again finds its ids taken)."""
+
+    def __init__(self, dsn: str, store_class: type[PostgresDeliveryStore], connect: Connect) -> None:
+        super().__init__(dsn, store_class, connect)
+        self._dsn, self._store_class, self._connect = dsn, store_class, connect
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        try:
+            return super().execute(command)
+        except (ConnectionLost, psycopg.OperationalError):
+            self.conn.close()
+            self.conn = self._connect(self._dsn)
+            self.store, self.clock = self._store_class(self.conn), PinnedClock(self.conn)
+            return super().execute(command)  # sent again, whatever became of the first
+
+
+class _ResendingAdapter(PostgresDeliveryAdapter):
+    def session(self) -> PostgresDeliverySession:
+        return _ResendingSession(self.dsn, self.store_class, self.connect)
+
+
+class _ResendingMutant(Mutant):
+    def adapter(self, dsn: str) -> PostgresDeliveryAdapter:
+        return _ResendingAdapter(dsn, self.store)
+
+
+# Mutants only a fault between the implementation and its server shows: an answer lost after
+# the server committed (`leaseproof nemesis --adapter-cmd` with the proxy's faults).
+NETWORK_MUTANTS: tuple[Mutant, ...] = (
+    _ResendingMutant(
+        "resends-after-a-lost-answer",
+        "a session sends a command again after its connection was lost: a claim whose answer was lost takes another",
+        Store,
     ),
 )

@@ -122,7 +122,8 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     if not any(subject.checks(args.fast) for subject in subjects):
         err.write(
-            "leaseproof: the fast subset runs no check on a service or restart mutant (the nemesis): leave out --fast\n"
+            "leaseproof: the fast subset runs no check on a service, restart or network mutant (the nemesis):"
+            " leave out --fast\n"
         )
         return EXIT_USAGE
 

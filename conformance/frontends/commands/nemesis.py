@@ -11,6 +11,7 @@ the model. The options are here; what a run needs is imported when one starts.""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING, Any, TextIO
 
 from leaseproof.conformance.frontends.catalogue import FAULT_MUTANTS, NEMESIS_FAULTS, SERVICE_MUTANTS
@@ -25,6 +26,7 @@ from leaseproof.conformance.frontends.exits import EXIT_USAGE
 if TYPE_CHECKING:
     from leaseproof.conformance.concurrent.faults import RoundFault
     from leaseproof.conformance.frontends.commands.running import Provisioned
+    from leaseproof.conformance.harness.proxy import FaultProxy
 
 DESCRIPTION = (
     "Without an adapter: worker processes claim, renew and finish deliveries of three tenants with the bundled "
@@ -43,8 +45,10 @@ EXITS = (
     "adapter, or the implementation failed instead of answering, 130 interrupted"
 )
 # The faults for an implementation leaseproof knows only through its adapter
-# (conformance/concurrent/faults.py), in the order they are listed.
-ADAPTER_FAULTS = ("kill", "pause", "terminate")
+# (conformance/concurrent/faults.py), in the order they are listed; the last four are the
+# proxy's, between the implementation and its server (NETWORK_FAULTS there).
+ADAPTER_FAULTS = ("kill", "pause", "terminate", "lose-answer", "reset", "delay", "blackhole")
+_NETWORK = ADAPTER_FAULTS[3:]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +121,7 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from leaseproof.conformance.concurrent.stress import stress
     from leaseproof.conformance.frontends.commands.running import each_machine
     from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, _StressProgress
+    from leaseproof.conformance.harness.proxy import FaultProxy
 
     asked = None if args.faults is None else tuple(kind for kind in args.faults.split(",") if kind)
     unknown = sorted(set(asked or ()) - set(ADAPTER_FAULTS))
@@ -131,6 +136,17 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     databases: dict[str, str | None] = {}
     args.terminate, args.trace_out = 0.0, None  # what the stress report reads
+    # The network faults: a proxy in front of the server named (--dsn, LEASEPROOF_DSN), and the
+    # adapter's command started with LEASEPROOF_DSN pointing through it.
+    named = args.dsn or os.environ.get("LEASEPROOF_DSN")
+    proxy = None
+    if args.adapter_cmd is not None and named and any(asked is None or kind in asked for kind in _NETWORK):
+        try:
+            proxy = FaultProxy(named).start()
+        except (ValueError, OSError) as exc:
+            err.write(f"leaseproof: cannot put a proxy in front of the server {named!r}: {exc}\n")
+            return EXIT_USAGE
+        args.adapter_env = {"LEASEPROOF_DSN": proxy.dsn_through(named)}
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
         adapter = _stress_adapter(args, machine, provisioned, out)
@@ -138,7 +154,7 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return adapter
 
     def judge(adapter: Any, machine: str, seed: int) -> int:
-        injectors, left_out = _injectors(args, adapter, machine, databases.get(machine), seed)
+        injectors, left_out = _injectors(args, adapter, machine, databases.get(machine), seed, proxy)
         for kind, why in left_out:
             (err if asked else out).write(f"{'leaseproof: ' if asked else ''}no {kind} fault: {why}\n")
         if (asked and left_out) or not injectors:
@@ -179,6 +195,9 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except FaultError as exc:
         err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
         return EXIT_USAGE
+    finally:
+        if proxy is not None:
+            proxy.close()
 
 
 # Why the faults that cut an operation mid-way leave the lifecycle alone: a fire's admission
@@ -190,17 +209,26 @@ _CUT_MID_WAY = (
 
 
 def _injectors(
-    args: argparse.Namespace, adapter: Any, machine: str, database: str | None, seed: int
+    args: argparse.Namespace, adapter: Any, machine: str, database: str | None, seed: int, proxy: FaultProxy | None
 ) -> tuple[list[RoundFault], list[tuple[str, str]]]:
     """The injectors asked for (or every one) that apply to `adapter`, and why each other
-    is left out."""
-    from leaseproof.conformance.concurrent.faults import Killer, Pauser, Terminator
+    is left out. `proxy`: in front of the server the adapter was told to use, if any; the
+    injectors' own connections go around it."""
+    from leaseproof.conformance.concurrent.faults import Killer, Network, Pauser, Terminator
+
+    def direct(dsn: str) -> str:
+        return dsn if proxy is None else proxy.direct(dsn)
 
     asked = ADAPTER_FAULTS if args.faults is None else tuple(k for k in args.faults.split(",") if k)
     chosen: list[RoundFault] = []
     left_out: list[tuple[str, str]] = []
     for kind in (kind for kind in ADAPTER_FAULTS if kind in asked):
-        if kind in ("kill", "terminate") and machine != "delivery":
+        if kind in _NETWORK:
+            if proxy is not None and not (why := _no_network(args, proxy)):
+                chosen.append(Network(proxy, kind, 1.0, seed))
+            else:
+                left_out.append((kind, _no_network(args, proxy)))
+        elif kind in ("kill", "terminate") and machine != "delivery":
             left_out.append((kind, f"the {machine} machine: {_CUT_MID_WAY}"))
         elif kind in ("kill", "pause") and args.adapter_cmd is None:
             what = "kill and start again" if kind == "kill" else "stop"
@@ -208,11 +236,25 @@ def _injectors(
         elif kind == "kill" and (why := adapter.why_no_restart()):
             left_out.append((kind, why))
         elif kind == "kill":
-            chosen.append(Killer(adapter, adapter.databases[machine], 1.0, seed))
+            chosen.append(Killer(adapter, direct(adapter.databases[machine]), 1.0, seed))
         elif kind == "pause":
             chosen.append(Pauser(lambda: int(adapter.process.pid), 1.0, seed))
         elif database is None:
             left_out.append((kind, "leaseproof did not give it its database, and its hello announces none"))
         else:
-            chosen.append(Terminator(database, 1.0, seed))
+            chosen.append(Terminator(direct(database), 1.0, seed))
     return chosen, left_out
+
+
+def _no_network(args: argparse.Namespace, proxy: FaultProxy | None) -> str:
+    """Why the network faults do not apply ("" if they do)."""
+    if args.adapter_cmd is None:
+        return "an in-process adapter is not started with LEASEPROOF_DSN, which the proxy's faults need"
+    if proxy is None:
+        return (
+            "no server is named (--dsn or LEASEPROOF_DSN) to put a proxy in front of, for its command to take"
+            " from LEASEPROOF_DSN"
+        )
+    if not proxy.connections:
+        return "its command made no connection through the proxy: it does not take its server from LEASEPROOF_DSN"
+    return ""

@@ -82,7 +82,12 @@ class Provisioned:
         """The one --adapter-cmd child of the run: its hello tells which machines to
         check, and it then serves each of them (`use`), so the run starts it once."""
         if self._child is None:
-            self._child = SubprocessAdapter(self.args.adapter_cmd, machine=None, reply_timeout=self.args.reply_timeout)
+            self._child = SubprocessAdapter(
+                self.args.adapter_cmd,
+                machine=None,
+                reply_timeout=self.args.reply_timeout,
+                env=getattr(self.args, "adapter_env", None),  # what a command sets for its child (nemesis)
+            )
             self.stack.callback(self._child.close)
         return self._child
 

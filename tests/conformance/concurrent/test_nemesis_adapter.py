@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO, leaseproof
 
-from leaseproof.conformance.boundary.wire import SubprocessAdapter
+from leaseproof.conformance.boundary.wire import SessionLost, SubprocessAdapter
 from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as m
 
@@ -22,24 +23,29 @@ NODE = shutil.which("node")
 NODE_EXAMPLE = f"{shlex.quote(str(NODE))} {shlex.quote(str(REPO / 'conformance' / 'examples' / 'node' / 'adapter.js'))}"
 
 
-def _serve(server: Server, mutant: str = "") -> str:
-    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(server.dsn)}"
+def _serve(server: Server | None, mutant: str = "") -> str:
+    """serve's command: on `server`, or, with None, on the server its LEASEPROOF_DSN names."""
+    command = f"{shlex.quote(sys.executable)} -m leaseproof.conformance.boundary.serve"
+    command += f" --dsn {shlex.quote(server.dsn)}" if server is not None else ""
     return command + (f" --mutant {mutant}" if mutant else "")
 
 
 def _landed(output: str) -> dict[str, int]:
     line = next(line for line in output.splitlines() if line.startswith("faults: "))
-    return {kind: int(count.replace(",", "")) for kind, count in re.findall(r"(\w+) ([\d,]+) \(of", line)}
+    return {kind: int(count.replace(",", "")) for kind, count in re.findall(r"([\w-]+) ([\d,]+) \(of", line)}
 
 
-def test_the_bundled_serve_survives_kills_pauses_and_ended_backends(pg_server: Server, tmp_path: Path) -> None:
+def test_the_bundled_serve_survives_every_fault(pg_server: Server, tmp_path: Path) -> None:
+    """Killed and started again, paused, its backends ended, and, started with LEASEPROOF_DSN
+    through the proxy, its answers lost, its requests reset, delayed and blackholed."""
     run = leaseproof(
-        "nemesis", "--adapter-cmd", _serve(pg_server), "--dsn", pg_server.dsn, "--machine", "delivery",
-        "--duration", "6", "--seed", "1", "--rate", "1", cwd=tmp_path,
+        "nemesis", "--adapter-cmd", _serve(None), "--dsn", pg_server.dsn, "--machine", "delivery",
+        "--duration", "8", "--seed", "1", "--rate", "1", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     landed = _landed(run.stdout)
-    assert set(landed) == {"kill", "pause", "terminate"} and landed["kill"] > 0, run.stdout
+    assert set(landed) == {"kill", "pause", "terminate", "lose-answer", "reset", "delay", "blackhole"}, run.stdout
+    assert landed["kill"] > 0 and landed["lose-answer"] + landed["reset"] > 0, run.stdout
     assert "verdict: LINEARIZABLE" in run.stdout
 
 
@@ -63,6 +69,7 @@ def test_the_node_example_is_paused_on_both_machines_and_told_why_nothing_else_a
     assert "no kill fault: its hello announces no database for the delivery machine" in run.stdout
     assert "no terminate fault: leaseproof did not give it its database" in run.stdout
     assert "no kill fault: the lifecycle machine: a fire cut mid-way" in run.stdout
+    assert "no lose-answer fault: no server is named (--dsn or LEASEPROOF_DSN)" in run.stdout
     faults = [line for line in run.stdout.splitlines() if line.startswith("faults: ")]
     assert len(faults) == 2 and all(re.fullmatch(r"faults: pause [1-9][\d,]* \(of [\d,]+ due\)", f) for f in faults)
 
@@ -82,7 +89,7 @@ def test_a_fault_asked_for_that_does_not_apply_is_a_usage_error(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--faults", "restart"], "with an adapter, --faults takes kill, pause, terminate, not ['restart']"),
+        (["--faults", "restart"], "--faults takes kill, pause, terminate, lose-answer, reset, delay, blackhole, not"),
         (["--mutant", "reap-deletes"], "--mutant applies to the bundled store's nemesis"),
     ],
 )
@@ -128,3 +135,39 @@ def test_a_service_that_remembers_request_keys_in_its_process_differs_only_after
         finally:
             adapter.close()
     assert answers == {"": True, "keys-remembered-in-process": False}
+
+
+@pytest.mark.parametrize(("mutant", "resent"), [("", False), ("resends-after-a-lost-answer", True)])
+def test_a_session_that_resends_after_a_lost_answer_claims_twice(pg_server: Server, mutant: str, resent: bool) -> None:
+    """What the proxy's lost answer is there to show (the mutant resends-after-a-lost-answer):
+    a claim whose answer is lost after the server committed it is lost to the bundled serve
+    (its session says so), and sent again by the mutant, which takes a second delivery."""
+    with FaultProxy(pg_server.dsn) as proxy:
+        adapter = SubprocessAdapter(_serve(None, mutant), env={"LEASEPROOF_DSN": proxy.dsn_through(pg_server.dsn)})
+        try:
+            adapter.reset(w.START)
+            a = w.COMMUNITIES["A"]
+            for command in (
+                m.CreateCommunity(a),
+                m.CreateWorkflow(a, w.WORKFLOWS["W1"]),
+                m.CreateRun(a, w.WORKFLOWS["W1"], w.RUNS["R1"]),
+                m.PublishEvent(a, w.MESSAGES["M1"]),
+            ):
+                adapter.execute(command)
+            for step in ("s1", "s2"):
+                binding = w.binding("A", "W1", "R1", step, "T1", "D1", "M1", "event:E1")
+                delivery = m.NewDelivery(w.delivery_id(w.FRESH, "R1", step, "T1"), binding)
+                adapter.execute(m.CommitDeliveries(a, w.RUNS["R1"], w.STEPS[step], [delivery]))
+            session = adapter.session()
+            proxy.lose_next_answer()
+            try:
+                session.execute(m.Claim(a, w.TARGETS["T1"], 30))
+            except SessionLost:
+                lost = True
+            else:
+                lost = False
+            claimed = [d for d in adapter.snapshot().deliveries.values() if d.status is m.Status.CLAIMED]
+        finally:
+            adapter.close()
+    assert proxy.counts["lose-answer"] == 1
+    assert (lost, len(claimed)) == ((False, 2) if resent else (True, 1))

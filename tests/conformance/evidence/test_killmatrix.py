@@ -17,7 +17,7 @@ from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.harness.provision import Server, scratch_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
-from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
+from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS
 from leaseproof.impl.mutants.race import RACE_MUTANTS
 from leaseproof.impl.mutants.service import SERVICE_MUTANTS
@@ -37,13 +37,17 @@ def _rows(matrix: km.KillMatrix) -> dict[tuple[str, str], km.Row]:
 
 def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     names = [s.name for s in km.SUBJECTS]
-    shipped = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *SERVICE_MUTANTS, *RESTART_MUTANTS)
+    shipped = (
+        *MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *SERVICE_MUTANTS, *RESTART_MUTANTS,
+        *NETWORK_MUTANTS,
+    )  # fmt: skip
     assert len(names) == len(set(names)) == len(shipped)
     kinds = {s.name: s.kind for s in km.SUBJECTS}
     assert {n for n, k in kinds.items() if k == km.RACE} == {mu.name for mu in RACE_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.FAULT} == {mu.name for mu in FAULT_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.SERVICE} == {mu.name for mu in SERVICE_MUTANTS}
     assert {n for n, k in kinds.items() if k == km.RESTART} == {mu.name for mu in RESTART_MUTANTS}
+    assert {n for n, k in kinds.items() if k == km.NETWORK} == {mu.name for mu in NETWORK_MUTANTS}
     forced = {s.name for s in km.SUBJECTS if s.interleaving is not None}
     assert forced == set(INTERLEAVINGS) | set(LIFECYCLE_INTERLEAVINGS)
     assert forced == {
@@ -55,8 +59,8 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
         if subject.kind == km.SERVICE:  # the nemesis, in the full matrix only (CI runs a short one in the tests)
             assert (full, fast) == ((km.NEMESIS,), ()), subject.name
             continue
-        if subject.kind == km.RESTART:  # the nemesis over the wire, killing the process: the full matrix only
-            assert (full, fast) == ((km.KILLS,), ()), subject.name
+        if subject.kind in (km.RESTART, km.NETWORK):  # the nemesis over the wire: the full matrix only
+            assert (full, fast) == ((km.KILLS if subject.kind == km.RESTART else km.LOST_ANSWERS,), ()), subject.name
             continue
         assert set(fast) <= set(full) and fast, subject.name
         profile = (km.GUARANTEES,) if subject.machine == "delivery" else ()
@@ -136,6 +140,7 @@ def test_the_fast_matrix_kills_chosen_mutants_with_the_expected_checks(pg_server
     assert matrix.survivors == ()
     assert matrix.counts() == {
         km.SEQUENTIAL: (2, 2), km.RACE: (3, 3), km.FAULT: (0, 0), km.SERVICE: (0, 0), km.RESTART: (0, 0),
+        km.NETWORK: (0, 0),
     }  # fmt: skip
     assert matrix.summary().startswith("2 of 2 sequential mutants killed, 3 of 3 race mutants killed (fast subset")
 
@@ -193,6 +198,7 @@ def test_the_json_document(pg_server: Server) -> None:
         "fault": {"killed": 0, "total": 0},
         "service": {"killed": 0, "total": 0},
         "restart": {"killed": 0, "total": 0},
+        "network": {"killed": 0, "total": 0},
     }
     assert document["survivors"] == ["bundled-store-raced"]
     killed, survived = document["rows"]
@@ -220,12 +226,12 @@ def test_a_service_mutant_is_judged_by_the_nemesis_in_the_full_matrix_only(
     assert matrix.counts()["service"] == (1, 1)
 
 
-@pytest.mark.parametrize("kind", ["service", "restart"])
+@pytest.mark.parametrize("kind", ["service", "restart", "network"])
 def test_the_fast_subset_of_service_or_restart_mutants_alone_is_refused(
     kind: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["mutants", "--fast", "--kind", kind]) == 2
-    assert "runs no check on a service or restart mutant" in capsys.readouterr().err
+    assert "runs no check on a service, restart or network mutant" in capsys.readouterr().err
 
 
 # -- the command -------------------------------------------------------------------------------------

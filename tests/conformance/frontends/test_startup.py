@@ -92,7 +92,7 @@ def test_the_catalogue_the_helps_read_is_what_it_names() -> None:
     from leaseproof.conformance.lockstep import core
     from leaseproof.conformance.lockstep.verify import MACHINES
     from leaseproof.conformance.queues import subjects
-    from leaseproof.impl.mutants.faults import FAULT_MUTANTS, RESTART_MUTANTS
+    from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
     from leaseproof.impl.mutants.race import RACE_MUTANTS
     from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
@@ -102,6 +102,7 @@ def test_the_catalogue_the_helps_read_is_what_it_names() -> None:
     assert tuple(mu.name for mu in FAULT_MUTANTS) == catalogue.FAULT_MUTANTS
     assert tuple(mu.name for mu in SERVICE_MUTANTS) == catalogue.SERVICE_MUTANTS
     assert tuple(mu.name for mu in RESTART_MUTANTS) == catalogue.RESTART_MUTANTS
+    assert tuple(mu.name for mu in NETWORK_MUTANTS) == catalogue.NETWORK_MUTANTS
     assert tuple(mu.name for mu in ALL_MUTANTS) == catalogue.ALL_MUTANTS
     assert (catalogue.CHECKER_BUDGET, catalogue.SHRINK_ATTEMPTS) == (DEFAULT_BUDGET, core.SHRINK_ATTEMPTS)
     assert catalogue.SHRINK_SECONDS == core.SHRINK_SECONDS
