@@ -203,6 +203,7 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # Why the faults that cut an operation mid-way leave the lifecycle alone: a fire's admission
 # is a run id the implementation picks, and a fire cut mid-way leaves unknown which it took;
 # the checker leaves such a history unjudged (as `stress --terminate` does).
+_CUTS = ("kill", "terminate", "lose-answer", "reset")  # the faults that cut an operation mid-way
 _CUT_MID_WAY = (
     "a fire cut mid-way leaves unknown which run id it took, and the checker would leave the history unjudged"
 )
@@ -223,13 +224,13 @@ def _injectors(
     chosen: list[RoundFault] = []
     left_out: list[tuple[str, str]] = []
     for kind in (kind for kind in ADAPTER_FAULTS if kind in asked):
-        if kind in _NETWORK:
+        if kind in _CUTS and machine != "delivery":
+            left_out.append((kind, f"the {machine} machine: {_CUT_MID_WAY}"))
+        elif kind in _NETWORK:
             if proxy is not None and not (why := _no_network(args, proxy)):
                 chosen.append(Network(proxy, kind, 1.0, seed))
             else:
                 left_out.append((kind, _no_network(args, proxy)))
-        elif kind in ("kill", "terminate") and machine != "delivery":
-            left_out.append((kind, f"the {machine} machine: {_CUT_MID_WAY}"))
         elif kind in ("kill", "pause") and args.adapter_cmd is None:
             what = "kill and start again" if kind == "kill" else "stop"
             left_out.append((kind, f"an in-process adapter has no process of its own to {what}"))
