@@ -467,7 +467,7 @@ class Plan:
 # scope mutant, through the scope check (a tenth of a second each).
 # Not stress: it kills some of the race mutants, and not the same ones twice
 # (its timing is not the seed's), so CI would fail at random.
-FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 4, Budget().examples, 15
+FAST_STRIDE, FAST_EXAMPLES, FAST_EQUIVALENT_EXAMPLES = 8, Budget().examples, 15
 
 
 def in_fast_sample(name: str) -> bool:
