@@ -29,19 +29,16 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import attrs
 
-from leaseproof.conformance.frontends.progress import ProgressLine
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.delivery import DELIVERY
 from leaseproof.conformance.lockstep.lifecycle import LIFECYCLE
 from leaseproof.conformance.spec.bounds import (
-    BoundsError,
     DeliveryBounds,
     LifecycleBounds,
-    describe_bounds,
 )
 from leaseproof.conformance.traces import trace
 from leaseproof.model import delivery as dm
@@ -502,7 +499,7 @@ LIFECYCLE_EXPLORATION = ExplorationSpec(
 SPECS: dict[str, ExplorationSpec] = {spec.machine: spec for spec in (DELIVERY_EXPLORATION, LIFECYCLE_EXPLORATION)}
 
 
-# -- the command line --------------------------------------------------------
+# -- for the command line (conformance/frontends/commands/explore.py) ------------
 
 
 def bounds_for(machine: str, overrides: Mapping[str, int]) -> Any:
@@ -510,88 +507,3 @@ def bounds_for(machine: str, overrides: Mapping[str, int]) -> Any:
     spec = SPECS[machine]
     names = {f.name for f in attrs.fields(spec.bounds)}
     return spec.bounds(**{name: value for name, value in overrides.items() if name in names})
-
-
-class ExploreProgress(ProgressLine):
-    """The search's progress on stderr: in place on a terminal, every 5 s otherwise."""
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__(stream, every=5.0)
-
-    def __call__(self, p: Progress) -> None:
-        line = f"  {p.seconds:5.1f}s  depth {p.depth}  states {p.states:,}  frontier {p.frontier:,}  ({p.rate:,.0f}/s)"
-        self.show(line, p.seconds)
-
-
-def summary(result: Exploration, spec: ExplorationSpec, out: TextIO) -> None:
-    """The counts, the rule coverage table, what was never reached, and the verdict on the invariants."""
-    out.write(
-        f"states: {result.states:,} distinct ({result.unexpanded:,} outside the bounds, not expanded)"
-        f"   transitions: {result.transitions:,}   depth: {result.depth}   time: {result.seconds:.1f}s\n"
-    )
-    out.write("rules reached (operation, guard, outcome: steps):\n")
-    for operation, guard, outcome in behaviours(spec.rules):
-        count = result.coverage.get((operation, guard, outcome), 0)
-        out.write(f"  {operation:<18} {guard:<22} {outcome:<26} {count:>10,}\n")
-    if spec.transitions:
-        taken = ", ".join(f"{a}→{b} ×{result.moves.get((a, b), 0):,}" for a, b in spec.transitions)
-        out.write(f"transitions taken: {taken}\n")
-    missing = [f"{op}/{guard} → {outcome}" for op, guard, outcome in result.never_reached]
-    missing += [f"transition {a}→{b}" for a, b in result.never_moved]
-    out.write(f"never reached: {', '.join(missing) if missing else 'none'}\n")
-    if result.holds:
-        out.write("invariants: hold in every explored state\n")
-        return
-    out.write(f"invariants: VIOLATED, {len(result.violations)} kind(s); the shortest path to each:\n")
-    for number, violation in enumerate(result.violations, 1):
-        out.write(f"{number}. {violation.message}\n")
-        out.write(f"   seen {violation.count:,} time(s); the shortest path, {len(violation.path)} step(s):\n")
-        for index, command in enumerate(violation.path, 1):
-            out.write(f"     {index}. {spec.describe(command)}\n")
-
-
-def run(
-    machines: Iterable[str],
-    overrides: Mapping[str, int],
-    out: TextIO,
-    err: TextIO,
-    every_step: bool = False,
-    trace_out: Path | None = None,
-) -> bool:
-    """`leaseproof explore`: explore each machine, print its summary, and write the
-    shortest violation of each as a trace. True if every invariant held.
-
-    Raises `BoundsError` for an override out of range or one no machine has."""
-    machines = list(machines)
-    unknown = sorted(set(overrides) - {f.name for m in machines for f in attrs.fields(SPECS[m].bounds)})
-    if unknown:
-        names = ", ".join(f"--{name.replace('_', '-')}" for name in unknown)
-        raise BoundsError(f"{names} is not a bound of the {' or '.join(machines)} machine")
-    plans = [(machine, bounds_for(machine, overrides)) for machine in machines]
-    holds = True
-    for machine, bounds in plans:
-        spec = SPECS[machine]
-        out.write(f"exploring the {machine} machine within {describe_bounds(bounds)}\n")
-        out.flush()
-        progress = ExploreProgress(err)
-        try:
-            result = explore(spec, bounds, on_progress=progress, every_step=every_step)
-        finally:
-            progress.close()
-        summary(result, spec, out)
-        if not result.holds:
-            holds = False
-            path = trace_out or Path(f"leaseproof-explore-{machine}.jsonl")
-            if trace_out is not None and len(plans) > 1:
-                path = path.with_name(f"{path.stem}-{machine}{path.suffix}")
-            try:
-                recorded = write_counterexample(spec, result.violations[0], path)
-            except OSError as exc:
-                err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
-            else:
-                out.write(
-                    f"trace: {path} (the first path above, {len(recorded.steps)} steps; "
-                    f"replay it with: leaseproof replay {path})\n"
-                )
-        out.flush()
-    return holds
