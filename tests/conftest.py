@@ -12,8 +12,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import connect
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 

@@ -8,12 +8,19 @@ map. A table row's backticked module names must be files of its folder.
 Besides the map: tests/ mirrors the tree it tests, its test file names are
 unique (pytest imports them by basename), and the wheel lists every package.
 
+And the layering, read from every import of the package's modules: no cycle
+between concept folders (model/; impl/'s and conformance/'s folders, each with
+the folders below it); model/ imports nothing else of the project; impl/ only
+model/ and itself; nothing under conformance/ but frontends/ imports
+frontends/ (the command line, the pytest plugin and the catalogue are the top).
+
 Each check is a function from a section (or a tree) to what is wrong with it;
 the last tests prove that each one notices.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -101,6 +108,73 @@ def unpackaged(pyproject: str, root: Path) -> list[str]:
     return sorted(packages - listed)
 
 
+# The package's folders and the import names they are mapped onto (pyproject.toml).
+PACKAGE = {"model": "leaseproof.model", "impl": "leaseproof.impl", "conformance": "leaseproof.conformance"}
+
+
+def _concept(module: str) -> str:
+    """The concept folder a module is in: `leaseproof.model`, or the first folder below
+    impl/ or conformance/ (`leaseproof.conformance.queues` for its `subjects` too)."""
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[1] == "model" else parts[:3])
+
+
+def imports(root: Path) -> dict[tuple[str, str], str]:
+    """Every import of one concept folder by another, as (importer, imported) -> a file that does it."""
+    modules: dict[str, Path] = {}
+    for top, name in PACKAGE.items():
+        for path in (root / top).rglob("*.py"):
+            parts = [name, *path.relative_to(root / top).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    found: dict[tuple[str, str], str] = {}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named: list[str] = []
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                named = [node.module]
+            for name in named:
+                if name.startswith("leaseproof.") and name.count(".") >= 2 - name.startswith("leaseproof.model"):
+                    edge = (_concept(module), _concept(name))
+                    if edge[0] != edge[1]:
+                        found.setdefault(edge, path.relative_to(root).as_posix())
+    return found
+
+
+def layering(found: dict[tuple[str, str], str]) -> list[str]:
+    """What breaks the layering: each import a rule forbids, and each cycle between concept folders."""
+    wrong = []
+    for (importer, imported), where in sorted(found.items()):
+        if importer == "leaseproof.model":
+            wrong.append(f"model/ imports {imported} ({where})")
+        elif importer.startswith("leaseproof.impl.") and not imported.startswith(
+            ("leaseproof.impl.", "leaseproof.model")
+        ):
+            wrong.append(f"impl/ imports {imported} ({where})")
+        elif imported == "leaseproof.conformance.frontends" and importer.startswith("leaseproof.conformance."):
+            wrong.append(f"{importer} imports the frontends ({where})")
+    reach: dict[str, set[str]] = {}
+    for importer, imported in found:
+        reach.setdefault(importer, set()).add(imported)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            folder = todo.pop()
+            if folder == goal:
+                return True
+            if folder not in seen:
+                seen.add(folder)
+                todo.extend(reach.get(folder, ()))
+        return False
+
+    for (importer, imported), where in sorted(found.items()):
+        if importer < imported and reaches(imported, importer):
+            wrong.append(f"a cycle: {importer} and {imported} import each other, at least through others ({where})")
+    return wrong
+
+
 def _section() -> str:
     return (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
 
@@ -134,6 +208,12 @@ def test_tests_mirror_the_tree() -> None:
 
 def test_the_wheel_lists_every_package() -> None:
     assert unpackaged((REPO / "pyproject.toml").read_text(encoding="utf-8"), REPO) == []
+
+
+def test_the_layering_holds() -> None:
+    found = imports(REPO)
+    assert ("leaseproof.conformance.frontends", "leaseproof.conformance.lockstep") in found  # it reads imports
+    assert layering(found) == []
 
 
 # -- each check notices a drift ---------------------------------------------------------------------
@@ -202,3 +282,44 @@ def test_a_test_folder_that_mirrors_nothing_or_a_repeated_name_is_found(tree: Pa
 def test_a_package_left_out_of_the_wheel_is_found(tree: Path) -> None:
     listed = '[tool.setuptools]\npackages = ["leaseproof.impl"]\n'
     assert unpackaged(listed, tree) == ["leaseproof.impl.store"]
+
+
+def _package(tree: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tree / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tree
+
+
+def test_a_cycle_or_a_forbidden_import_breaks_the_layering(tmp_path: Path) -> None:
+    tree = _package(
+        tmp_path,
+        {
+            "model/__init__.py": "",
+            "model/rules.py": "",
+            "impl/store/sql.py": "from leaseproof.model import rules\n",
+            "conformance/spec/explore.py": "from leaseproof.conformance.frontends.progress import ProgressLine\n",
+            "conformance/frontends/progress.py": "",
+            "conformance/frontends/commands/explore.py": "from leaseproof.conformance.spec import explore\n",
+            "conformance/lockstep/verify.py": "from leaseproof.conformance.traces.trace import record\n",
+            "conformance/traces/trace.py": "import leaseproof.conformance.boundary.codec\n",
+            "conformance/boundary/codec.py": "from leaseproof.conformance.lockstep import world\n",
+            "conformance/queues/matrix.py": "from leaseproof.conformance.queues.subjects import make\n",
+            "conformance/queues/subjects/__init__.py": "from leaseproof.conformance.queues import protocol\n",
+        },
+    )
+    assert layering(imports(tree)) == [
+        "leaseproof.conformance.spec imports the frontends (conformance/spec/explore.py)",
+        "a cycle: leaseproof.conformance.boundary and leaseproof.conformance.lockstep import each other, at least"
+        " through others (conformance/boundary/codec.py)",
+        "a cycle: leaseproof.conformance.frontends and leaseproof.conformance.spec import each other, at least"
+        " through others (conformance/frontends/commands/explore.py)",
+        "a cycle: leaseproof.conformance.lockstep and leaseproof.conformance.traces import each other, at least"
+        " through others (conformance/lockstep/verify.py)",
+    ]
+    (tree / "model/rules.py").write_text("from leaseproof.impl.store import sql\n")
+    (tree / "impl/store/sql.py").write_text("from leaseproof.conformance.spec import explore\n")
+    wrong = layering(imports(tree))
+    assert "model/ imports leaseproof.impl.store (model/rules.py)" in wrong
+    assert "impl/ imports leaseproof.conformance.spec (impl/store/sql.py)" in wrong

@@ -71,8 +71,9 @@ from psycopg.conninfo import make_conninfo
 from leaseproof.conformance.concurrent.faults import NETWORK_FAULTS, arm
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.conformance.harness.proxy import FaultProxy
+from leaseproof.impl.connection import Waits, connect
 from leaseproof.impl.delivery.service import DeliveryService
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.migrate import migrate

@@ -89,7 +89,7 @@ from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.conformance.queues.matrix import judge_subject
 from leaseproof.conformance.queues.subjects.bundled import BundledQueue
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.connection import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS

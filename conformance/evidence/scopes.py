@@ -34,8 +34,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import reset_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.errors import Forbidden
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.hooks.functions import install, patches_of

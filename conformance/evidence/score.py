@@ -62,7 +62,7 @@ from leaseproof.conformance.harness.provision import (
 )
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.connection import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.generated.catalogue import GeneratedMutant, by_name, generated_mutants
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT

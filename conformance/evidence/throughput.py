@@ -48,7 +48,8 @@ import psycopg
 from leaseproof.conformance.evidence import throughput_peers as peers
 from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause

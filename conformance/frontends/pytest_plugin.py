@@ -406,14 +406,16 @@ class ConformanceItem(pytest.Item):
 
     def _trace(self, verdict: Verdict, plan: Plan) -> str:
         """Write the counterexample's trace; the failure's line naming it."""
-        if verdict.trace is None:
+        from leaseproof.conformance.traces.trace import trace_of, write
+
+        trace = trace_of(verdict.recorded)
+        if trace is None:
             return ""
-        from leaseproof.conformance.traces.trace import write
 
         path = plan.trace_dir / f"leaseproof-{self.name}-counterexample-{verdict.seed}.jsonl"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write(verdict.trace, path)
+            write(trace, path)
         except OSError as exc:
             return f"\nleaseproof_trace_dir: could not write the trace to {path}: {exc.strerror}"
         from leaseproof.conformance.frontends.commands.common import replay_command
@@ -422,7 +424,7 @@ class ConformanceItem(pytest.Item):
             adapter=plan.adapter, adapter_cmd=plan.adapter_cmd, reply_timeout=math.ceil(plan.reply_timeout)
         )
         return (
-            f"\ntrace: {path} (the counterexample, {len(verdict.trace.steps)} steps;"
+            f"\ntrace: {path} (the counterexample, {len(trace.steps)} steps;"
             f" replay it from the rootdir with: {replay_command(path, chosen)})"
         )
 

@@ -39,8 +39,9 @@ from psycopg.conninfo import conninfo_to_dict
 from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import connect, returns_rows
+from leaseproof.impl.delivery.store import returns_rows
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 

@@ -12,14 +12,12 @@ from hypothesis.errors import FlakyFailure
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound, fault_name, release
 from leaseproof.conformance.lockstep.delivery import machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
 from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
 from leaseproof.conformance.lockstep.swarm import independent_programs, without_local_constants
-from leaseproof.conformance.traces.trace import Trace, record
 
 
 @attrs.frozen
@@ -56,6 +54,17 @@ class Behaviours:
 
 
 @attrs.frozen
+class Recorded:
+    """A counterexample's commands, in order from the initial state at `world.START`, with the
+    machine they are of and a name: what a trace is made of (conformance/traces/trace.py,
+    `trace_of`, which owns the trace format)."""
+
+    name: str
+    machine: str
+    commands: tuple[Any, ...]
+
+
+@attrs.frozen
 class Verdict:
     conforms: bool
     coverage: Coverage
@@ -65,7 +74,7 @@ class Verdict:
     failure: str = ""  # what went wrong in its last step
     fault: str = ""  # the adapter broke: no verdict on conformance, and why
     fault_program: tuple[str, ...] = ()  # where it happened, and the commands run in that program
-    trace: Trace | None = None  # the counterexample as a language-neutral trace
+    recorded: Recorded | None = None  # the counterexample's commands, for a language-neutral trace
     shrink_stopped: str = ""  # why the shrinking of the counterexample ended early, if it did
 
     @property
@@ -192,7 +201,7 @@ def run_conformance(
             seed=seed_value,
             counterexample="\n".join(failing_program(exc)),
             failure=failure,
-            trace=_trace(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
+            recorded=_recorded(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
             shrink_stopped=shrink_bound.stopped,
         )
     finally:
@@ -200,8 +209,8 @@ def run_conformance(
     return Verdict(True, coverage, time.monotonic() - started, seed_value)
 
 
-def _trace(machine: Machine, name: str, coverage: Coverage) -> Trace | None:
-    return record(name, w.START, coverage.last_commands, machine=machine.name) if machine.traces else None
+def _recorded(machine: Machine, name: str, coverage: Coverage) -> Recorded | None:
+    return Recorded(name, machine.name, tuple(coverage.last_commands)) if machine.traces else None
 
 
 def failing_program(exc: BaseException) -> list[str]:

@@ -25,7 +25,7 @@ from leaseproof.conformance.lockstep.rows import RowDiff, touched
 from leaseproof.conformance.lockstep.verify import Verdict
 from leaseproof.conformance.report import page
 from leaseproof.conformance.report.timeline import Marks, timeline_svg
-from leaseproof.conformance.traces.trace import SPECS, Trace
+from leaseproof.conformance.traces.trace import SPECS, Trace, trace_of
 
 
 @attrs.frozen
@@ -338,8 +338,8 @@ def write_counterexample_report(
     model's side and verify's failure text, and says so (with `why_not_run`, why). The
     caller closes it."""
     run = None
-    if verdict.trace is not None:
-        run = run_trace(verdict.trace, implementation)
+    if (trace := trace_of(verdict.recorded)) is not None:
+        run = run_trace(trace, implementation)
     name = subject or (run.implementation if run is not None else "")
     markup = counterexample_page(verdict, run, machine=machine, subject=name, why_not_run=why_not_run)
     return page.write(directory, filename or f"counterexample-{machine}-{verdict.seed}.html", markup)

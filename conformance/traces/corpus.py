@@ -19,7 +19,7 @@ from pathlib import Path
 
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
 from leaseproof.conformance.lockstep.verify import run_conformance
-from leaseproof.conformance.traces.trace import write
+from leaseproof.conformance.traces.trace import trace_of, write
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 
@@ -59,19 +59,20 @@ def main(argv: list[str] | None = None) -> int:
                 if verdict.conforms:
                     print(f"{mutant.name}: not killed within {BUDGET} programs (seed {seed})", file=sys.stderr)
                     return 1
-                if verdict.trace is not None:
+                if verdict.recorded is not None:
                     break
                 # It raised (the database refused what it did), which leaves no trace: the next seed.
                 fault = (verdict.fault or "").splitlines()[0]
                 said = f"{mutant.name}: seed {seed} killed it by a fault, which leaves no trace ({fault})"
                 print(said, file=sys.stderr)
             assert verdict is not None
-            if verdict.trace is None:
+            trace = trace_of(verdict.recorded)
+            if trace is None:
                 print(f"{mutant.name}: every seed killed it by a fault; its trace, if any, is kept", file=sys.stderr)
                 continue
             path = args.directory / f"{mutant.name}.jsonl"
-            write(verdict.trace, path)
-            print(f"{mutant.name}: {len(verdict.trace.steps)} steps, {verdict.seconds:.1f}s -> {path}")
+            write(trace, path)
+            print(f"{mutant.name}: {len(trace.steps)} steps, {verdict.seconds:.1f}s -> {path}")
     return 0
 
 

@@ -27,7 +27,7 @@ import errno
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -36,6 +36,9 @@ from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import MachineSpec
 from leaseproof.conformance.lockstep.delivery import DELIVERY
 from leaseproof.conformance.lockstep.lifecycle import LIFECYCLE
+
+if TYPE_CHECKING:  # the lockstep's verdict, not imported to read or write a trace
+    from leaseproof.conformance.lockstep.verify import Recorded
 
 TRACE_VERSION = 1
 # The machines a trace can be of, by the name its header carries.
@@ -95,6 +98,13 @@ def record(name: str, start: dt.datetime, commands: Iterable[Any], machine: str 
         state, outcome = spec.step(state, command)
         steps.append(Step(command, outcome, state))
     return Trace(name, start, tuple(steps), machine)
+
+
+def trace_of(recorded: Recorded | None) -> Trace | None:
+    """The trace of a verdict's counterexample (`Verdict.recorded`), if it has one."""
+    if recorded is None:
+        return None
+    return record(recorded.name, w.START, recorded.commands, machine=recorded.machine)
 
 
 def write(trace: Trace, path: Path) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import psycopg
 
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.migrate import migrate
@@ -50,7 +51,7 @@ def reset_database(conn: psycopg.Connection[Any], start: dt.datetime) -> None:
 
 
 Connect = Callable[[str], "psycopg.Connection[Any]"]
-"""How the adapters open a connection: `store.connect`, or a wrapper of it (a benchmark's recorder)."""
+"""How the adapters open a connection: `connection.connect`, or a wrapper of it (a benchmark's recorder)."""
 
 
 class PostgresDeliverySession:

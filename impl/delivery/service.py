@@ -41,7 +41,8 @@ from typing import Any
 
 import psycopg
 
-from leaseproof.impl.delivery.store import WAITS, PostgresDeliveryStore, Sweep, Waits, connect
+from leaseproof.impl.connection import WAITS, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.model import delivery as m
 from leaseproof.model.errors import Refused

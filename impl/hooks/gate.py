@@ -68,7 +68,7 @@ import attrs
 import psycopg
 from psycopg import pq
 
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.connection import connect
 from leaseproof.impl.hooks.functions import patches_of
 from leaseproof.impl.migrate import Addition, Function, Patch, patched
 

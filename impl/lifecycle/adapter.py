@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import Connect, reset_database
-from leaseproof.impl.delivery.store import FencedWriter, PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.delivery.store import FencedWriter, PostgresDeliveryStore, read_consistently
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.hooks.functions import install, patches_of
 from leaseproof.impl.lifecycle.store import RECORD_COLUMNS, LifecycleStore, ReplicaEngine, RunResumer, record_from_row

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leaseproof.conformance.harness.provision import Server, scratch_database
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.connection import connect
 from leaseproof.impl.hooks.functions import install
 from leaseproof.impl.migrate import Addition, Patch, functions, migrate, patched
 from leaseproof.model import delivery as m

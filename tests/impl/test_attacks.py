@@ -47,7 +47,8 @@ from production import Production, changed, fingerprint, provision
 from psycopg.rows import dict_row
 
 from leaseproof.conformance.harness.provision import Server
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine
 from leaseproof.model import delivery as m

@@ -21,8 +21,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from leaseproof.impl.connection import Waits, connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.impl.hooks.gate import Client, Schedule
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter

@@ -29,7 +29,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import tuple_row
 
 from leaseproof.conformance.harness.provision import Server, scratch_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock, is_test_database, mark_test_database
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.model import delivery as m
 from leaseproof.model.binding import Binding, EventCause

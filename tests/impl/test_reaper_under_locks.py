@@ -31,8 +31,9 @@ import pytest
 from production import Production, provision
 
 from leaseproof.conformance.harness.provision import Server
+from leaseproof.impl.connection import Waits, connect
 from leaseproof.impl.delivery.adapter import reset_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep
 from leaseproof.impl.errors import Unavailable
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.model import delivery as m

@@ -27,9 +27,10 @@ from psycopg import errors, sql
 
 from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery import adapter as delivery_adapter
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, reset_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect, read_consistently
+from leaseproof.impl.delivery.store import PostgresDeliveryStore, read_consistently
 from leaseproof.impl.errors import Forbidden
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle import adapter as lifecycle_adapter

@@ -12,9 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from leaseproof.impl.connection import Waits, connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.service import DeliveryService, may_resend
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, Waits, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.errors import ConnectionLost, Unavailable
 from leaseproof.impl.hooks.gate import Gate, Schedule
 from leaseproof.model import delivery as m

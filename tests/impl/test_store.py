@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.impl.migrate import available, migrate
 from leaseproof.model import delivery as m

@@ -23,8 +23,9 @@ from production import Production, fingerprint, provision
 
 from leaseproof.conformance.evidence.scopes import Probe
 from leaseproof.conformance.harness.provision import Server
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import reset_database
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.errors import Forbidden
 from leaseproof.impl.hooks.clock import PinnedClock
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer

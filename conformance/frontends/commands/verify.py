@@ -295,7 +295,7 @@ def _page_adapter(
     from leaseproof.conformance.frontends.commands.running import adapter_named
     from leaseproof.conformance.lockstep.forked import ForkedAdapter
 
-    if verdict.trace is None:
+    if verdict.recorded is None:
         return None, "the verdict has no counterexample trace"
     if not isinstance(adapter, ForkedAdapter):
         return adapter, ""
@@ -343,19 +343,21 @@ def _report(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO
 def _write_trace(verdict: Verdict, args: argparse.Namespace, out: TextIO, err: TextIO, written: set[Path]) -> None:
     """Write the counterexample's trace; `written`: the files this run wrote already, so that a
     second machine's trace never replaces the first's."""
+    from leaseproof.conformance.traces.trace import trace_of
     from leaseproof.conformance.traces.trace import write as write_trace
 
-    if verdict.trace is None:
+    trace = trace_of(verdict.recorded)
+    if trace is None:
         return
-    machine = verdict.trace.machine
+    machine = trace.machine
     path = args.trace_out or Path(f"leaseproof-{machine}-counterexample-{verdict.seed}.jsonl")
     if path in written:  # --trace-out named one file, and the other machine's trace is in it
         path = path.with_name(f"{path.stem}-{machine}{path.suffix}")
     written.add(path)
     try:
-        write_trace(verdict.trace, path)
+        write_trace(trace, path)
     except OSError as exc:
         err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
         return
-    steps = len(verdict.trace.steps)
+    steps = len(trace.steps)
     out.write(f"trace: {path} (the counterexample, {steps} steps; replay it with: {replay_command(path, args)})\n")

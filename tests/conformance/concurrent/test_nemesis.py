@@ -18,8 +18,9 @@ from leaseproof.conformance.concurrent.nemesis import FAULTS, Plan, Report
 from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.harness import provision
 from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.service import DeliveryService
-from leaseproof.impl.delivery.store import PostgresDeliveryStore, connect
+from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 

@@ -93,14 +93,13 @@ def test_two_machines_failing_write_two_traces(tmp_path: Path) -> None:
     """A run in which both machines fail writes a trace for each: under one --trace-out, the
     second machine's goes beside the first's, not over it."""
     from leaseproof.conformance.frontends.commands.verify import _write_trace
-    from leaseproof.conformance.lockstep import world as w
-    from leaseproof.conformance.traces.trace import Trace
+    from leaseproof.conformance.lockstep.verify import Recorded
 
     written: set[Path] = set()
     args = Namespace(trace_out=tmp_path / "t.jsonl", mutant=None, adapter=None, adapter_cmd=None, reply_timeout=30)
     paths = []
     for machine in ("delivery", "lifecycle"):
-        verdict = Namespace(trace=Trace(name="t", start=w.START, steps=(), machine=machine), seed=7)
+        verdict = Namespace(recorded=Recorded(name="t", machine=machine, commands=()), seed=7)
         out = io.StringIO()
         _write_trace(verdict, args, out, io.StringIO(), written)  # type: ignore[arg-type]
         paths.append(Path(out.getvalue().split("trace: ", 1)[1].split(" (", 1)[0]))

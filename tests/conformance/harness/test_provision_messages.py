@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseproof.conformance.harness import provision
 from leaseproof.conformance.harness.provision import DsnError, ProvisioningError, Server, postgres_server
-from leaseproof.impl.delivery.store import connect
+from leaseproof.impl.connection import connect
 from leaseproof.impl.hooks.clock import TEST_HOOKS_SETTING, is_test_database, mark_test_database
 from leaseproof.impl.migrate import migrate
 

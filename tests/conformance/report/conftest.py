@@ -43,7 +43,7 @@ def counterexample(report_dsn: str) -> Verdict:
         verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=SEED)
     finally:
         adapter.close()
-    assert not verdict.conforms and verdict.trace is not None, verdict.failure
+    assert not verdict.conforms and verdict.recorded is not None, verdict.failure
     return verdict
 
 

@@ -32,7 +32,7 @@ from leaseproof.conformance.report import (
     write_replay_report,
     write_stress_report,
 )
-from leaseproof.conformance.traces.trace import read
+from leaseproof.conformance.traces.trace import read, trace_of
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.model import delivery as d
@@ -58,14 +58,15 @@ def test_a_counterexample_page_shows_every_step_and_the_rows_the_failing_step_to
     path = _counterexample_page(counterexample, delivery_dsn, tmp_path)
     assert path == tmp_path / f"counterexample-delivery-{counterexample.seed}.html"
     dom = page(path)
-    assert counterexample.trace is not None
+    trace = trace_of(counterexample.recorded)
+    assert trace is not None
     steps = dom.find("details", "step")
-    assert len(steps) == len(counterexample.trace.steps)
+    assert len(steps) == len(trace.steps)
     diverged = dom.find("details", "diverged")
     assert len(diverged) == 1, "the lockstep stops at its first divergence, and so does the page"
     failing = diverged[0]
     number = int(failing.attrs["data-step"])
-    command = counterexample.trace.steps[number - 1].command
+    command = trace.steps[number - 1].command
     # The step verify names ("outcome mismatch for Finish(...)") is the one the page marks.
     assert w.describe(command) in counterexample.failure.splitlines()[0]
     assert "open" in failing.attrs

@@ -15,7 +15,17 @@ from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.lifecycle import CONTENTS
 from leaseproof.conformance.lockstep.verify import run_conformance
-from leaseproof.conformance.traces.trace import Divergence, Trace, TraceError, check, read, record, replay, write
+from leaseproof.conformance.traces.trace import (
+    Divergence,
+    Trace,
+    TraceError,
+    check,
+    read,
+    record,
+    replay,
+    trace_of,
+    write,
+)
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
@@ -275,11 +285,12 @@ def test_a_lifecycle_counterexample_trace_fails_its_mutant_and_passes_the_bundle
         verdict = run_conformance(buggy, machine="lifecycle", max_examples=1, seed_value=SEED)
     finally:
         buggy.close()
-    assert not verdict.conforms and verdict.trace is not None and verdict.trace.machine == "lifecycle"
+    recorded = trace_of(verdict.recorded)
+    assert not verdict.conforms and recorded is not None and recorded.machine == "lifecycle"
     path = tmp_path / f"{mutant.name}.jsonl"
-    write(verdict.trace, path)
+    write(recorded, path)
     trace = read(path)
-    assert trace == verdict.trace
+    assert trace == recorded
     assert check(trace) is None  # every recorded outcome and state is the model's
     assert _replayed(trace, delivery_dsn) is None
     assert _replayed(trace, delivery_dsn, mutant) is not None
@@ -293,10 +304,11 @@ def test_a_searched_and_shrunk_lifecycle_counterexample_is_a_trace(delivery_dsn:
         verdict = run_conformance(buggy, machine="lifecycle", max_examples=300, seed_value=SEED, scenarios=False)
     finally:
         buggy.close()
-    assert not verdict.conforms and not verdict.fault and verdict.trace is not None
-    divergence = _replayed(verdict.trace, delivery_dsn, mutant)
-    assert isinstance(divergence, Divergence) and divergence.step == len(verdict.trace.steps)
-    assert _replayed(verdict.trace, delivery_dsn) is None
+    trace = trace_of(verdict.recorded)
+    assert not verdict.conforms and not verdict.fault and trace is not None
+    divergence = _replayed(trace, delivery_dsn, mutant)
+    assert isinstance(divergence, Divergence) and divergence.step == len(trace.steps)
+    assert _replayed(trace, delivery_dsn) is None
 
 
 def test_check_runs_the_lifecycle_model_over_a_recorded_history(lifecycle_trace_file: Path, tmp_path: Path) -> None:
