@@ -30,13 +30,13 @@ examples (programs, schedules) and seconds, and how short the evidence was:
 - restart mutants (impl/mutants/faults.py: RESTART_MUTANTS), state kept in the
   implementation's process: the nemesis of an implementation over the wire
   (`leaseproof nemesis --adapter-cmd "serve --mutant NAME" --faults kill`),
-  its process killed and started again in KILL_RATE of the rounds,
+  its process killed and started again in WIRE_RATE of the rounds,
   RESTART_SECONDS on each seed; the full matrix only (the tests show the
   difference a restart makes directly);
 - network mutants (NETWORK_MUTANTS there), a resend after a lost answer: the
   same nemesis with the proxy's faults between `serve` and its server
   (`--faults lose-answer,reset,delay,blackhole`, `serve` started with
-  LEASEPROOF_DSN through the proxy), in KILL_RATE of the rounds,
+  LEASEPROOF_DSN through the proxy), in WIRE_RATE of the rounds,
   RESTART_SECONDS on each seed; the full matrix only.
 
 The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
@@ -113,8 +113,8 @@ LOST_ANSWERS = "nemesis: network"  # the same, the proxy's faults between it and
 CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, KILLS, LOST_ANSWERS)
 NEMESIS_SECONDS = 30.0  # of each service mutant's nemesis run, on each seed
 RESTART_SECONDS = 120.0  # of each restart mutant's run under kills, on each seed
-KILL_RATE = 0.5  # the share of its rounds in which the process is killed
-KILL_ROUNDS = 4  # rounds of each program (as `leaseproof nemesis --adapter-cmd`)
+WIRE_RATE = 0.5  # the share of rounds a fault strikes in, in the nemesis over the wire
+WIRE_ROUNDS = 4  # rounds of each of its programs (as `leaseproof nemesis --adapter-cmd`)
 GUARANTEE_RACES = 20  # rounds of each of the profile's races
 FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
 TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
@@ -383,9 +383,9 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
     try:
         faults: Mix | None = None
         if proxy is not None:
-            faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], KILL_RATE, seed)
+            faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], WIRE_RATE, seed)
         elif server is not None:
-            faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], KILL_RATE, seed)
+            faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
         report = stress(
             adapter,
             machine=subject.machine,
@@ -397,7 +397,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
             terminate=TERMINATE if subject.kind == FAULT else 0.0,
             database=dsn,
             faults=faults,
-            rounds=KILL_ROUNDS if server is not None else 2,
+            rounds=WIRE_ROUNDS if server is not None else 2,
         )
     except StressFault as fault:
         seconds = time.monotonic() - started

@@ -118,9 +118,8 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The nemesis of an implementation behind an adapter: stress with faults in its rounds."""
     from leaseproof.conformance.concurrent.faults import FaultError, Mix
-    from leaseproof.conformance.concurrent.stress import stress
     from leaseproof.conformance.frontends.commands.running import each_machine
-    from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, _StressProgress
+    from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, stress_with_progress
     from leaseproof.conformance.harness.proxy import FaultProxy
 
     asked = None if args.faults is None else tuple(kind for kind in args.faults.split(",") if kind)
@@ -169,21 +168,17 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
         out.flush()
         mix = Mix(injectors, args.rate, seed)
-        progress = _StressProgress(err)
-        try:
-            report = stress(
-                adapter,
-                machine=machine,
-                workers=args.workers,
-                duration=args.duration,
-                seed=seed,
-                repeats=args.repeats,
-                on_progress=progress,
-                faults=mix,
-                rounds=args.rounds,
-            )
-        finally:
-            progress.close()
+        report = stress_with_progress(
+            err,
+            adapter,
+            machine=machine,
+            workers=args.workers,
+            duration=args.duration,
+            seed=seed,
+            repeats=args.repeats,
+            faults=mix,
+            rounds=args.rounds,
+        )
         landed = ", ".join(
             f"{kind} {counts.ended:,} (of {counts.rounds_faulted:,} due)" for kind, counts in mix.each.items()
         )

@@ -120,6 +120,17 @@ class _StressProgress(ProgressLine):
         self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
 
 
+def stress_with_progress(err: TextIO, adapter: Any, **options: Any) -> StressReport:
+    """A stress run (`conformance/concurrent/stress.py`, with `options`) whose progress is shown on `err`."""
+    from leaseproof.conformance.concurrent.stress import stress
+
+    progress = _StressProgress(err)
+    try:
+        return stress(adapter, on_progress=progress, **options)
+    finally:
+        progress.close()
+
+
 # Why `--terminate` leaves the lifecycle alone: a fire's admission is a run id the
 # implementation picks; a fire cut mid-way leaves unknown which id it took, and the
 # checker leaves such a history unjudged ("unknown") rather than guess.
@@ -128,7 +139,6 @@ TERMINATE_MACHINES = ("delivery",)
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from leaseproof.conformance.concurrent.faults import FaultError
-    from leaseproof.conformance.concurrent.stress import stress as run_stress
     from leaseproof.conformance.frontends.commands.running import each_machine, mutant_named
 
     databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
@@ -158,23 +168,19 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}{faults}\n"
         )
         out.flush()
-        progress = _StressProgress(err)
-        try:
-            report = run_stress(
-                adapter,
-                machine=machine,
-                workers=args.workers,
-                duration=args.duration,
-                seed=seed_value,
-                repeats=args.repeats,
-                lose=args.lose_responses,
-                budget=args.budget,
-                on_progress=progress,
-                terminate=args.terminate,
-                database=databases.get(machine),
-            )
-        finally:
-            progress.close()
+        report = stress_with_progress(
+            err,
+            adapter,
+            machine=machine,
+            workers=args.workers,
+            duration=args.duration,
+            seed=seed_value,
+            repeats=args.repeats,
+            lose=args.lose_responses,
+            budget=args.budget,
+            terminate=args.terminate,
+            database=databases.get(machine),
+        )
         status = _stress_report(report, args, out, err)
         if folder is not None:
             _write_page(folder, report, adapter.name, out, err)

@@ -25,12 +25,38 @@ from leaseproof.model import delivery as m
 PYTHON = shlex.quote(sys.executable)
 A, T1 = w.COMMUNITIES["A"], w.TARGETS["T1"]
 
+# The delivery model behind `serve` (in the scripts below), in the database `dsn` names: its
+# sessions are the script's own `Session`s over it.
+_MODEL = """
+class Model:
+    def __init__(self, dsn):
+        self.dsn, self.state, self.lock = dsn, None, threading.Lock()
+
+    def reset(self, start):
+        self.state = m.initial_state(start)
+
+    def execute(self, command):
+        with self.lock:
+            self.state, outcome = m.step(self.state, command)
+            return outcome
+
+    def snapshot(self):
+        return self.state
+
+    def session(self):
+        return Session(self)
+
+    def close(self):
+        pass
+"""
+
 # The delivery model behind `serve`, in a database it names (a fake: nothing connects to
 # it). It logs each start and each request's method to argv[1]. Modes (argv[2]):
 # "fixed", every process announces the same database; "moving", each its own, and it
 # offers no attach; "attaching", each its own, and it attaches to the one asked for.
 # A Reap sent by a session never returns (a command in flight when the process dies).
-MODEL_IN_A_DATABASE = """
+MODEL_IN_A_DATABASE = (
+    """
 import os, sys, threading, time
 from leaseproof.conformance.boundary import wire
 from leaseproof.model import delivery as m
@@ -56,27 +82,9 @@ class Session:
         pass
 
 
-class Model:
-    def __init__(self, dsn):
-        self.dsn, self.state, self.lock = dsn, None, threading.Lock()
-
-    def reset(self, start):
-        self.state = m.initial_state(start)
-
-    def execute(self, command):
-        with self.lock:
-            self.state, outcome = m.step(self.state, command)
-            return outcome
-
-    def snapshot(self):
-        return self.state
-
-    def session(self):
-        return Session(self)
-
-    def close(self):
-        pass
-
+"""
+    + _MODEL
+    + """
 
 log(f"start {os.getpid()}")
 original = wire._request
@@ -85,6 +93,7 @@ dsn = "dbname=lp_fixed" if MODE == "fixed" else f"dbname=lp_{os.getpid()}"
 attach = {"delivery": lambda asked: (log(f"attached {asked}"), Model(asked))[1]} if MODE == "attaching" else None
 wire.serve(Model(dsn), implementation="the model in a database", stdout=wire.stdout_for_protocol(), attach=attach)
 """
+)
 
 
 def _adapter(tmp_path: Path, mode: str) -> tuple[SubprocessAdapter, Path]:
@@ -289,7 +298,8 @@ def test_the_bundled_serve_killed_and_started_again_keeps_its_state(pg_server: S
 
 # A session whose Reap runs a statement in the database named by argv[2] that sleeps, then
 # commits a table (autocommit): a backend that finishes after its client was killed.
-SLOW_WRITER = """
+SLOW_WRITER = (
+    """
 import sys, threading, time
 import psycopg
 from leaseproof.conformance.boundary import wire
@@ -314,32 +324,13 @@ class Session:
         pass
 
 
-class Model:
-    dsn = DSN
-
-    def __init__(self):
-        self.state, self.lock = None, threading.Lock()
-
-    def reset(self, start):
-        self.state = m.initial_state(start)
-
-    def execute(self, command):
-        with self.lock:
-            self.state, outcome = m.step(self.state, command)
-            return outcome
-
-    def snapshot(self):
-        return self.state
-
-    def session(self):
-        return Session(self)
-
-    def close(self):
-        pass
-
-
-wire.serve(Model(), implementation="a slow writer", stdout=wire.stdout_for_protocol())
 """
+    + _MODEL
+    + """
+
+wire.serve(Model(DSN), implementation="a slow writer", stdout=wire.stdout_for_protocol())
+"""
+)
 
 
 def test_a_kill_s_operations_end_only_once_the_backends_it_left_are_gone(tmp_path: Path, scratch_dsn: str) -> None:

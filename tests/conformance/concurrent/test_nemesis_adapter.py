@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,24 @@ def test_machine_without_an_adapter_is_a_usage_error(tmp_path: Path) -> None:
     assert run.returncode == 2 and "--machine applies with an adapter" in run.stderr
 
 
+def _two_pending(adapter: SubprocessAdapter) -> uuid.UUID:
+    """Reset `adapter` to community A with two pending deliveries for target T1; A's id."""
+    adapter.reset(w.START)
+    a = w.COMMUNITIES["A"]
+    for command in (
+        m.CreateCommunity(a),
+        m.CreateWorkflow(a, w.WORKFLOWS["W1"]),
+        m.CreateRun(a, w.WORKFLOWS["W1"], w.RUNS["R1"]),
+        m.PublishEvent(a, w.MESSAGES["M1"]),
+    ):
+        adapter.execute(command)
+    for step in ("s1", "s2"):
+        binding = w.binding("A", "W1", "R1", step, "T1", "D1", "M1", "event:E1")
+        delivery = m.NewDelivery(w.delivery_id(w.FRESH, "R1", step, "T1"), binding)
+        adapter.execute(m.CommitDeliveries(a, w.RUNS["R1"], w.STEPS[step], [delivery]))
+    return a
+
+
 def test_a_service_that_remembers_request_keys_in_its_process_differs_only_after_a_restart(pg_server: Server) -> None:
     """What the kill fault is there to show (the mutant keys-remembered-in-process): a claim
     sent again under its key returns the lease the key holds, while the process lives; after
@@ -117,19 +136,7 @@ def test_a_service_that_remembers_request_keys_in_its_process_differs_only_after
     for mutant in ("", "keys-remembered-in-process"):
         adapter = SubprocessAdapter(_serve(pg_server, mutant))
         try:
-            adapter.reset(w.START)
-            a = w.COMMUNITIES["A"]
-            for command in (
-                m.CreateCommunity(a),
-                m.CreateWorkflow(a, w.WORKFLOWS["W1"]),
-                m.CreateRun(a, w.WORKFLOWS["W1"], w.RUNS["R1"]),
-                m.PublishEvent(a, w.MESSAGES["M1"]),
-            ):
-                adapter.execute(command)
-            for step in ("s1", "s2"):
-                binding = w.binding("A", "W1", "R1", step, "T1", "D1", "M1", "event:E1")
-                delivery = m.NewDelivery(w.delivery_id(w.FRESH, "R1", step, "T1"), binding)
-                adapter.execute(m.CommitDeliveries(a, w.RUNS["R1"], w.STEPS[step], [delivery]))
+            a = _two_pending(adapter)
             claim = m.Claim(a, w.TARGETS["T1"], 30, request_key=w.REQUEST_KEY)
             session = adapter.session()
             first = session.execute(claim)
@@ -151,19 +158,7 @@ def test_a_session_that_resends_after_a_lost_answer_claims_twice(pg_server: Serv
     with FaultProxy(pg_server.dsn) as proxy:
         adapter = SubprocessAdapter(_serve(None, mutant), env={"LEASEPROOF_DSN": proxy.dsn_through(pg_server.dsn)})
         try:
-            adapter.reset(w.START)
-            a = w.COMMUNITIES["A"]
-            for command in (
-                m.CreateCommunity(a),
-                m.CreateWorkflow(a, w.WORKFLOWS["W1"]),
-                m.CreateRun(a, w.WORKFLOWS["W1"], w.RUNS["R1"]),
-                m.PublishEvent(a, w.MESSAGES["M1"]),
-            ):
-                adapter.execute(command)
-            for step in ("s1", "s2"):
-                binding = w.binding("A", "W1", "R1", step, "T1", "D1", "M1", "event:E1")
-                delivery = m.NewDelivery(w.delivery_id(w.FRESH, "R1", step, "T1"), binding)
-                adapter.execute(m.CommitDeliveries(a, w.RUNS["R1"], w.STEPS[step], [delivery]))
+            a = _two_pending(adapter)
             session = adapter.session()
             proxy.lose_next_answer()
             try:
