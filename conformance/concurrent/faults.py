@@ -246,7 +246,10 @@ class Killer(RoundFault):
         try:
             self.adapter.restart(settle=self._settle)
         except Exception as exc:  # the restart's own failure is the injector's
-            raise FaultError(f"the adapter did not come back after it was killed: {exc}") from exc
+            raise FaultError(
+                f"the adapter did not come back after it was killed (does its database live on a server that died"
+                f" with its process? give it one that outlives it): {exc}"
+            ) from exc
         return True
 
 

@@ -135,17 +135,19 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     databases: dict[str, str | None] = {}
     args.terminate, args.trace_out = 0.0, None  # what the stress report reads
-    # The network faults: a proxy in front of the server named (--dsn, LEASEPROOF_DSN), and the
-    # adapter's command started with LEASEPROOF_DSN pointing through it.
+    # The adapter's command is started with LEASEPROOF_DSN naming the server named here (--dsn,
+    # LEASEPROOF_DSN), which outlives its process; for the network faults, through a proxy in
+    # front of it.
     named = args.dsn or os.environ.get("LEASEPROOF_DSN")
     proxy = None
-    if args.adapter_cmd is not None and named and any(asked is None or kind in asked for kind in _NETWORK):
-        try:
-            proxy = FaultProxy(named).start()
-        except (ValueError, OSError) as exc:
-            err.write(f"leaseproof: cannot put a proxy in front of the server {named!r}: {exc}\n")
-            return EXIT_USAGE
-        args.adapter_env = {"LEASEPROOF_DSN": proxy.dsn_through(named)}
+    if args.adapter_cmd is not None and named:
+        if any(asked is None or kind in asked for kind in _NETWORK):
+            try:
+                proxy = FaultProxy(named).start()
+            except (ValueError, OSError) as exc:
+                err.write(f"leaseproof: cannot put a proxy in front of the server {named!r}: {exc}\n")
+                return EXIT_USAGE
+        args.adapter_env = {"LEASEPROOF_DSN": named if proxy is None else proxy.dsn_through(named)}
 
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
         adapter = _stress_adapter(args, machine, provisioned, out)

@@ -56,6 +56,19 @@ def test_the_bundled_serve_survives_every_fault_that_applies(pg_server: Server, 
     assert run.stdout.count("verdict: LINEARIZABLE") == 2
 
 
+def test_an_adapter_command_is_given_the_server_named_so_its_state_outlives_a_kill(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """serve without --dsn takes its server from LEASEPROOF_DSN: the harness sets it to the server
+    named, not a proxy (no network fault asked), so a kill finds the database it left."""
+    run = leaseproof(
+        "nemesis", "--adapter-cmd", _serve(None), "--dsn", pg_server.dsn, "--machine", "delivery",
+        "--faults", "kill", "--duration", "2", "--seed", "1", "--rate", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _landed(run.stdout)["kill"] > 0 and "verdict: LINEARIZABLE" in run.stdout
+
+
 def test_an_in_process_adapter_gets_its_backends_ended_and_nothing_else(pg_server: Server, tmp_path: Path) -> None:
     run = leaseproof(
         "nemesis", "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter", "--dsn", pg_server.dsn,
