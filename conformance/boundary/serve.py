@@ -5,13 +5,13 @@
 Speaks the wire protocol of `specs/adapter-protocol.md` on stdin/stdout;
 diagnostics go to stderr. Without --dsn it provisions its own server (the
 same order as `leaseproof verify`) and serves both machines, each in a
-scratch database of its own, which it drops however it ends: at end of input or "close", on SIGTERM, SIGHUP or
-Ctrl-C. One killed outright (SIGKILL) cannot; so at its first reset it drops the
-scratch databases left by serve processes of this host that no longer run. Not
-before: a serve started again after a kill is told to `attach` to its
-predecessor's delivery database (specs/adapter-protocol.md, "Restarts"), which
-it then adopts (the database's comment names it, so no other serve drops it)
-and drops when it ends.
+scratch database of its own, which it drops however it ends: at end of input or
+"close", on SIGTERM, SIGHUP or Ctrl-C. One killed outright (SIGKILL) cannot, so
+a serve drops the databases of killed ones at its first reset and when it ends
+(`_orphaned` says which). Not sooner: a serve started again after a kill is told
+to `attach` to its predecessor's delivery database (specs/adapter-protocol.md,
+"Restarts"), which it adopts (the database's comment names it) and drops when it
+ends.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from leaseproof.impl.mutants.race import RACE_MUTANTS
 # commit shows); the other machine is served as bundled.
 SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *RESTART_MUTANTS, *NETWORK_MUTANTS)
 
-# Scratch databases are named lp_serve_<host>_<pid>_<random>, so a later serve
-# on the same host can tell whose owner is gone.
+# Scratch databases are named lp_serve_<host>_<pid>_<parent pid>_<random>, so a
+# later serve on the same host can tell whose owner is gone, and who started it.
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _PREFIX = "lp_serve"
 
@@ -67,18 +67,38 @@ def _gone(pid: str) -> bool:
     return pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid))
 
 
+def _orphaned(name: str, comment: str) -> bool:
+    """Whether a scratch database of this host's serves is no one's: its maker is gone,
+    no running serve adopted it, and no harness but this process's own may still start
+    a serve to attach to it (the maker's parent is gone, or is this serve's parent,
+    which is ending or resetting this serve, so not restarting another)."""
+    parts = name.split("_")
+    maker, parent = parts[3], parts[4] if len(parts) == 6 else ""
+    adopter = comment.removeprefix(_ADOPTED) if comment.startswith(_ADOPTED) else ""
+    return (
+        _gone(maker)
+        and (not adopter or _gone(adopter))
+        and (not parent or parent == str(os.getppid()) or _gone(parent))
+    )
+
+
 def _drop_orphans(server: Server) -> None:
-    """Drop the scratch databases of this host's serve processes that are gone (made by
-    one, and adopted by none that still runs)."""
+    """Drop the scratch databases of this host's serve processes that are no one's."""
     with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
         rows = conn.execute("SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database").fetchall()
     comments: dict[str, str | None] = dict(rows)
     for name in databases_named(server, f"{_PREFIX}_{_HOST}"):
-        pid, comment = name.split("_")[3], comments.get(name) or ""
-        adopter = comment.removeprefix(_ADOPTED) if comment.startswith(_ADOPTED) else ""
-        if _gone(pid) and (not adopter or _gone(adopter)):
-            print(f"serve: dropping {name}, left by serve process {pid}, which is gone", file=sys.stderr)
+        if _orphaned(name, comments.get(name) or ""):
+            maker = name.split("_")[3]
+            print(f"serve: dropping {name}, left by serve process {maker}, which is gone", file=sys.stderr)
             drop_database(server, name)
+
+
+def _drop_orphans_at_end(server: Server) -> None:
+    try:
+        _drop_orphans(server)
+    except psycopg.Error as exc:  # its own are dropped by then; the next serve tries again
+        print(f"serve: could not drop what killed serve processes left: {exc}", file=sys.stderr)
 
 
 def _adopt(server: Server, dsn: str) -> str:
@@ -107,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interruptible(), contextlib.ExitStack() as stack:
             server = stack.enter_context(postgres_server(args.dsn, log=lambda line: print(line, file=sys.stderr)))
+            stack.callback(_drop_orphans_at_end, server)  # last: what killed predecessors left
             # One scratch database per machine, so each reset is its machine's alone.
-            mine = f"{_PREFIX}_{_HOST}_{os.getpid()}"
+            mine = f"{_PREFIX}_{_HOST}_{os.getpid()}_{os.getppid()}"
             delivery_dsn, lifecycle_dsn = (stack.enter_context(scratch_database(server, prefix=mine)) for _ in "dl")
 
             def delivery_adapter(dsn: str) -> Any:

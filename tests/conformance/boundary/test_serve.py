@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 import shlex
 import signal
+import subprocess
 import sys
 
+import psycopg
 import pytest
+from psycopg import sql
 
+from leaseproof.conformance.boundary.serve import _HOST, _PREFIX
 from leaseproof.conformance.boundary.wire import SubprocessAdapter
-from leaseproof.conformance.harness.provision import Server, databases_named
+from leaseproof.conformance.harness.provision import Server, databases_named, drop_database
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -61,3 +66,42 @@ def test_a_database_left_by_a_killed_serve_is_dropped_by_the_next(pg_server: Ser
         assert made <= set(databases_named(pg_server, "lp_serve"))
     finally:
         successor.close()
+
+
+def _of(server: Server, *pids: int) -> set[str]:
+    return {name for name in databases_named(server, "lp_serve") if any(f"_{pid}_" in name for pid in pids)}
+
+
+def test_what_killed_serves_left_is_dropped_when_their_restarted_successor_ends(pg_server: Server) -> None:
+    # As the nemesis does: kills and restarts, each successor attached and never reset.
+    adapter, _ = _serving(pg_server)
+    pids = [adapter.process.pid]
+    try:
+        for _ in range(2):
+            adapter.restart()
+            pids.append(adapter.process.pid)
+        assert len(_of(pg_server, *pids)) == 6  # the first's two, and each successor's own two
+    finally:
+        adapter.close()
+    assert adapter.process.returncode == 0
+    assert not _of(pg_server, *pids)
+
+
+def test_a_killed_serve_s_database_is_spared_while_the_process_that_started_it_runs(pg_server: Server) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=30)
+    # Named as serve names them: a maker that is gone, under a parent that runs (another
+    # harness, which may yet start a serve to attach to it) or is gone too.
+    spared = f"{_PREFIX}_{_HOST}_{gone.pid}_1_{secrets.token_hex(6)}"
+    dropped = f"{_PREFIX}_{_HOST}_{gone.pid}_{gone.pid}_{secrets.token_hex(6)}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        for name in (spared, dropped):
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        adapter, _ = _serving(pg_server)
+        adapter.close()
+        left = set(databases_named(pg_server, "lp_serve"))
+        assert spared in left and dropped not in left
+    finally:
+        for name in (spared, dropped):
+            drop_database(pg_server, name)
