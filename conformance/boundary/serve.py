@@ -40,6 +40,7 @@ from leaseproof.conformance.harness.provision import (
     scratch_database,
 )
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
@@ -47,12 +48,22 @@ from leaseproof.impl.mutants.delivery import MUTANTS
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 from leaseproof.impl.mutants.race import RACE_MUTANTS
+from leaseproof.impl.mutants.service import SERVICE_MUTANTS
 
 # Every mutant of either machine, sequential, racy (which only concurrent
 # sessions show), faulty (which only a cut connection shows), forgetful (which only
-# a restart of this process shows) or resending (which only an answer lost after a
-# commit shows); the other machine is served as bundled.
-SERVED = (*MUTANTS, *LIFECYCLE_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS, *RESTART_MUTANTS, *NETWORK_MUTANTS)
+# a restart of this process shows), resending (which only an answer lost after a
+# commit shows), or one of the service's whose bug is in the store (a sweep that waits
+# for a stalled tenant, say); the other machine is served as bundled.
+SERVED = (
+    *MUTANTS,
+    *LIFECYCLE_MUTANTS,
+    *RACE_MUTANTS,
+    *FAULT_MUTANTS,
+    *RESTART_MUTANTS,
+    *NETWORK_MUTANTS,
+    *(mutant for mutant in SERVICE_MUTANTS if mutant.service is DeliveryService),
+)
 
 # Scratch databases are named lp_serve_<host>_<pid>_<parent pid>_<random>, so a
 # later serve on the same host can tell whose owner is gone, and who started it.

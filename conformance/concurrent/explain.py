@@ -24,8 +24,8 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance.concurrent.history import History, Operation, RefusedByTheDatabase
-from leaseproof.conformance.concurrent.linearizability import UNTOUCHED, Ambiguous, Spec, Violation
+from leaseproof.conformance.concurrent.history import History, Operation, RefusedByTheDatabase, Stall
+from leaseproof.conformance.concurrent.linearizability import UNTOUCHED, Ambiguous, Spec, Violation, steps_of
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.rows import rows_of
 from leaseproof.model import delivery as d
@@ -76,22 +76,21 @@ class Order:
     attempts: Mapping[int, tuple[tuple[Any, Any, tuple[Placed, ...]], ...]] = attrs.field(factory=dict)
 
 
-def _step(spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any]) -> tuple[Any, Any]:
-    if op.id in allowed and spec.step_allowed is not None:
-        return spec.step_allowed(state, op.command, op.outcome, allowed[op.id])
-    if spec.step_seen is not None:
-        return spec.step_seen(state, op.command, op.outcome)
-    return spec.step(state, op.command)
-
-
-def search(spec: Spec, ops: Sequence[Operation], start: Any, want: Any = None, budget: int = SEARCH_BUDGET) -> Order:
+def search(
+    spec: Spec,
+    ops: Sequence[Operation],
+    start: Any,
+    want: Any = None,
+    budget: int = SEARCH_BUDGET,
+    stalls: Sequence[Stall] = (),
+) -> Order:
     """An order of `ops` from `start` that respects real time, gives every determinate
     operation its recorded outcome and ends in `want` (None: anywhere); else the
     longest partial one and where it stopped. Indeterminate operations may be left out."""
     det = sorted((op for op in ops if not op.indeterminate), key=lambda op: op.invoked)
     ind = sorted((op for op in ops if op.indeterminate), key=lambda op: op.invoked)
     order = det + ind
-    allowed = spec.allowances(order) if spec.allowances is not None else {}
+    allowed = spec.allowances(order, stalls) if spec.allowances is not None else {}
     needed = len(det)
     best: list[Placed] = []
     best_score = (-1, -1)
@@ -118,28 +117,34 @@ def search(spec: Spec, ops: Sequence[Operation], start: Any, want: Any = None, b
             if op.id in done or op.invoked > bound:
                 continue
             try:
-                after, outcome = _step(spec, state, op, allowed)
+                steps = steps_of(spec, state, op, allowed)
             except Ambiguous:
                 blocked.append(Blocked(op, None, state))
                 continue
-            if not op.indeterminate and outcome != op.outcome:
+            fitting = [(after, outcome) for after, outcome in steps if op.indeterminate or outcome == op.outcome]
+            if not fitting:
+                outcome = steps[0][1]  # the model's own
                 blocked.append(Blocked(op, outcome, state))
                 tried = attempts.setdefault(op.id, [])
                 if len(tried) < ATTEMPTS_KEPT:
                     tried.append((state, outcome, tuple(path)))
                 continue
-            key = (done | {op.id}, after)
-            if key in seen:
-                continue
-            seen.add(key)
-            explored += 1
-            if explored > budget:
-                raise _OutOfBudget
-            found = visit(
-                [*path, Placed(op, state, outcome, after)], done | {op.id}, after, placed_det + (not op.indeterminate)
-            )
-            if found is not None:
-                return found
+            for after, outcome in fitting:
+                key = (done | {op.id}, after)
+                if key in seen:
+                    continue
+                seen.add(key)
+                explored += 1
+                if explored > budget:
+                    raise _OutOfBudget
+                found = visit(
+                    [*path, Placed(op, state, outcome, after)],
+                    done | {op.id},
+                    after,
+                    placed_det + (not op.indeterminate),
+                )
+                if found is not None:
+                    return found
         score = (placed_det, -len(path))  # the most outcomes explained, by the fewest operations
         if score > best_score:
             best, best_score, best_blocked = list(path), score, blocked
@@ -227,7 +232,7 @@ def history_orders(history: History, spec: Spec, budget: int = SEARCH_BUDGET) ->
         for keys, members in _partitions(spec, ops, start):
             part_start = start if keys is None else spec.restrict(start, keys)
             want = None if end is None else (end if keys is None else spec.restrict(end, keys))
-            parts.append((keys, search(spec, members, part_start, want, budget)))
+            parts.append((keys, search(spec, members, part_start, want, budget, history.stalls)))
         result.append(EpochOrder(number, tuple(parts)))
     return result
 
@@ -428,7 +433,7 @@ def violation_order(violation: Violation, spec: Spec) -> Order:
     """The longest partial order of the checker's minimal piece, from its barrier state."""
     piece = violation.piece
     want = piece.barriers[0].state if piece.barriers else None
-    return search(spec, piece.operations, piece.initial, want)
+    return search(spec, piece.operations, piece.initial, want, stalls=piece.stalls)
 
 
 def partition_orders(violation: Violation, spec: Spec, history: History | None) -> list[Order]:
@@ -443,7 +448,7 @@ def partition_orders(violation: Violation, spec: Spec, history: History | None) 
             ops = tuple(op for op in ops if (spec.footprint(start, op.command) or frozenset()) & keys)
             start = spec.restrict(start, keys)
             end = None if end is None else spec.restrict(end, keys)
-        return [search(spec, ops, start, end)] if ops else []
+        return [search(spec, ops, start, end, stalls=history.stalls)] if ops else []
     return []
 
 

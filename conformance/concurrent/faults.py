@@ -48,8 +48,11 @@ from typing import Any
 
 import attrs
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
+from leaseproof.conformance.concurrent.history import Recorder, Stall
+from leaseproof.conformance.concurrent.stalls import WAIT_BOUND, holding
 from leaseproof.conformance.harness.proxy import FaultProxy
 
 # Backends of the adapter's database that are doing something: running a
@@ -96,9 +99,12 @@ class RoundFault:
 
     `during_round(done, cut)` runs in a thread of its own while a round's branches
     run; `done` is set when they have all ended. A subclass says how to strike
-    (`strike`: whether it did; False to look again a moment later)."""
+    (`strike`: whether it did; False to look again a moment later). `recorder` is the
+    history being recorded (the runner sets it before each program), for a fault that is
+    part of what the history is judged by (a stall)."""
 
     kind = "fault"
+    recorder: Recorder | None = None
 
     def __init__(self, rate: float, seed: int) -> None:
         if not 0 < rate <= 1:
@@ -133,6 +139,12 @@ class RoundFault:
 
     def strike(self, cut: Cut) -> bool:
         raise NotImplementedError
+
+    def record_into(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def before_round(self, cut: Cut) -> None:
+        """The round `cut` faults is about to start (for a fault already in place as it does)."""
 
     def close(self) -> None:
         """Release what the injector holds."""
@@ -282,6 +294,98 @@ class Pauser(RoundFault):
         return True
 
 
+# The columns that name a tenant, as far as the harness can tell without knowing the schema:
+# every uuid column of an ordinary or partitioned table outside the system schemas, but one
+# that is its table's whole primary key (the tenants' own table: its row is not what a
+# client working on the tenant's rows holds).
+_TENANT_COLUMNS = """
+    SELECT n.nspname AS schema, c.relname AS table, a.attname AS column
+    FROM pg_attribute a
+    JOIN pg_class c ON c.oid = a.attrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid = 'uuid'::regtype
+      AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'
+      AND NOT EXISTS (
+          SELECT 1 FROM pg_index i
+          WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = a.attnum)
+    ORDER BY 1, 2, 3
+"""
+STALL_SECONDS = 2.0  # how long a stalled tenant's rows stay held, at most (more than WAIT_BOUND)
+
+
+class Staller(RoundFault):
+    """Stalls a tenant in a `rate` fraction of rounds: before the round starts, a connection
+    of the injector's own takes a row lock (FOR NO KEY UPDATE, as an UPDATE of the row does)
+    on every row of the database `dsn` that names the tenant (`_TENANT_COLUMNS`), skipping
+    those it finds locked, so it never waits and never deadlocks with the implementation;
+    it holds them while the round runs, for STALL_SECONDS (less if the round ends first), as
+    a client stuck mid-transaction does, then rolls back. The tenant is one of those holding
+    a lease at the round's start (a stalled client is a lease holder), else of `tenants`;
+    which one, the seed's.
+
+    The stall is recorded in the history (`Stall`): while it lasts, a claim of the tenant
+    may pass over its rows and a sweep may leave its expired leases (the checker's
+    allowances), and a write to one of them waits; a sweep, or another tenant's operation,
+    that waited for it is a finding of its own (conformance/concurrent/stalls.py)."""
+
+    kind = "stall"
+
+    def __init__(self, dsn: str, tenants: Sequence[Any], rate: float, seed: int) -> None:
+        super().__init__(rate, seed)
+        if not tenants:
+            raise ValueError("a stall needs tenants to stall")
+        self.tenants = list(tenants)
+        self.conn = _connect(dsn)
+        self.columns = [(r["schema"], r["table"], r["column"]) for r in self.conn.execute(_TENANT_COLUMNS)]
+        self.rows = 0  # rows held, over every stall
+        self._held: tuple[Any, int] | None = None  # the tenant held, and the tick taken before
+
+    def before_round(self, cut: Cut) -> None:
+        if self.recorder is None or not self.columns:
+            return
+        tenants = holding(self.recorder.last_state) or self.tenants
+        tenant = tenants[min(int(cut.pick * len(tenants)), len(tenants) - 1)]
+        began = self.recorder.tick()
+        # One statement per column, sent at once: the locks are in place before the round starts.
+        locks = sql.SQL("; ").join(
+            sql.SQL("SELECT 1 FROM {}.{} WHERE {} = {} FOR NO KEY UPDATE SKIP LOCKED").format(
+                sql.Identifier(schema), sql.Identifier(table), sql.Identifier(column), sql.Literal(tenant)
+            )
+            for schema, table, column in self.columns
+        )
+        try:
+            self.conn.execute("BEGIN")
+            cursor = self.conn.execute(locks)
+            while True:
+                self.rows += len(cursor.fetchall())
+                if not cursor.nextset():
+                    break
+        except psycopg.Error as exc:
+            raise FaultError(f"could not stall a tenant: {exc}") from exc
+        self._held = (tenant, began)
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        self.counts.rounds_faulted += 1
+        if self._held is None or self.recorder is None:
+            self.counts.missed += 1
+            return False
+        (tenant, began), self._held = self._held, None
+        done.wait(STALL_SECONDS - WAIT_BOUND)  # the fault itself: locks held, on the real clock
+        patient = self.recorder.tick()
+        done.wait(WAIT_BOUND)
+        letting_go = self.recorder.tick()  # before the locks go: what they held answers after it
+        try:
+            self.conn.execute("ROLLBACK")
+        except psycopg.Error as exc:
+            raise FaultError(f"could not end a tenant's stall: {exc}") from exc
+        self.recorder.stalled(Stall(tenant, began, patient, letting_go, self.recorder.tick()))
+        self.counts.ended += 1
+        return True
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 # The proxy's faults (conformance/harness/proxy.py), by the name the nemesis gives each, and
 # what the proxy counts when one fires.
 NETWORK_FAULTS = ("lose-answer", "reset", "delay", "blackhole")
@@ -361,6 +465,13 @@ class Mix(RoundFault):
         super().observe(seconds)
         for injector in self.injectors.values():
             injector.observe(seconds)
+
+    def record_into(self, recorder: Recorder) -> None:
+        for injector in self.injectors.values():
+            injector.record_into(recorder)
+
+    def before_round(self, cut: Cut) -> None:
+        self.injectors[cut.kind].before_round(cut)
 
     def during_round(self, done: threading.Event, cut: Cut) -> bool:
         self.counts.rounds_faulted += 1

@@ -60,6 +60,27 @@ class Operation:
 
 
 @attrs.frozen
+class Stall:
+    """A tenant whose rows a connection of the harness's own held locked (a stalled client),
+    between two ticks: `began`, taken before it asked for the locks, and `ended`, after it
+    had let them go. `patient` is a tick taken a set time before `letting_go`, which is
+    taken as it starts to let them go: an operation in flight from before `patient` until
+    after `letting_go` was kept waiting at least that long. Not an operation of the
+    implementation: what it held lets others skip rows (the checker's allowances), and who
+    waited for it is judged apart (conformance/concurrent/stalls.py)."""
+
+    key: Any  # the tenant: a community id
+    began: int
+    patient: int
+    letting_go: int
+    ended: int
+
+    def overlaps(self, op: Operation) -> bool:
+        """`op` was in flight at some moment while the locks may have been held."""
+        return op.invoked < self.ended and (op.returned is None or op.returned > self.began)
+
+
+@attrs.frozen
 class Barrier:
     """A quiescent point: every operation invoked before `at` has finished
     (or was abandoned and can no longer take effect), and none is in flight.
@@ -77,6 +98,7 @@ class History:
     initial: Any  # the model state the run started from
     operations: tuple[Operation, ...]
     barriers: tuple[Barrier, ...] = ()
+    stalls: tuple[Stall, ...] = ()
 
     def __len__(self) -> int:
         return len(self.operations)
@@ -101,6 +123,16 @@ class Recorder:
         self._open: dict[int, tuple[str, Any, int]] = {}
         self._done: list[Operation] = []
         self._barriers: list[Barrier] = []
+        self._stalls: list[Stall] = []
+
+    def tick(self) -> int:
+        """A moment of the history's clock, for what happens beside the operations (a stall)."""
+        with self._lock:
+            return next(self._ticks)
+
+    def stalled(self, stall: Stall) -> None:
+        with self._lock:
+            self._stalls.append(stall)
 
     def invoke(self, client: str, command: Any) -> int:
         with self._lock:
@@ -130,6 +162,12 @@ class Recorder:
         return mark
 
     @property
+    def last_state(self) -> Any:
+        """The state the latest barrier read (the initial state if none read one)."""
+        with self._lock:
+            return next((b.state for b in reversed(self._barriers) if b.state is not None), self.initial)
+
+    @property
     def in_flight(self) -> int:
         with self._lock:
             return len(self._open)
@@ -139,7 +177,7 @@ class Recorder:
             if self._open:
                 raise RuntimeError(f"{len(self._open)} operations are still in flight")
             operations = tuple(sorted(self._done, key=lambda op: op.id))
-            return History(self.machine, self.initial, operations, tuple(self._barriers))
+            return History(self.machine, self.initial, operations, tuple(self._barriers), tuple(self._stalls))
 
 
 @attrs.frozen

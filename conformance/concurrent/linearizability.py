@@ -30,6 +30,7 @@ import itertools
 import json
 import time
 import typing
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.boundary import codec
-from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation
+from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation, Stall
 from leaseproof.model import delivery as delivery_model
 from leaseproof.model import lifecycle as lifecycle_model
 
@@ -85,13 +86,15 @@ class Spec:
     # "unknown", never judged.
     step_seen: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None
     # For a machine whose operations pass over what other transactions hold
-    # locked (SKIP LOCKED): what the other operations of a group allow each
-    # operation (`allowances(ops)`: by operation id, computed once per group),
-    # and the step under its allowance (`step_allowed(state, command, seen,
-    # allowance)`), which may give the recorded outcome where the model's own
-    # step would not. An operation with no allowance takes the plain step.
-    allowances: Callable[[Sequence[Operation]], Mapping[int, Any]] | None = None
-    step_allowed: Callable[[Any, Any, Any, Any], tuple[Any, Any]] | None = None
+    # locked (SKIP LOCKED): what the other operations of a group, and the
+    # history's stalls, allow each operation (`allowances(ops, stalls)`: by
+    # operation id, computed once per group), and the steps under its allowance
+    # (`step_allowed(state, command, seen, allowance)`): the model's own step
+    # first, then each other (state, outcome) the allowance admits, which may
+    # give the recorded outcome where the model's own step would not. An
+    # operation with no allowance takes the plain step.
+    allowances: Callable[[Sequence[Operation], Sequence[Stall]], Mapping[int, Any]] | None = None
+    step_allowed: Callable[[Any, Any, Any, Any], Sequence[tuple[Any, Any]]] | None = None
     # The model's (operation, guard, outcome variant) for a command in a
     # state: with it, the checker counts the behaviours a linearization used.
     behaviour: Callable[[Any, Any], tuple[str, str, str]] | None = None
@@ -182,6 +185,11 @@ def _epochs(history: History) -> list[_Epoch]:
                 " a barrier is a point where no operation is in flight"
             )
         groups[index].append(op)
+    for stall in history.stalls:
+        if not stall.began < stall.patient < stall.letting_go < stall.ended:
+            raise ValueError(f"a stall's ticks must rise (began < patient < letting_go < ended), not {stall!r}")
+        if bisect.bisect_right(ats, stall.began) != bisect.bisect_right(ats, stall.ended):
+            raise ValueError(f"a stall across a barrier: {stall!r}")
     epochs = [
         _Epoch(i + 1, tuple(ops), barriers[i - 1] if i else None, barriers[i] if i < len(barriers) else None)
         for i, ops in enumerate(groups)
@@ -224,22 +232,34 @@ class _Search:
     witness: list[tuple[Any, Operation]] = attrs.Factory(list)  # (state before, operation) of the order found
 
 
-def _step(spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any], adopt: bool = True) -> tuple[Any, Any]:
-    """The state after `op` and the outcome it is given, under its allowance if it has one;
-    `adopt`: through `step_seen`, where the spec has one."""
+def steps_of(
+    spec: Spec, state: Any, op: Operation, allowed: Mapping[int, Any], adopt: bool = True
+) -> Sequence[tuple[Any, Any]]:
+    """The states `op` may leave and the outcome each gives: the model's step, and under its
+    allowance, if it has one, every other the allowance admits; `adopt`: through
+    `step_seen`, where the spec has one."""
     if op.id in allowed and spec.step_allowed is not None:
         return spec.step_allowed(state, op.command, op.outcome, allowed[op.id])
     if adopt and spec.step_seen is not None:
-        return spec.step_seen(state, op.command, op.outcome)
-    return spec.step(state, op.command)
+        return (spec.step_seen(state, op.command, op.outcome),)
+    return (spec.step(state, op.command),)
 
 
-def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget: int, collect: bool = False) -> _Search:
+def _search(
+    spec: Spec,
+    ops: Iterable[Operation],
+    start: Any,
+    want: Any,
+    budget: int,
+    collect: bool = False,
+    stalls: Sequence[Stall] = (),
+) -> _Search:
     """Lowe's search from `start`; success ends in `want` (None: anywhere).
 
     With `collect`, explore everything and gather every state the epoch can
     end in. Determinate operations are tried first, each group in invocation
     order; indeterminate ones never return, so they never force backtracking.
+    An operation that may leave several states (`steps_of`) tries each in turn.
     """
     det = sorted((op for op in ops if not op.indeterminate), key=lambda op: op.invoked)
     ind = sorted((op for op in ops if op.indeterminate), key=lambda op: op.invoked)
@@ -281,7 +301,7 @@ def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget:
         return None
 
     found = _Search(NOT_LINEARIZABLE, False, 1, set())
-    allowed = spec.allowances(order) if spec.allowances is not None else {}
+    allowed = spec.allowances(order, stalls) if spec.allowances is not None else {}
 
     def arrived(mask: int, state: Any) -> bool:
         """Every determinate operation is linearized: is this an end the epoch may have?"""
@@ -298,21 +318,29 @@ def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget:
         return found
     seen = _Visited()
     seen.add(0, start)
-    frames = [[0, 0, start, 0, bound(0)]]  # mask, return mask, state, next candidate, bound
+    # mask, return mask, state, next candidate, bound, the last candidate's other steps to try
+    frames: list[list[Any]] = [[0, 0, start, 0, bound(0), []]]
     while frames:
         frame = frames[-1]
-        mask, rmask, state, j, limit = frame
-        j = next_candidate(mask, j, limit)
-        if j is None:
-            frames.pop()
-            continue
-        frame[3] = j + 1
+        mask, rmask, state, j, limit, others = frame
+        if others:
+            j = j - 1  # the candidate whose other steps these are
+            after, outcome = others.pop()
+        else:
+            j = next_candidate(mask, j, limit)
+            if j is None:
+                frames.pop()
+                continue
+            frame[3] = j + 1
+            try:
+                steps = steps_of(spec, state, order[j], allowed)
+            except Ambiguous:
+                found.verdict = UNKNOWN
+                return found
+            after, outcome = steps[0]
+            if len(steps) > 1:
+                frame[5] = list(reversed(steps[1:]))
         op = order[j]
-        try:
-            after, outcome = _step(spec, state, op, allowed)
-        except Ambiguous:
-            found.verdict = UNKNOWN
-            return found
         if j < d and outcome != op.outcome:
             continue
         mask |= 1 << j
@@ -328,7 +356,7 @@ def _search(spec: Spec, ops: Iterable[Operation], start: Any, want: Any, budget:
             return found
         if j < d:
             rmask |= 1 << return_rank[j]
-        frames.append([mask, rmask, after, lowest_clear(mask), bound(rmask)])
+        frames.append([mask, rmask, after, lowest_clear(mask), bound(rmask), []])
     if collect and found.ends:
         found.verdict = LINEARIZABLE
     return found
@@ -392,7 +420,7 @@ class _Tally:
 
 
 def _check_epoch(
-    spec: Spec, epoch: _Epoch, start: Any, target: Any, budget: int, tally: _Tally
+    spec: Spec, epoch: _Epoch, start: Any, target: Any, budget: int, tally: _Tally, stalls: Sequence[Stall]
 ) -> tuple[str, _Failure | None]:
     """One epoch from one start state, partition by partition; `target` None: no end check."""
     verdict = LINEARIZABLE
@@ -405,7 +433,7 @@ def _check_epoch(
             touched |= keys
             part_start = spec.restrict(start, keys)
             want = None if target is None else spec.restrict(target, keys)
-        found = _search(spec, ops, part_start, want, budget)
+        found = _search(spec, ops, part_start, want, budget, stalls=stalls)
         tally.partitions += 1
         tally.configurations += found.explored
         if spec.behaviour is not None:
@@ -455,7 +483,7 @@ def _judge(
             ends: set[Any] = set()
             outcomes = []
             for start in starts:
-                found = _search(spec, epoch.operations, start, None, budget, collect=True)
+                found = _search(spec, epoch.operations, start, None, budget, collect=True, stalls=history.stalls)
                 tally.partitions += 1
                 tally.configurations += found.explored
                 outcomes.append(found.verdict)
@@ -472,7 +500,7 @@ def _judge(
         target = closing.state if closing is not None else None
         results = []
         for start in starts:
-            results.append(_check_epoch(spec, epoch, start, target, budget, tally))
+            results.append(_check_epoch(spec, epoch, start, target, budget, tally, history.stalls))
             if results[-1][0] == LINEARIZABLE:
                 break
         verdicts = {v for v, _ in results}
@@ -498,7 +526,7 @@ def check(
     violation = None
     if failed is not None:
         number, failure = failed
-        violation = _shrink(history.machine, spec, number, failure, budget, max_end_states)
+        violation = _shrink(history.machine, spec, number, failure, budget, max_end_states, history.stalls)
     return CheckResult(
         verdict=verdict,
         operations=len(history.operations),
@@ -515,7 +543,15 @@ def check(
 # -- the minimal piece ------------------------------------------------------------------
 
 
-def _shrink(machine: str, spec: Spec, epoch: int, failure: _Failure, budget: int, max_end_states: int) -> Violation:
+def _shrink(
+    machine: str,
+    spec: Spec,
+    epoch: int,
+    failure: _Failure,
+    budget: int,
+    max_end_states: int,
+    stalls: Sequence[Stall] = (),
+) -> Violation:
     """Shrink a violating partition to the operations whose outcomes are needed.
 
     Forgetting an outcome (making the operation indeterminate) only ever
@@ -526,7 +562,9 @@ def _shrink(machine: str, spec: Spec, epoch: int, failure: _Failure, budget: int
     and a forgotten operation is then removed only if every outcome still
     needed stays needed: the piece must fail for the same reason, not a new one.
     """
-    at = max((op.returned or op.invoked for op in failure.ops), default=0) + 1
+    # The stalls stay whole: each one's allowances are part of what the piece is judged by.
+    within = tuple(stall for stall in stalls if any(stall.overlaps(op) for op in failure.ops))
+    at = max((*(op.returned or op.invoked for op in failure.ops), *(stall.ended for stall in within)), default=0) + 1
     ops = {op.id: op for op in failure.ops}
     forgotten: set[int] = set()
     want = failure.want
@@ -537,7 +575,7 @@ def _shrink(machine: str, spec: Spec, epoch: int, failure: _Failure, budget: int
             for i in sorted(ids)
         ]
         barriers = (Barrier(at, end),) if end is not None else ()
-        return History(machine, failure.start, tuple(chosen), barriers)
+        return History(machine, failure.start, tuple(chosen), barriers, within)
 
     # Every forgotten outcome can double the search, so each attempt gets a
     # small budget: one that runs out shows nothing, and the operation stays.
@@ -649,7 +687,7 @@ def exhaustive_check(history: History, spec: Spec) -> str:
     allowed: dict[int, Any] = {}
     if spec.allowances is not None:
         for epoch in _epochs(history):
-            allowed.update(spec.allowances(epoch.operations))
+            allowed.update(spec.allowances(epoch.operations, history.stalls))
 
     def some_order(state: Any, remaining: tuple[Operation | Barrier, ...]) -> bool:
         if not remaining:
@@ -662,9 +700,12 @@ def exhaustive_check(history: History, spec: Spec) -> str:
                     continue
                 after = state
             else:
-                after, outcome = _step(spec, state, x, allowed, adopt=False)  # the definition adopts nothing
-                if not x.indeterminate and outcome != x.outcome:
-                    continue
+                for after, outcome in steps_of(spec, state, x, allowed, adopt=False):  # the definition adopts nothing
+                    if (x.indeterminate or outcome == x.outcome) and some_order(
+                        after, tuple(y for y in remaining if y is not x)
+                    ):
+                        return True
+                continue
             if some_order(after, tuple(y for y in remaining if y is not x)):
                 return True
         return False
@@ -681,6 +722,7 @@ def exhaustive_check(history: History, spec: Spec) -> str:
 # -- history files -----------------------------------------------------------------------
 
 HISTORY_KIND = "leaseproof-history"
+_STALL_TICKS = ("began", "patient", "letting_go", "ended")
 HISTORY_FORMAT = 1
 
 
@@ -702,6 +744,9 @@ def write_history(path: str | Path, history: History) -> None:
     for barrier in history.barriers:
         state = None if barrier.state is None else codec.encode_state(barrier.state)
         events.append((barrier.at, {"kind": "barrier", "at": barrier.at, "state": state}))
+    for stall in history.stalls:
+        ticks = {name: getattr(stall, name) for name in _STALL_TICKS}
+        events.append((stall.began, {"kind": "stall", "key": codec.encode(stall.key), **ticks}))
     lines += [event for _, event in sorted(events, key=lambda e: e[0])]
     Path(path).write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
 
@@ -716,7 +761,7 @@ def read_history(path: str | Path) -> History:
 
     machine, initial, state_class = None, None, None
     commands: tuple[type, ...] = ()
-    operations, barriers = [], []
+    operations, barriers, stalls = [], [], []
     seen: dict[int, int] = {}  # operation id: the line that has it
     number = 0
     for number, text in enumerate(text_lines(Path(path), "a history is JSON lines", HistoryFileError), start=1):
@@ -755,6 +800,9 @@ def read_history(path: str | Path) -> History:
                 at = _member(line, "at", int)
                 state = None if line["state"] is None else codec.decode_state(line["state"], "state", state_class)
                 barriers.append(Barrier(at, state))
+            elif kind == "stall":
+                ticks = (_member(line, name, int) for name in _STALL_TICKS)
+                stalls.append(Stall(codec.decode(line["key"], uuid.UUID, "key"), *ticks))
             else:
                 raise HistoryFileError(f"{where}: unexpected line of kind {kind!r}")
         except HistoryFileError:
@@ -774,7 +822,7 @@ def read_history(path: str | Path) -> History:
     if machine is None or initial is None:
         raise HistoryFileError(f"{path}: needs a header and an initial state")
     operations.sort(key=lambda op: op.id)
-    history = History(machine, initial, tuple(operations), tuple(barriers))
+    history = History(machine, initial, tuple(operations), tuple(barriers), tuple(stalls))
     try:
         _epochs(history)  # the ticks: each response after its call, no operation across a barrier, ...
     except ValueError as problem:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import itertools
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -17,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from leaseproof.conformance.concurrent.history import DROPPED, Indeterminate, Operation
+from leaseproof.conformance.concurrent.history import DROPPED, Indeterminate, Operation, Stall
 from leaseproof.conformance.concurrent.linearizability import FORGOTTEN, Ambiguous, Spec
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as d
@@ -203,6 +205,11 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
 #   its community may have passed over as many candidates as those operations could
 #   hold: one for each claim of its target (a claim locks the one row it takes), any
 #   number for a deletion (it locks every row it deletes).
+# - A stalled tenant (`Stall`: a connection of the harness's own that holds the tenant's
+#   rows locked, as a client stuck mid-transaction does) may hold any of them: a claim of
+#   that tenant that overlaps it may pass over any number of candidates, and a sweep that
+#   overlaps it may leave any of the tenant's expired leases unreaped (`Swept`): which ones
+#   it found held, its count alone does not say, so each choice is a step of its own.
 #
 # The allowance says what a claim may have passed over, and nothing more: a claim whose
 # every candidate was listed and free, and still missed or took the wrong one, is judged
@@ -239,12 +246,25 @@ def _overlaps(op: Operation, x: Operation) -> bool:
     return op.invoked < x.returned and (op.returned is None or op.returned > x.invoked)
 
 
-def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, Passed]:
-    """For each answered claim that overlaps a commit of a candidate, a sweep, or an
-    operation that may have held a candidate and rolled back: what it may have passed over."""
-    allowed: dict[int, Passed] = {}
+@attrs.frozen
+class Swept:
+    """What one sweep may have left unreaped: the expired leases of these stalled tenants."""
+
+    stalled: frozenset[uuid.UUID]
+
+
+SUBSETS_LIMIT = 1024  # the choices of held leases a sweep is tried with, at most
+
+
+def _delivery_allowances(ops: Sequence[Operation], stalls: Sequence[Stall] = ()) -> dict[int, Passed | Swept]:
+    """For each answered claim that overlaps a commit of a candidate, a sweep, an operation
+    that may have held a candidate and rolled back, or a stall of its tenant: what it may
+    have passed over; for each sweep that overlaps a stall, what it may have left."""
+    allowed: dict[int, Passed | Swept] = {}
     for x in ops:
         claim = x.command
+        if isinstance(claim, d.Reap) and (stalled := frozenset(st.key for st in stalls if st.overlaps(x))):
+            allowed[x.id] = Swept(stalled)
         if not isinstance(claim, d.Claim) or x.returned is None:
             continue
         mine = (claim.community_id, claim.target_pubkey)
@@ -263,13 +283,49 @@ def _delivery_allowances(ops: Sequence[Operation]) -> dict[int, Passed]:
         held: int | None = sum(isinstance(o, d.Claim) and (o.community_id, o.target_pubkey) == mine for o in cut)
         if any(isinstance(o, _HOLD_EVERY_ROW) and o.community_id == claim.community_id for o in cut):
             held = None
+        if any(st.key == claim.community_id and st.overlaps(x) for st in stalls):
+            held = None
         passed = Passed(unlisted, reaped, held)
         if passed != Passed():
             allowed[x.id] = passed
     return allowed
 
 
-def _delivery_step_allowed(s: d.DeliverySystem, c: Any, seen: Any, passed: Passed) -> tuple[d.DeliverySystem, Any]:
+def _delivery_step_allowed(
+    s: d.DeliverySystem, c: Any, seen: Any, allowance: Passed | Swept
+) -> Sequence[tuple[d.DeliverySystem, Any]]:
+    if isinstance(allowance, Swept):
+        return _swept(s, c, seen, allowance)
+    return (_passed(s, c, seen, allowance),)
+
+
+def _swept(s: d.DeliverySystem, c: Any, seen: Any, swept: Swept) -> list[tuple[d.DeliverySystem, Any]]:
+    """The model's sweep, then the same sweep having left each choice of the stalled tenants'
+    expired leases as they were (only those its recorded count allows, if it has one)."""
+    after, outcome = d.step(s, c)
+    steps = [(after, outcome)]
+    if outcome == seen or not isinstance(outcome, d.Reaped):
+        return steps
+    held = [
+        row
+        for row in s.deliveries.values()
+        if row.key[0] in swept.stalled and after.deliveries.get(row.key) != row  # the sweep reaped it
+    ]
+    # How many it left: as its count says, if it answered; any number, if not.
+    wanted = [outcome.count - seen.count] if isinstance(seen, d.Reaped) else range(1, len(held) + 1)
+    sizes = [size for size in wanted if 0 < size <= len(held)]
+    if sum(math.comb(len(held), size) for size in sizes) > SUBSETS_LIMIT:
+        raise Ambiguous(f"a sweep may have left any of {len(held)} held leases, too many choices to try")
+    for size in sizes:
+        for left in itertools.combinations(held, size):
+            state = after
+            for row in left:
+                state = state.with_delivery(row)
+            steps.append((state, d.Reaped(outcome.count - size)))
+    return steps
+
+
+def _passed(s: d.DeliverySystem, c: Any, seen: Any, passed: Passed) -> tuple[d.DeliverySystem, Any]:
     """The model's claim, or the same claim having passed over what `passed` allows, if
     that is what the implementation answered: a miss, or a candidate other than the
     oldest, when every candidate before it (all of them, for a miss) is one its snapshot

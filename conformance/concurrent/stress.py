@@ -37,7 +37,7 @@ import attrs
 import psycopg
 
 from leaseproof.conformance.boundary.protocols import takes_request_keys
-from leaseproof.conformance.concurrent.faults import FaultCounts, RoundFault, Terminator
+from leaseproof.conformance.concurrent.faults import Cut, FaultCounts, RoundFault, Terminator
 from leaseproof.conformance.concurrent.history import (
     DROPPED,
     GUARD_SQLSTATE,
@@ -55,6 +55,7 @@ from leaseproof.conformance.concurrent.linearizability import (
 )
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.programs import GENERATORS, Program, resolve
+from leaseproof.conformance.concurrent.stalls import Waited, waited
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP
 from leaseproof.model import delivery as d
@@ -84,6 +85,16 @@ class Finding:
         return "logic bug (every repetition fails)" if self.failed == self.repeats else "race (some repetitions pass)"
 
 
+@attrs.frozen
+class Stuck:
+    """A program in whose run an operation waited for a stalled tenant it must not wait for
+    (conformance/concurrent/stalls.py)."""
+
+    program: Program
+    history: History
+    waited: tuple[Waited, ...]
+
+
 @attrs.define
 class Progress:
     seconds: float = 0.0
@@ -110,11 +121,14 @@ class StressReport:
     seed: int
     progress: Progress
     finding: Finding | None
+    stuck: Stuck | None = None
 
     @property
     def verdict(self) -> str:
         if self.finding is not None:
             return "NOT LINEARIZABLE"
+        if self.stuck is not None:
+            return "NOT LIVE"
         if self.progress.unknown:
             return "UNKNOWN"
         return "LINEARIZABLE"
@@ -196,6 +210,8 @@ class Runner:
         """Run `program` once from the initial state; its recorded history."""
         self.adapter.reset(w.START)
         recorder = Recorder(self.machine, LOCKSTEP[self.machine].initial_state(w.START))
+        if self.injector is not None:
+            self.injector.record_into(recorder)
         clients = [_Client(f"w{i + 1}", s) for i, s in enumerate(self.sessions)]
         prefix = _Client("prefix", self.adapter)
         for step in program.prefix:
@@ -214,9 +230,12 @@ class Runner:
                         client.session = self._reopened()
                         self.sessions[clients.index(client)] = client.session
 
+            due = self.injector.due() if self.injector is not None else None
+            if due is not None and self.injector is not None:
+                self.injector.before_round(due)
             began = time.monotonic()
             futures = [self.pool.submit(branch, c, s) for c, s in zip(clients, round_.branches, strict=False)]
-            cut = self._cut_during(futures)
+            cut = self._cut_during(futures, due)
             for future in futures:
                 future.result()
             if cut is not None:
@@ -241,14 +260,11 @@ class Runner:
                 return self.adapter.session()
         return self.adapter.session()
 
-    def _cut_during(self, futures: list[Any]) -> Any:
+    def _cut_during(self, futures: list[Any], cut: Cut | None) -> Any:
         """If the injector's seed says so, strike while `futures` run: the injector's own
         future, which ends once the fault has landed (a backend exited, a process is back)
         or the round has ended."""
-        if self.injector is None:
-            return None
-        cut = self.injector.due()
-        if cut is None:
+        if self.injector is None or cut is None:
             return None
         done = threading.Event()
         remaining = [len(futures)]
@@ -314,7 +330,7 @@ def stress(
     try:
         while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
             program = generate(rng, workers, rounds=rounds, **options)
-            failed, first = 0, None
+            failed, first, stuck = 0, None, None
             for _ in range(repeats):
                 history = runner.run(program)
                 ticked = time.monotonic()
@@ -330,12 +346,15 @@ def stress(
                 elif result.verdict == NOT_LINEARIZABLE:
                     failed += 1
                     first = first or (result, history)
+                if stuck is None and (late := waited(history)):
+                    stuck = Stuck(program, history, tuple(late))
                 progress.seconds = time.monotonic() - started
                 if on_progress is not None:
                     on_progress(progress)
             progress.programs += 1
-            if first is not None:
-                return StressReport(machine, workers, seed, progress, Finding(program, failed, repeats, *first))
+            if first is not None or stuck is not None:
+                finding = Finding(program, failed, repeats, *first) if first is not None else None
+                return StressReport(machine, workers, seed, progress, finding, stuck)
     finally:
         runner.close()
     progress.seconds = time.monotonic() - started

@@ -5,8 +5,10 @@ service uses it, on the database's real clock, and audited afterwards
 (`conformance/concurrent/nemesis.py`). With `--adapter-cmd` or `--adapter`, any
 implementation with sessions is run as `leaseproof stress` runs it, while faults strike
 inside its rounds (`conformance/concurrent/faults.py`: its process killed and started
-again, its process paused, its database backends ended), and every history is judged by
-the model. The options are here; what a run needs is imported when one starts."""
+again, its process paused, its database backends ended, a tenant's rows held by a stalled
+client, its network traffic lost, delayed or cut), and every history is judged by the
+model; an operation that waited for a stalled tenant it had no business waiting for is a
+finding too. The options are here; what a run needs is imported when one starts."""
 
 from __future__ import annotations
 
@@ -36,19 +38,22 @@ DESCRIPTION = (
     "holder's finish accepted, no generation claimed twice, nothing left claimed once every lease ran out, and "
     "the healthy tenants' worst reap delay against its bound. With --adapter-cmd or --adapter: any "
     "implementation with sessions runs stress's concurrent programs while, in a share of the rounds, its process "
-    "is killed and started again (its state must survive, in the database its hello announces), paused, or "
-    "one of its database backends ended; every history is judged by the model."
+    "is killed and started again (its state must survive, in the database its hello announces), paused, "
+    "one of its database backends ended, one tenant's rows held by a stalled client, or its traffic with its "
+    "server lost, delayed or cut; every history is judged by the model, and a sweep or another tenant's "
+    "operation that waited for the stalled tenant is a finding."
 )
 EXITS = (
     "exit status: 0 safe and live (with an adapter: every history linearizable), 1 a safety check or the "
-    "liveness bound failed (with an adapter: a history is not linearizable), 2 usage, no fault applies to the "
-    "adapter, or the implementation failed instead of answering, 130 interrupted"
+    "liveness bound failed (with an adapter: a history is not linearizable, or an operation waited for a "
+    "stall), 2 usage, no fault applies to the adapter, or the implementation failed instead of answering, "
+    "130 interrupted"
 )
 # The faults for an implementation leaseproof knows only through its adapter
 # (conformance/concurrent/faults.py), in the order they are listed; the last four are the
 # proxy's, between the implementation and its server (NETWORK_FAULTS there).
-ADAPTER_FAULTS = ("kill", "pause", "terminate", "lose-answer", "reset", "delay", "blackhole")
-_NETWORK = ADAPTER_FAULTS[3:]
+ADAPTER_FAULTS = ("kill", "pause", "terminate", "stall", "lose-answer", "reset", "delay", "blackhole")
+_NETWORK = ADAPTER_FAULTS[4:]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -212,7 +217,8 @@ def _injectors(
     """The injectors asked for (or every one) that apply to `adapter`, and why each other
     is left out. `proxy`: in front of the server the adapter was told to use, if any; the
     injectors' own connections go around it."""
-    from leaseproof.conformance.concurrent.faults import Killer, Network, Pauser, Terminator
+    from leaseproof.conformance.concurrent.faults import Killer, Network, Pauser, Staller, Terminator
+    from leaseproof.conformance.lockstep import world as w
 
     def direct(dsn: str) -> str:
         return dsn if proxy is None else proxy.direct(dsn)
@@ -239,6 +245,13 @@ def _injectors(
             chosen.append(Pauser(lambda: int(adapter.process.pid), 1.0, seed))
         elif database is None:
             left_out.append((kind, "leaseproof did not give it its database, and its hello announces none"))
+        elif kind == "stall":
+            staller = Staller(direct(database), [w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES], 1.0, seed)
+            if staller.columns:
+                chosen.append(staller)
+            else:
+                staller.close()
+                left_out.append((kind, "no table of its database has a uuid column that could name a tenant"))
         else:
             chosen.append(Terminator(direct(database), 1.0, seed))
     return chosen, left_out

@@ -22,7 +22,7 @@ from leaseproof.conformance.frontends.progress import ProgressLine
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
     from leaseproof.conformance.concurrent.stress import Progress as StressProgress
-    from leaseproof.conformance.concurrent.stress import StressReport
+    from leaseproof.conformance.concurrent.stress import StressReport, Stuck
     from leaseproof.conformance.frontends.commands.running import Provisioned
 
 DESCRIPTION = (
@@ -234,6 +234,33 @@ def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisi
     return adapter
 
 
+def _not_live(report: StressReport, stuck: Stuck, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The verdict on a run in which an operation waited for a stalled tenant it must not wait for."""
+    from leaseproof.conformance.concurrent.linearizability import write_history
+    from leaseproof.conformance.concurrent.models import SPECS
+    from leaseproof.conformance.concurrent.stalls import WAIT_BOUND
+
+    spec = SPECS[report.machine]
+    out.write(
+        f"verdict: NOT LIVE — {len(stuck.waited)} operation(s) waited for a stalled tenant, which a sweep or another"
+        " tenant's operation must not: every outcome may be right, but one stuck client held them up\n"
+    )
+    for late in stuck.waited[:5]:
+        op, stall = late.operation, late.stall
+        out.write(
+            f"  {op.client}: {spec.describe_command(op.command)} was in flight from at least {WAIT_BOUND:g}s before"
+            f" the stall of tenant {spec.describe_key(stall.key)} ended until after it\n"
+        )
+    path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    try:
+        write_history(path, stuck.history)
+    except (OSError, TypeError, ValueError) as exc:
+        err.write(f"leaseproof: could not write the history to {path}: {exc}\n")
+    else:
+        out.write(f"history: {path} ({len(stuck.history):,} operations, the stalls among them)\n")
+    return EXIT_NONCONFORMING
+
+
 def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from leaseproof.conformance.concurrent.linearizability import timeline, write_history
     from leaseproof.conformance.concurrent.models import SPECS
@@ -267,6 +294,8 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
         f" for the {len(sent)} operations sent; never: {', '.join(never) or 'none'}\n"
     )
     finding = report.finding
+    if finding is None and report.stuck is not None:
+        return _not_live(report, report.stuck, args, out, err)
     if finding is None:
         if p.unknown:
             out.write(

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from leaseproof.conformance.concurrent.bench import Workload, simulate
-from leaseproof.conformance.concurrent.history import DROPPED, Barrier, History, Indeterminate, Operation
+from leaseproof.conformance.concurrent.history import DROPPED, Barrier, History, Indeterminate, Operation, Stall
 from leaseproof.conformance.concurrent.linearizability import (
     FORGOTTEN,
     LINEARIZABLE,
@@ -690,3 +690,91 @@ def test_the_behaviours_counted_are_those_of_the_order_that_explained_the_histor
 def test_a_violation_counts_no_behaviours() -> None:
     h = history(PENDING, op(1, "w1", claim(), CLAIMED, 1, 4), op(2, "w2", claim(), CLAIMED, 2, 3))
     assert check(h, DELIVERY).behaviours == {}
+
+
+# -- stalls: a tenant's rows held by a connection of the harness's own ------------------
+
+
+def stalled(initial: Any, *ops: Operation, stalls: tuple[Stall, ...], end: Any) -> History:
+    last = max([o.returned or o.invoked for o in ops] + [s.ended for s in stalls])
+    return History("delivery", initial, ops, (Barrier(last + 1, end),), stalls)
+
+
+def test_a_claim_may_pass_over_the_rows_a_stall_of_its_tenant_holds() -> None:
+    # d1 pending in A, which a stall holds while w1's claim runs: w1 misses.
+    miss = op(1, "w1", claim(), d.ClaimMiss(), 2, 3)
+    held = Stall(A, 1, 4, 5, 6)
+    assert verdicts(stalled(PENDING, miss, stalls=(held,), end=PENDING)) == (LINEARIZABLE,) * 2
+    # Not a stall of another tenant, nor one over before the claim began.
+    other = Stall(B, 1, 4, 5, 6)
+    assert verdicts(stalled(PENDING, miss, stalls=(other,), end=PENDING)) == (NOT_LINEARIZABLE,) * 2
+    over = Stall(A, 0, 1, 2, 3)
+    late = attrs.evolve(miss, invoked=4, returned=5)
+    assert verdicts(stalled(PENDING, late, stalls=(over,), end=PENDING)) == (NOT_LINEARIZABLE,) * 2
+
+
+# d1 and d2 of A claimed (d1 first), and the clock past both leases; and with one of B's too.
+EXPIRED_TWO = run(TWO_PENDING, claim(), claim(), d.AdvanceClock(40 * SECOND))
+EXPIRED_EACH = run(founded(A, B), commit("A", D1), commit("B", D2), claim(), claim(B), d.AdvanceClock(40 * SECOND))
+
+
+def _reaped_but(state: d.DeliverySystem, left: Any) -> d.DeliverySystem:
+    """`state` swept, but for the delivery `left` (community, id), which the sweep found held."""
+    return run(state, d.Reap()).with_delivery(state.deliveries[left])
+
+
+def test_a_sweep_may_leave_any_expired_lease_a_stall_of_its_tenant_holds() -> None:
+    held = Stall(A, 1, 3, 4, 5)
+    for left, took in ((D1, D2), (D2, D1)):  # whichever it left, the claim after takes the other
+        after = _reaped_but(EXPIRED_TWO, (A, left))
+        claimed = d.step(after, claim())
+        assert isinstance(claimed[1], d.Claimed) and claimed[1].lease.delivery_id == took
+        sweep = op(1, "reaper", d.Reap(), d.Reaped(1), 2, 5)
+        w1 = op(2, "w1", claim(), claimed[1], 6, 7)
+        assert verdicts(stalled(EXPIRED_TWO, sweep, w1, stalls=(held,), end=claimed[0])) == (LINEARIZABLE,) * 2
+        # Without the stall, both had expired, and the sweep returns both.
+        bare = History("delivery", EXPIRED_TWO, (sweep, w1), (Barrier(8, claimed[0]),))
+        assert verdicts(bare) == (NOT_LINEARIZABLE,) * 2
+    # It may leave both, and never count more than expired.
+    leaves = op(1, "reaper", d.Reap(), d.Reaped(0), 2, 5)
+    assert verdicts(stalled(EXPIRED_TWO, leaves, stalls=(held,), end=EXPIRED_TWO)) == (LINEARIZABLE,) * 2
+    too_many = op(1, "reaper", d.Reap(), d.Reaped(3), 2, 5)
+    end = run(EXPIRED_TWO, d.Reap())
+    assert verdicts(stalled(EXPIRED_TWO, too_many, stalls=(held,), end=end)) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_sweep_may_not_leave_a_lease_of_a_tenant_no_stall_holds() -> None:
+    # One expired lease in A (stalled), one in B: the sweep returns one of them.
+    sweep = op(1, "reaper", d.Reap(), d.Reaped(1), 2, 5)
+    held = (Stall(A, 1, 3, 4, 5),)
+    b_left = _reaped_but(EXPIRED_EACH, next(k for k in EXPIRED_EACH.deliveries if k[0] == B))
+    a_left = _reaped_but(EXPIRED_EACH, next(k for k in EXPIRED_EACH.deliveries if k[0] == A))
+    assert verdicts(stalled(EXPIRED_EACH, sweep, stalls=held, end=a_left)) == (LINEARIZABLE,) * 2
+    assert verdicts(stalled(EXPIRED_EACH, sweep, stalls=held, end=b_left)) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_an_unanswered_sweep_may_have_left_any_of_what_a_stall_held() -> None:
+    sweep = op(1, "reaper", d.Reap(), LOST, 2, None)
+    held = (Stall(A, 1, 3, 4, 5),)
+    for end in (EXPIRED_TWO, _reaped_but(EXPIRED_TWO, (A, D1)), _reaped_but(EXPIRED_TWO, (A, D2))):
+        assert verdicts(stalled(EXPIRED_TWO, sweep, stalls=held, end=end)) == (LINEARIZABLE,) * 2
+    assert verdicts(stalled(EXPIRED_TWO, sweep, stalls=(Stall(B, 1, 3, 4, 5),), end=end)) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_history_keeps_its_stalls_in_its_file(tmp_path: Any) -> None:
+    sweep = op(1, "reaper", d.Reap(), d.Reaped(0), 2, 5)
+    h = stalled(EXPIRED_TWO, sweep, stalls=(Stall(A, 1, 3, 4, 5),), end=EXPIRED_TWO)
+    write_history(tmp_path / "h.jsonl", h)
+    again = read_history(tmp_path / "h.jsonl")
+    assert again.stalls == h.stalls and check(again, DELIVERY).verdict == LINEARIZABLE
+
+
+@pytest.mark.parametrize(
+    ("stall", "says"),
+    [(Stall(A, 3, 3, 4, 5), "a stall's ticks must rise"), (Stall(A, 1, 3, 4, 9), "a stall across a barrier")],
+)
+def test_a_stall_out_of_order_or_across_a_barrier_is_refused(stall: Stall, says: str) -> None:
+    sweep = op(1, "reaper", d.Reap(), d.Reaped(0), 2, 5)
+    h = History("delivery", EXPIRED_TWO, (sweep,), (Barrier(6, EXPIRED_TWO),), (stall,))
+    with pytest.raises(ValueError, match=says):
+        check(h, DELIVERY)

@@ -1,6 +1,6 @@
 """`leaseproof nemesis --adapter-cmd`: any implementation with sessions, under faults in its
-rounds (its process killed and started again, paused, its backends ended), judged by the
-model; run from the command line as a user would."""
+rounds (its process killed and started again, paused, its backends ended, a tenant stalled,
+its traffic cut), judged by the model; run from the command line as a user would."""
 
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def _landed(output: str) -> dict[str, int]:
 
 
 def test_the_bundled_serve_survives_every_fault_that_applies(pg_server: Server, tmp_path: Path) -> None:
-    """Killed and started again, paused, its backends ended, and, started with LEASEPROOF_DSN
-    through the proxy, its answers lost, its requests reset, delayed and blackholed; the
-    lifecycle machine, whose fires must not be cut mid-way, paused, delayed and blackholed."""
+    """Killed and started again, paused, its backends ended, a tenant stalled, and, started with
+    LEASEPROOF_DSN through the proxy, its answers lost, its requests reset, delayed and
+    blackholed; the lifecycle machine, whose fires must not be cut mid-way, paused, stalled,
+    delayed and blackholed."""
     # Seed 11's first faulted rounds are a kill, a lost answer, an ended backend and a lost
     # answer again, so a short run meets both kinds asserted below.
     run = leaseproof(
@@ -48,9 +49,10 @@ def test_the_bundled_serve_survives_every_fault_that_applies(pg_server: Server, 
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     delivery, lifecycle = (_landed(part) for part in run.stdout.split("nemesis of the lifecycle machine"))
-    assert set(delivery) == {"kill", "pause", "terminate", "lose-answer", "reset", "delay", "blackhole"}, run.stdout
+    assert set(delivery) == {"kill", "pause", "terminate", "stall", "lose-answer", "reset", "delay", "blackhole"}
     assert delivery["kill"] > 0 and delivery["lose-answer"] + delivery["reset"] > 0, run.stdout
-    assert set(lifecycle) == {"pause", "delay", "blackhole"} and sum(lifecycle.values()) > 0, run.stdout
+    assert set(lifecycle) == {"pause", "stall", "delay", "blackhole"}, run.stdout
+    assert delivery["stall"] > 0 and lifecycle["stall"] > 0, run.stdout
     for kind in ("kill", "terminate", "lose-answer", "reset"):
         assert f"no {kind} fault: the lifecycle machine: a fire cut mid-way" in run.stdout
     assert run.stdout.count("verdict: LINEARIZABLE") == 2
@@ -69,15 +71,18 @@ def test_an_adapter_command_is_given_the_server_named_so_its_state_outlives_a_ki
     assert _landed(run.stdout)["kill"] > 0 and "verdict: LINEARIZABLE" in run.stdout
 
 
-def test_an_in_process_adapter_gets_its_backends_ended_and_nothing_else(pg_server: Server, tmp_path: Path) -> None:
+def test_an_in_process_adapter_gets_its_backends_ended_and_a_tenant_stalled_and_nothing_else(
+    pg_server: Server, tmp_path: Path
+) -> None:
     run = leaseproof(
         "nemesis", "--adapter", "leaseproof.impl.delivery.adapter:PostgresDeliveryAdapter", "--dsn", pg_server.dsn,
-        "--duration", "2", "--seed", "1", cwd=tmp_path,
+        "--duration", "2", "--seed", "5", cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "no kill fault: an in-process adapter has no process of its own to kill and start again" in run.stdout
     assert "no pause fault: an in-process adapter has no process of its own to stop" in run.stdout
-    assert set(_landed(run.stdout)) == {"terminate"} and _landed(run.stdout)["terminate"] > 0
+    landed = _landed(run.stdout)
+    assert set(landed) == {"terminate", "stall"} and landed["terminate"] > 0 and landed["stall"] > 0, run.stdout
     assert "verdict: LINEARIZABLE" in run.stdout
 
 
@@ -88,6 +93,7 @@ def test_the_node_example_is_paused_on_both_machines_and_told_why_nothing_else_a
     assert run.stdout.count("verdict: LINEARIZABLE") == 2
     assert "no kill fault: its hello announces no database for the delivery machine" in run.stdout
     assert "no terminate fault: leaseproof did not give it its database" in run.stdout
+    assert "no stall fault: leaseproof did not give it its database" in run.stdout
     assert "no kill fault: the lifecycle machine: a fire cut mid-way" in run.stdout
     assert "no lose-answer fault: no server is named (--dsn or LEASEPROOF_DSN)" in run.stdout
     faults = [line for line in run.stdout.splitlines() if line.startswith("faults: ")]
@@ -109,7 +115,10 @@ def test_a_fault_asked_for_that_does_not_apply_is_a_usage_error(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--faults", "restart"], "--faults takes kill, pause, terminate, lose-answer, reset, delay, blackhole, not"),
+        (
+            ["--faults", "restart"],
+            "--faults takes kill, pause, terminate, stall, lose-answer, reset, delay, blackhole, not",
+        ),
         (["--mutant", "reap-deletes"], "--mutant applies to the bundled store's nemesis"),
     ],
 )
