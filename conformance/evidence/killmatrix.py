@@ -26,7 +26,10 @@ examples (programs, schedules) and seconds, and how short the evidence was:
   service uses it, under every fault a shared server allows), NEMESIS_SECONDS
   on each seed. The full matrix runs it; the fast subset leaves it to the
   tests (tests/conformance/concurrent/test_nemesis.py runs a short nemesis in
-  CI, on the bundled store and two of them);
+  CI, on the bundled store and two of them). Those whose bug is in the store
+  are also served (`serve --mutant NAME`) to the nemesis over the wire with a
+  tenant stalled in WIRE_RATE of the rounds (`--faults stall`), judged by the
+  model and for who waited, RESTART_SECONDS on each seed;
 - restart mutants (impl/mutants/faults.py: RESTART_MUTANTS), state kept in the
   implementation's process: the nemesis of an implementation over the wire
   (`leaseproof nemesis --adapter-cmd "serve --mutant NAME" --faults kill`),
@@ -72,7 +75,7 @@ from psycopg.conninfo import conninfo_to_dict
 from leaseproof.conformance.boundary.wire import SubprocessAdapter
 from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.explain import violation_sentence
-from leaseproof.conformance.concurrent.faults import NETWORK_FAULTS, Killer, Mix, Network
+from leaseproof.conformance.concurrent.faults import NETWORK_FAULTS, Killer, Mix, Network, Staller
 from leaseproof.conformance.concurrent.linearizability import timeline
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.schedules import (
@@ -84,12 +87,14 @@ from leaseproof.conformance.concurrent.schedules import (
 from leaseproof.conformance.concurrent.stress import StressFault, StressReport, stress
 from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
 from leaseproof.conformance.harness.proxy import FaultProxy
+from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.conformance.queues.matrix import judge_subject
 from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
@@ -110,7 +115,9 @@ GUARANTEES = "guarantees profile"
 NEMESIS = "nemesis"
 KILLS = "nemesis: kill"  # the nemesis of an implementation over the wire, its process killed
 LOST_ANSWERS = "nemesis: network"  # the same, the proxy's faults between it and its server
-CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, KILLS, LOST_ANSWERS)
+STALLS = "nemesis: stall"  # the same, a tenant's rows held by a connection of the harness's own
+WIRE = (KILLS, LOST_ANSWERS, STALLS)  # the nemesis over the wire, of `serve --mutant NAME`
+CHECKS = (SCENARIOS_AND_SEARCH, SEARCH_ALONE, STRESS, FORCED, GUARANTEES, NEMESIS, *WIRE)
 NEMESIS_SECONDS = 30.0  # of each service mutant's nemesis run, on each seed
 RESTART_SECONDS = 120.0  # of each restart mutant's run under kills, on each seed
 WIRE_RATE = 0.5  # the share of rounds a fault strikes in, in the nemesis over the wire
@@ -119,6 +126,7 @@ GUARANTEE_RACES = 20  # rounds of each of the profile's races
 FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
 TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
 
+STALLED_TENANTS = tuple(w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES)  # those a stall may hold
 STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/conformance/concurrent/test_stress.py runs the race mutants
 
 
@@ -164,7 +172,8 @@ class Subject:
         guarantees`), which sees only the lease lifecycle of one tenant and target."""
         profile = (GUARANTEES,) if self.machine == "delivery" and not fast else ()
         if self.kind == SERVICE:
-            return () if fast else (NEMESIS,)
+            served = isinstance(self.variant, Mutant) and self.variant.service is DeliveryService
+            return () if fast else (NEMESIS, STALLS) if served else (NEMESIS,)
         if self.kind == RESTART:
             return () if fast else (KILLS,)
         if self.kind == NETWORK:
@@ -242,7 +251,7 @@ class Row:
         """The one line that says what the check saw: for stress, the violation in the model's words."""
         return (
             self.counterexample.splitlines()[0]
-            if self.check in (STRESS, NEMESIS, KILLS, LOST_ANSWERS) and self.counterexample
+            if self.check in (STRESS, NEMESIS, *WIRE) and self.counterexample
             else ""
         )
 
@@ -371,11 +380,11 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
 
 
 def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str | None = None) -> Row:
-    """Stress, with connections cut for a fault mutant; for a restart or network mutant
-    (`server`: the server's DSN), the nemesis of `serve --mutant NAME` over the wire, its
-    process killed, or the proxy's faults between it and the server."""
+    """Stress, with connections cut for a fault mutant; for a restart, network or service
+    mutant (`server`: the server's DSN), the nemesis of `serve --mutant NAME` over the wire,
+    its process killed, the proxy's faults between it and the server, or a tenant stalled."""
     started = time.monotonic()
-    check = STRESS if server is None else (KILLS if subject.kind == RESTART else LOST_ANSWERS)
+    check = STRESS if server is None else {RESTART: KILLS, NETWORK: LOST_ANSWERS, SERVICE: STALLS}[subject.kind]
     seconds = budgets.stress_seconds if server is None else RESTART_SECONDS
     base = _row(subject, check, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
     proxy = FaultProxy(server).start() if check == LOST_ANSWERS and server is not None else None
@@ -384,6 +393,9 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
         faults: Mix | None = None
         if proxy is not None:
             faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], WIRE_RATE, seed)
+        elif check == STALLS:
+            staller = Staller(adapter.databases[subject.machine], STALLED_TENANTS, 1.0, seed)
+            faults = Mix([staller], WIRE_RATE, seed)
         elif server is not None:
             faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
         report = stress(
@@ -408,6 +420,10 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
             proxy.close()
     p, finding = report.progress, report.finding
     base = attrs.evolve(base, examples=p.programs, seconds=p.seconds, check_seconds=time.monotonic() - started)
+    if finding is None and report.stuck is not None:
+        late = report.stuck.waited[0].operation
+        said = f"{late.client}: {SPECS[report.machine].describe_command(late.command)} waited for a stalled tenant"
+        return attrs.evolve(base, killed=True, how="divergence", detail="not live", counterexample=said)
     if finding is None:
         why = f"linearizable in {p.histories:,} histories"
         if p.unknown:
@@ -585,7 +601,7 @@ def run_matrix(
                             row = _guarantees(subject, dsn, seed, budgets)
                         elif check == NEMESIS:
                             row = _nemesis(subject, dsn, seed)
-                        elif check in (KILLS, LOST_ANSWERS):
+                        elif check in WIRE:
                             row = _stress(subject, dsn, seed, budgets, server=server.dsn)
                         else:
                             row = _lockstep(subject, dsn, check, seed, budgets)
@@ -630,6 +646,7 @@ def table(matrix: KillMatrix) -> str:
         (NEMESIS, "what the nemesis saw:"),
         (KILLS, "what the nemesis saw, killing the process:"),
         (LOST_ANSWERS, "what the nemesis saw, between the process and its server:"),
+        (STALLS, "what the nemesis saw, a tenant stalled:"),
     ):
         seen = [f"- {r.mutant} (seed {r.seed}): {r.why}" for r in matrix.rows if r.check == check and r.why]
         if seen:
