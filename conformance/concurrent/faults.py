@@ -30,6 +30,8 @@ that share of a typical round (the running mean of the lengths its caller
 `observe`s) before it looks for a busy backend. Looking at once instead would
 almost always cut a round's first statement, and never the second
 transaction of an operation spread over two, where atomicity bugs live.
+Only unfaulted rounds are observed (a cut lengthens its round), so with every
+round faulted (a rate of 1) there is none, and each cut looks at once.
 Which rounds are faulted, where in them a cut is aimed and which busy backend
 is chosen are the seed's; when the cut lands is also the real clock's, so two
 runs of one seed differ in detail.
