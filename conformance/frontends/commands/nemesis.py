@@ -122,7 +122,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The nemesis of an implementation behind an adapter: stress with faults in its rounds."""
-    from leaseproof.conformance.concurrent.faults import FaultError, Mix
+    from leaseproof.conformance.concurrent.faults import FaultError, Mix, Staller
     from leaseproof.conformance.frontends.commands.running import each_machine
     from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, stress_with_progress
     from leaseproof.conformance.harness.proxy import FaultProxy
@@ -190,6 +190,18 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{kind} {counts.ended:,} (of {counts.rounds_faulted:,} due)" for kind, counts in mix.each.items()
         )
         out.write(f"faults: {landed}\n")
+        staller = mix.injectors.get("stall")
+        if isinstance(staller, Staller) and staller.counts.ended:
+            out.write(f"stalls: {staller.rows:,} rows held in all\n")
+            if not staller.rows:  # stalls that held nothing checked nothing
+                held_none = (
+                    "the stalls held no row: no uuid column of its database names the tenants the programs use,"
+                    " so nothing was stalled"
+                )
+                if asked and "stall" in asked:
+                    err.write(f"leaseproof: {held_none}\n")
+                    return EXIT_USAGE
+                out.write(f"note: {held_none}\n")
         return _stress_report(report, args, out, err)
 
     try:
