@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -142,8 +143,14 @@ def run(
                 err.write(f"leaseproof: could not write the trace to {path}: {exc.strerror}\n")
             else:
                 out.write(
-                    f"trace: {path} (the first path above, {len(recorded.steps)} steps; "
-                    f"replay it with: leaseproof replay {path})\n"
+                    f"trace: {path} (the first path above, {len(recorded.steps)} steps; run it on an "
+                    f"implementation with: leaseproof replay {shlex.quote(str(path))})\n"
                 )
+            # The exploration is exhaustive within its bounds, so the same bounds meet the same violation.
+            flags = " ".join(
+                f"--{f.name.replace('_', '-')} {getattr(bounds, f.name)}" for f in attrs.fields(type(bounds))
+            )
+            again = f"leaseproof explore --machine {machine} {flags}" + (" --every-step" if every_step else "")
+            out.write(f"explore again with: {again}\n")
         out.flush()
     return holds

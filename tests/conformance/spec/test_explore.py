@@ -10,6 +10,7 @@ No database here.
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -376,5 +377,13 @@ def test_explore_exits_1_with_the_shortest_path_and_a_trace(
     assert "invariants: VIOLATED" in out
     assert "1. CreateWorkflow/new: changed events, which its rule does not declare\n" in out
     assert "shortest path, 2 step(s):\n     1. CreateCommunity(community_id=A)\n     2. CreateWorkflow(" in out
-    assert f"trace: {out_file} (the first path above, 2 steps" in out
+    assert (
+        f"trace: {out_file} (the first path above, 2 steps; run it on an implementation with: leaseproof replay" in out
+    )
     assert [type(s.command).__name__ for s in trace.read(out_file).steps] == ["CreateCommunity", "CreateWorkflow"]
+    # The command it prints to explore again meets the same violation (the trace's replay runs
+    # the path on an implementation, which shows nothing of a broken model).
+    (again,) = (line.removeprefix("explore again with: ") for line in out.splitlines() if "explore again" in line)
+    assert again.startswith("leaseproof explore --machine delivery --communities 1 --targets 1 ")
+    assert cli.main([*shlex.split(again)[1:], "--trace-out", str(tmp_path / "again.jsonl")]) == EXIT_NONCONFORMING
+    assert "1. CreateWorkflow/new: changed events, which its rule does not declare\n" in capsys.readouterr().out
