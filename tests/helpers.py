@@ -170,6 +170,32 @@ def fails_to_reap(dsn):
 """
 
 
+# The delivery model, in memory, as the class `Model(dsn)` of an adapter script, whose own
+# `Session(model)` its sessions are (the script imports threading and the model as `m`).
+MODEL_CLASS = """
+class Model:
+    def __init__(self, dsn):
+        self.dsn, self.state, self.lock = dsn, None, threading.Lock()
+
+    def reset(self, start):
+        self.state = m.initial_state(start)
+
+    def execute(self, command):
+        with self.lock:
+            self.state, outcome = m.step(self.state, command)
+            return outcome
+
+    def snapshot(self):
+        return self.state
+
+    def session(self):
+        return Session(self)
+
+    def close(self):
+        pass
+"""
+
+
 def write_adapters(folder: Path) -> None:
     """`folder/adapters.py`: ADAPTERS_MODULE, importable from there as `adapters`."""
     (folder / "adapters.py").write_text(ADAPTERS_MODULE)

@@ -56,6 +56,7 @@ from psycopg.rows import dict_row
 from leaseproof.conformance.concurrent.history import Recorder, Stall
 from leaseproof.conformance.concurrent.stalls import WAIT_BOUND, holding
 from leaseproof.conformance.harness.proxy import FaultProxy
+from leaseproof.conformance.lockstep import world as w
 
 # Backends of the adapter's database that are doing something: running a
 # statement, or holding a transaction open between statements.
@@ -312,6 +313,7 @@ _TENANT_COLUMNS = """
           WHERE i.indrelid = c.oid AND i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = a.attnum)
     ORDER BY 1, 2, 3
 """
+STALLED_TENANTS = tuple(w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES)  # those stress's programs use
 STALL_SECONDS = 2.0  # how long a stalled tenant's rows stay held, at most (more than WAIT_BOUND)
 
 
@@ -322,8 +324,8 @@ class Staller(RoundFault):
     those it finds locked, so it never waits and never deadlocks with the implementation;
     it holds them while the round runs, for STALL_SECONDS (less if the round ends first), as
     a client stuck mid-transaction does, then rolls back. The tenant is one of those holding
-    a lease at the round's start (a stalled client is a lease holder), else of `tenants`;
-    which one, the seed's.
+    a lease at the round's start (a stalled client is a lease holder), else of `tenants`
+    (by default the communities stress's programs use); which one, the seed's.
 
     The stall is recorded in the history (`Stall`): while it lasts, a claim of the tenant
     may pass over its rows and a sweep may leave its expired leases (the checker's
@@ -332,7 +334,7 @@ class Staller(RoundFault):
 
     kind = "stall"
 
-    def __init__(self, dsn: str, tenants: Sequence[Any], rate: float, seed: int) -> None:
+    def __init__(self, dsn: str, rate: float, seed: int, tenants: Sequence[Any] = STALLED_TENANTS) -> None:
         super().__init__(rate, seed)
         if not tenants:
             raise ValueError("a stall needs tenants to stall")

@@ -87,7 +87,6 @@ from leaseproof.conformance.concurrent.schedules import (
 from leaseproof.conformance.concurrent.stress import StressFault, StressReport, stress
 from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
 from leaseproof.conformance.harness.proxy import FaultProxy
-from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
@@ -126,7 +125,6 @@ GUARANTEE_RACES = 20  # rounds of each of the profile's races
 FAULT_RACES = 100  # for a fault mutant, which only the rounds with a cut can show (`leaseproof guarantees`' default)
 TERMINATE = 0.5  # the share of rounds with a connection cut (the profile's races; stress of a fault mutant)
 
-STALLED_TENANTS = tuple(w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES)  # those a stall may hold
 STRESS_WORKERS, STRESS_REPEATS = 8, 3  # as tests/conformance/concurrent/test_stress.py runs the race mutants
 
 
@@ -394,8 +392,7 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
         if proxy is not None:
             faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], WIRE_RATE, seed)
         elif check == STALLS:
-            staller = Staller(adapter.databases[subject.machine], STALLED_TENANTS, 1.0, seed)
-            faults = Mix([staller], WIRE_RATE, seed)
+            faults = Mix([Staller(adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
         elif server is not None:
             faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
         report = stress(

@@ -230,7 +230,6 @@ def _injectors(
     is left out. `proxy`: in front of the server the adapter was told to use, if any; the
     injectors' own connections go around it."""
     from leaseproof.conformance.concurrent.faults import Killer, Network, Pauser, Staller, Terminator
-    from leaseproof.conformance.lockstep import world as w
 
     def direct(dsn: str) -> str:
         return dsn if proxy is None else proxy.direct(dsn)
@@ -258,7 +257,7 @@ def _injectors(
         elif database is None:
             left_out.append((kind, "leaseproof did not give it its database, and its hello announces none"))
         elif kind == "stall":
-            staller = Staller(direct(database), [w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES], 1.0, seed)
+            staller = Staller(direct(database), 1.0, seed)
             if staller.columns:
                 chosen.append(staller)
             else:

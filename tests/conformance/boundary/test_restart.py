@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import MODEL_CLASS
 
 from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, _check_hello, serve
 from leaseproof.conformance.harness.provision import Server, databases_named, process_alive
@@ -24,31 +25,6 @@ from leaseproof.model import delivery as m
 
 PYTHON = shlex.quote(sys.executable)
 A, T1 = w.COMMUNITIES["A"], w.TARGETS["T1"]
-
-# The delivery model behind `serve` (in the scripts below), in the database `dsn` names: its
-# sessions are the script's own `Session`s over it.
-_MODEL = """
-class Model:
-    def __init__(self, dsn):
-        self.dsn, self.state, self.lock = dsn, None, threading.Lock()
-
-    def reset(self, start):
-        self.state = m.initial_state(start)
-
-    def execute(self, command):
-        with self.lock:
-            self.state, outcome = m.step(self.state, command)
-            return outcome
-
-    def snapshot(self):
-        return self.state
-
-    def session(self):
-        return Session(self)
-
-    def close(self):
-        pass
-"""
 
 # The delivery model behind `serve`, in a database it names (a fake: nothing connects to
 # it). It logs each start and each request's method to argv[1]. Modes (argv[2]):
@@ -83,7 +59,7 @@ class Session:
 
 
 """
-    + _MODEL
+    + MODEL_CLASS
     + """
 
 log(f"start {os.getpid()}")
@@ -204,7 +180,7 @@ def test_an_adapter_that_announces_no_database_cannot_be_restarted(tmp_path: Pat
     script.write_text(
         "import sys\n"
         "from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[2])!r}]\n"  # it, and helpers
         "from test_restart import _InADatabase\n"
         "adapter = _InADatabase()\n"
         "del adapter.dsn\n"
@@ -325,7 +301,7 @@ class Session:
 
 
 """
-    + _MODEL
+    + MODEL_CLASS
     + """
 
 wire.serve(Model(DSN), implementation="a slow writer", stdout=wire.stdout_for_protocol())

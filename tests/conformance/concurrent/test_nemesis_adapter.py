@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import REPO, leaseproof
+from helpers import MODEL_CLASS, REPO, leaseproof
 
 from leaseproof.conformance.boundary.wire import SessionLost, SubprocessAdapter
 from leaseproof.conformance.harness.provision import Server
@@ -204,48 +204,35 @@ def test_a_session_that_resends_after_a_lost_answer_claims_twice(pg_server: Serv
 
 # An in-process adapter whose state is the model's, in memory, and whose database (given by
 # leaseproof) holds only a table with a uuid column that names no tenant: stalls hold nothing.
-_HOLDS_NOTHING = """
+_HOLDS_NOTHING = (
+    """
 import threading
 import psycopg
 from leaseproof.model import delivery as m
 
 
 class Session:
-    def __init__(self, adapter):
-        self.adapter = adapter
+    def __init__(self, model):
+        self.model = model
 
     def execute(self, command):
-        return self.adapter.execute(command)
+        return self.model.execute(command)
 
     def close(self):
         pass
+"""
+    + MODEL_CLASS
+    + """
 
-
-class Adapter:
+class Adapter(Model):
     name = "the model, in memory"
 
     def __init__(self, dsn):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS unrelated (id serial PRIMARY KEY, other uuid)")
-        self.state, self.lock = None, threading.Lock()
-
-    def reset(self, start):
-        self.state = m.initial_state(start)
-
-    def execute(self, command):
-        with self.lock:
-            self.state, outcome = m.step(self.state, command)
-            return outcome
-
-    def snapshot(self):
-        return self.state
-
-    def session(self):
-        return Session(self)
-
-    def close(self):
-        pass
+        super().__init__(dsn)
 """
+)
 
 
 def test_stalls_asked_for_that_held_nothing_are_a_usage_error(pg_server: Server, tmp_path: Path) -> None:

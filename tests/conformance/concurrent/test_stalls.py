@@ -26,7 +26,6 @@ from leaseproof.model import lifecycle as lc
 
 A, B = w.COMMUNITIES["A"], w.COMMUNITIES["B"]
 LEASE = d.Lease(A, w.DELIVERIES["d1"], w.TARGETS["T1"], 1, w.START)
-TENANTS = [w.COMMUNITIES[name] for name in w.LIVE_COMMUNITIES]
 
 
 def _late(command: object, invoked: int = 2, returned: int = 20) -> list[Operation]:
@@ -106,7 +105,7 @@ _SWEEP_AND_CLAIM = Program("delivery", _PREFIX, (Round(((d.Reap(),), (d.Claim(A,
 
 def _stalled_run(dsn: str, store: type[PostgresDeliveryStore]) -> tuple[History, Staller]:
     adapter = PostgresDeliveryAdapter(dsn, store)
-    staller = Staller(dsn, TENANTS, 1.0, 1)
+    staller = Staller(dsn, 1.0, 1)
     runner = Runner(adapter, "delivery", 2, faults=staller)
     try:
         return runner.run(_SWEEP_AND_CLAIM), staller
@@ -137,7 +136,7 @@ def test_a_sweep_that_waits_for_a_stalled_tenant_is_not_live(scratch_dsn: str) -
 
 def test_the_bundled_store_under_stalls_in_random_programs_is_linearizable_and_live(scratch_dsn: str) -> None:
     adapter = PostgresDeliveryAdapter(scratch_dsn, PostgresDeliveryStore)
-    staller = Staller(scratch_dsn, TENANTS, 1.0, 2)
+    staller = Staller(scratch_dsn, 1.0, 2)
     try:
         report = stress(
             adapter, machine="delivery", workers=4, duration=60, seed=2, repeats=1, faults=staller, rounds=4,
