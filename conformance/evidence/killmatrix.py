@@ -1,60 +1,16 @@
 """The kill matrix: every shipped mutant against every check that applies to it.
 
-A check is only as good as the bugs it catches, so the matrix runs each
-known-buggy variant of the bundled implementation (impl/mutants/delivery.py,
-impl/mutants/lifecycle.py, impl/mutants/race.py, impl/mutants/faults.py) against its checks and
-records, per (mutant, check), whether the check killed it, after how many
-examples (programs, schedules) and seconds, and how short the evidence was:
-
-- sequential mutants: the lockstep run with the fixed scenarios first (the
-  fast check), and the randomized search alone, scenarios off (the evidence
-  that the search does not lean on the scenarios). Stress is not run on them:
-  its programs leave out reads and deletions by design (they are not
-  linearizable with in-flight claims) and never fence a tenant, so several
-  sequential bugs are out of its reach (delivery-ids-reused needs a deletion,
-  reap-ignores-fence a fenced tenant), and the lockstep, which compares the
-  full state after every step, already kills each one in about a second;
-- race mutants, which pass the sequential lockstep: `leaseproof stress`, and,
-  for those that random scheduling does not meet reliably (two of each
-  machine), the forced interleaving that catches them
-  (conformance/concurrent/schedules.py: INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS);
-- fault mutants, an operation spread over two transactions, which pass the
-  sequential lockstep: stress with connections cut (`stress --terminate`) and
-  the lease-queue profile, whose race rounds cut them too;
-- service mutants (impl/mutants/service.py), each breaking one clause of the
-  nemesis's audit: the nemesis (`leaseproof nemesis`: the store used as a
-  service uses it, under every fault a shared server allows), NEMESIS_SECONDS
-  on each seed. The full matrix runs it; the fast subset leaves it to the
-  tests (tests/conformance/concurrent/test_nemesis.py runs a short nemesis in
-  CI, on the bundled store and two of them). Those whose bug is in the store
-  are also served (`serve --mutant NAME`) to the nemesis over the wire with a
-  tenant stalled in WIRE_RATE of the rounds (`--faults stall`), judged by the
-  model and for who waited, RESTART_SECONDS on each seed;
-- restart mutants (impl/mutants/faults.py: RESTART_MUTANTS), state kept in the
-  implementation's process: the nemesis of an implementation over the wire
-  (`leaseproof nemesis --adapter-cmd "serve --mutant NAME" --faults kill`),
-  its process killed and started again in WIRE_RATE of the rounds,
-  RESTART_SECONDS on each seed; the full matrix only (the tests show the
-  difference a restart makes directly);
-- network mutants (NETWORK_MUTANTS there), a resend after a lost answer: the
-  same nemesis with the proxy's faults between `serve` and its server
-  (`--faults lose-answer,reset,delay,blackhole`, `serve` started with
-  LEASEPROOF_DSN through the proxy), in WIRE_RATE of the rounds,
-  RESTART_SECONDS on each seed; the full matrix only.
-
-The lease-queue profile (`leaseproof guarantees`) cuts a connection in half of
-its race rounds (TERMINATE) for every delivery mutant it judges.
-
-Every check is seeded, so its programs are the same on every run. The stress
-runs are truly concurrent, so where in them a race shows can vary between
-runs: its figures are what this run observed.
-
-The fast subset (`fast=True`) keeps the checks that take seconds: the
-lockstep with scenarios (each sequential mutant dies in a fixed scenario),
-the forced interleavings (instead of stress, for the four mutants that need
-them), stress for the other race mutants, which it usually kills
-within a few dozen programs, and both checks of the fault mutants; no
-service, restart or network mutant.
+A check is only as good as the bugs it catches, so the matrix runs each known-buggy
+variant of the bundled implementation (`impl/mutants/`) against its checks
+(`Subject.checks`) and records, per (mutant, check), whether the check killed it,
+after how many examples and seconds, and how short the evidence was. Sequential
+mutants meet the lockstep (with the fixed scenarios, and by the search alone); race
+mutants stress and, where random scheduling does not meet them, a forced
+interleaving; fault mutants stress with connections cut; service, restart and
+network mutants the nemesis (over the wire: stalls, kills, the proxy's faults); the
+lease-queue profile judges every delivery mutant. The fast subset (`fast=True`)
+keeps the checks that take seconds. Every check is seeded, but where a stress run
+meets a race varies between runs. docs/kill-matrix.md has each check and budget.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """The scope check: who may call what, on the bundled implementation's database API.
 
-The model has no roles, so no lockstep program can see a bug in the code that decides
-which communities a session acts for (`lp_may_act`, `lp_is_fleet`, the scope
-conditions of the operations). This check can. On a migrated database it makes three
-roles for the time of the check (cluster-wide, named after the process and dropped at
-the end): a fleet role, a tenant of community A (rows of `lp_role_scope`, as
-`impl/tenants.sql` writes them) and a role with no scope, each with EXECUTE on the
-functions and no other privilege. It then acts as each of them through the stores
-(`SET SESSION AUTHORIZATION`: the functions judge `session_user`) and judges:
-
-- the tenant runs both machines on A: every operation answers as the model says;
-- the fleet role runs both machines on B, creates and fences communities;
-- every operation the tenant sends for B is `Forbidden`, a resume of B's run is
-  `UnknownRun`, its replica caches A's records alone, it may not sweep, nor create,
-  fence or delete even its own community;
-- the role with no scope may do nothing, and caches nothing;
-- an operation sent inside a REPEATABLE READ transaction is refused (SQLSTATE 25001);
-- the fleet's sweep reaps both communities' expired leases.
-
-`judge` returns None when all of that holds, else the first thing that did not. It
-needs a superuser (roles, SET SESSION AUTHORIZATION); `tests/impl/test_tenants.py`
-runs the same isolation on the roles `impl/roles.sql` makes, with login roles.
+The model has no roles, so no lockstep program can see a bug in the code that
+decides which communities a session acts for (`lp_may_act`, `lp_is_fleet`, the
+operations' scope conditions). This check can. On a migrated database it makes
+three roles for the time of the check (cluster-wide, named after the process,
+dropped at the end): a fleet role, a tenant of community A and a role with no
+scope, each with EXECUTE on the functions and nothing else. It acts as each
+through the stores (`SET SESSION AUTHORIZATION`: the functions judge
+`session_user`, so it needs a superuser) and judges that each may do exactly
+what its scope allows (docs/search-power.md lists what is judged). `judge`
+returns None when all of that holds, else the first thing that did not.
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
 """The mutation score: how many mechanically generated bugs the checks find.
 
-The shipped mutants were written by people who knew the scenarios; the
-generated ones (`impl/mutants/generated/`: one site of the body of one of the
-database functions changed) were not, so they measure what an implementation
-written elsewhere can rely on. Each generated mutant runs through the checks
-that can see it:
-
-- a *sequential* mutant, through the lockstep search alone (`verify` with the
-  fixed scenarios switched off), on every seed, at `verify`'s default budget;
-  and, once, through the fixed scenarios alone (they take no seed);
-- a *race* mutant (a lock removed or weakened: nothing changes one operation
-  at a time), through `leaseproof stress` on every seed, and through the
-  contention schedules of the function it changes, where
-  `conformance/concurrent/contention.py` derives some
-  (`contention.locking_statements` names the function);
-- a *scope* mutant (of the code that decides who may call: the model has no
-  roles), through the scope check (`conformance/evidence/scopes.py`), once.
-
-A mutant that survives every check is either *equivalent* (no program can
-tell it from the bundled implementation: `impl/mutants/generated/equivalent.py` says
-why, next to its name) or a weakness of the checks. The score is killed /
-non-equivalent, per check; the search's own score (sequential mutants killed
-by the search alone, on any seed) is the one a run must reach (`MIN_SCORE`).
-An equivalence claim that a check disproves (the "equivalent" mutant was
-killed) is reported as loudly as a survivor, and fails the run.
-
-The work spreads over processes (`jobs`), each with its own database on the
-one server; a task is one (mutant, check, seed). Every check is seeded, so a
-run's lockstep figures are the same every time; where in a stress run a race
-shows varies, as it does for the kill matrix.
+The shipped mutants were written by people who knew the scenarios; the generated ones
+(`impl/mutants/generated/`: one site of one database function's body changed) were
+not, so they measure what an implementation written elsewhere can rely on. Each runs
+through the checks that can see it: a sequential mutant, the lockstep search alone on
+every seed and the fixed scenarios once; a race mutant, stress on every seed and the
+contention schedules of the function it changes; a scope mutant, the scope check
+(`scopes.py`). A survivor is equivalent (`equivalent.py` says why) or a weakness of
+the checks. The score is killed by any check / non-equivalent, and must reach
+`MIN_SCORE`; the search's own score is reported beside it; a disproved equivalence
+claim fails the run. A task is one (mutant, check, seed), spread over `jobs`
+processes, each with its own database. docs/search-power.md says more.
 """
 
 from __future__ import annotations

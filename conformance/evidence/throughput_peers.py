@@ -1,80 +1,14 @@
 """The throughput benchmark's peers: procrastinate and PgQueuer, driven through their public APIs.
 
-Each `*_round` function is handed the DSN of an empty database of its own. It
-installs the library's schema there with the library's own installer (not
-timed), then starts `workers` worker processes (multiprocessing, "spawn":
-each imports the library itself and opens its own connections) and times them
-from the moment all of them are ready until the last is done, as the store's
-and the floor's rounds are timed (`throughput.py`). The jobs are
-spread over the processes, `jobs // workers` each (the first `jobs % workers`
-processes take one more), and each process runs its share of *cycles* in two
-phases:
-
-- phase A: it enqueues its share one job per call, each call its own commit
-  (as a producer would); then it waits at a barrier for the other processes;
-- phase B: it runs the library's worker, which claims and completes jobs with
-  a no-op task until the queue is empty, and exits.
-
-A cycle is therefore one public enqueue call plus one claim and one completion
-by the library's worker machinery; which process completes which job is the
-libraries' business. The time includes the worker's own start and shutdown
-(the library's), not the processes'. After the processes have exited the round
-checks, with psycopg on the library's own tables, that exactly `jobs` jobs were
-enqueued and all completed; if not, or if a process failed or outlived
-`PROCESS_TIMEOUT`, it raises `RuntimeError`.
-
-procrastinate (its defaults, except where said):
-
-- connector `PsycopgConnector(conninfo=dsn)`: a psycopg_pool
-  `AsyncConnectionPool` per process at the pool's default size (4
-  connections), which procrastinate opens with a liveness check on every
-  checkout; schema by `app.schema_manager.apply_schema_async()`;
-- the task: `async def noop() -> None`, registered by `app.task(name="noop")`,
-  default queue, no lock, no retry;
-- enqueue: `await task.defer_async()`, one job per call (one
-  `procrastinate_defer_jobs_v1` statement, committed as the pool's connection
-  is given back);
-- worker: `app.run_worker_async(concurrency=1, wait=False)`: one job at a time
-  per process (claim = one `procrastinate_fetch_job_v2` call, completion = one
-  `procrastinate_finish_job_v1` call); `wait=False` makes the worker return as
-  soon as a fetch finds no job, so its polling interval
-  (`fetch_job_polling_interval`, default 5 s) never comes into play and is left
-  at its default; `listen_notify` is left on (the worker LISTENs, which does
-  not matter for a queue that is full when it starts); `delete_jobs` is left at
-  "never", so completed jobs stay in `procrastinate_jobs` with status
-  `succeeded`, which is what the check counts.
-
-PgQueuer (its defaults, except where said):
-
-- driver `AsyncpgDriver` over one asyncpg connection per process (the driver
-  PgQueuer's documentation starts with), used for enqueueing, dequeueing,
-  completion logging and LISTEN alike; schema by `Queries.install()` (durability
-  "durable", the default), through its psycopg driver;
-- enqueue: `await queries.enqueue("noop", None)`, one job per call, one
-  autocommitted statement;
-- worker: `QueueManager` with one entrypoint, `async def noop(job) -> None`
-  registered by `manager.entrypoint("noop")` (its defaults: no concurrency limit), run by
-  `QueueManager.run(mode=QueueExecutionMode.drain)`, the library's public stop
-  condition: the worker shuts down once it finds no queued job and has no job
-  in flight. Dequeue batch size 10 (the default; the subject `pgqueuer-1` sets
-  `batch_size=1`, one job a dequeue as every other subject), so a process claims up to 10
-  jobs per dequeue and runs them as concurrent asyncio tasks
-  (`max_concurrent_tasks` unlimited, the default); completions are buffered
-  and written in batches (the buffer holds up to the batch size, 10, and is
-  also flushed every 0.1 s and on shutdown): a completed job is deleted from
-  the `pgqueuer` table and logged in `pgqueuer_log` as `successful`, so the
-  check counts `pgqueuer_log` (each job once `queued`, once `picked`, once
-  `successful`, nothing else) and an empty queue table. New jobs are found
-  through LISTEN/NOTIFY (every change of the queue table notifies);
-  `dequeue_timeout`, the fallback poll when no notification comes, is set to
-  `PGQUEUER_DEQUEUE_TIMEOUT` (0.01 s) instead of the default 30 s, so that a
-  worker waiting for its last in-flight jobs never idles on it. Heartbeat and
-  log aggregation intervals are the defaults.
-- Its psycopg driver is not used for the workers: its notification watcher
-  holds the one connection's lock while it waits (up to 1 s, fixed) for a
-  notification, so at the end of a round, when notifications stop, each of a
-  worker's last queries waits about 1 s (3-4 s a round, measured); the asyncpg
-  driver listens without blocking queries.
+Each `*_round` function gets the DSN of an empty database of its own, installs
+the library's schema with the library's own installer (not timed), and times
+`workers` spawned processes from the moment all are ready until the last is
+done, as `throughput.py` times the store and the floor. Each process enqueues
+its share one job per public call (each its own commit), waits at a barrier,
+then runs the library's worker with a no-op task until the queue is empty. The
+round then counts on the library's tables that every job was done, and raises
+`RuntimeError` if not. The libraries run at their defaults except where said:
+docs/throughput.md ("How the peers are driven") lists each setting, and why.
 """
 
 from __future__ import annotations
@@ -111,14 +45,14 @@ def versions() -> dict[str, str]:
 
 
 def procrastinate_round(dsn: str, workers: int, jobs: int) -> float:
-    """Seconds for `workers` procrastinate processes to enqueue and complete `jobs` jobs (see the module's doc)."""
+    """Seconds for `workers` procrastinate processes to enqueue and complete `jobs` jobs (docs/throughput.md)."""
     expected = {"succeeded": jobs}
     return _round("procrastinate", dsn, workers, jobs, _procrastinate_install, _procrastinate_process,
                   _procrastinate_counts, expected)  # fmt: skip
 
 
 def pgqueuer_round(dsn: str, workers: int, jobs: int) -> float:
-    """Seconds for `workers` PgQueuer processes to enqueue and complete `jobs` jobs (see the module's doc)."""
+    """Seconds for `workers` PgQueuer processes to enqueue and complete `jobs` jobs (docs/throughput.md)."""
     expected = {"left in queue": 0, "log: queued": jobs, "log: picked": jobs, "log: successful": jobs}
     return _round("pgqueuer", dsn, workers, jobs, _pgqueuer_install, _pgqueuer_process, _pgqueuer_counts, expected)
 
