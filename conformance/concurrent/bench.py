@@ -2,17 +2,14 @@
 
     python -m leaseproof.conformance.concurrent.bench [--sizes 1000,10000,100000] [--seed 1] [--clients 8]
 
-Each history comes from simulating concurrent clients against the model
-(`simulate`): every operation takes effect at one instant between its
-invocation and its response, so every history is linearizable and the
-checker must say so. Clients spread over many communities; epochs are short
-and end at a barrier that records the state; the clock moves at some
-barriers, so leases expire and reaps find them; a few operations lose their
-response, some after taking effect, some before (and those may still take
-effect later, or never).
-
-The table gives, per size, the checker's work and time, its peak memory (a
-second, traced run), and its time as a multiple of the smallest size's.
+Each history comes from simulating concurrent clients against the model (`simulate`):
+every operation takes effect at one instant between its invocation and its response,
+so every history is linearizable and the checker must say so. Clients spread over
+many communities; short epochs end at a barrier that records the state; the clock
+moves at some barriers, so leases expire and reaps find them; a few operations lose
+their response, some after taking effect, some before (which may still take effect
+later, or never). The table gives, per size, the checker's work and time, its peak
+memory (a second, traced run), and its time as a multiple of the smallest size's.
 """
 
 from __future__ import annotations

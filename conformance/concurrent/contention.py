@@ -1,40 +1,16 @@
 """Contention schedules derived from a locking statement of either machine.
 
-A lock matters only while another transaction wants the same thing. Every
-operation is one database function (impl/migrations/0006_database_api.sql),
-and a statement of one that locks (a row lock, SKIP LOCKED, an advisory lock,
-the write fence) is a point a schedule parks at: every operation of a small
-catalogue that runs it is parked right after it, inside its function, holding
-what it took (an `instrumented` variant of the functions has a point at every
-statement boundary, impl/hooks/gate.py), and then before the COMMIT of the call
-that ran it, holding everything, on a fixed scene; each operation of the
-catalogue then runs beside it on another connection, and the parked one is
-let go. Two things are judged:
-
-- some serial order of the model gives both outcomes and the final state
-  (`Race.judgement`); a fault (a deadlock the server broke, a foreign key a
-  lost lock let through) fails the schedule too;
-- operations do not wait where the spec says they do not. Delivery: a claim
-  waits only for a change of its community's state (the write fence a fence or
-  deletion holds exclusively), a sweep only for another sweep (sweeps take
-  turns; a community whose fence is held exclusively it skips, and rows others
-  hold it leaves); specs/delivery.md: "claimers never block each other", the
-  reaper skips rows others hold. Lifecycle: a cache refresh is a read, which
-  waits for nothing.
-
-Pairs the spec names as known disagreements are not run: in the delivery
-machine, a claim beside a deletion or a read (specs/delivery.md,
-"Concurrency").
-
-The schedules are mechanical: nothing here names a mutant. The locking
-statements are found in the shipped functions (`locking_statements`: those
-the machine's calls reach, named `function:ordinal`), and a variant (a
-generated race mutant) is parked at the same statement of its own functions.
-`leaseproof mutants --generated` runs, for each race mutant, the schedules of
-the function it changes (the check "contention");
-tests/conformance/concurrent/test_contention.py runs every locking
-statement's schedules against the bundled implementations, which must pass
-them all.
+A lock matters only while another transaction wants the same thing. Each statement
+that locks (a row lock, SKIP LOCKED, an advisory lock, the write fence) is a point a
+schedule parks at: every operation of a small catalogue that runs it is parked right
+after it, inside its function (an `instrumented` variant, impl/hooks/gate.py), then
+before its COMMIT, on a fixed scene, while each operation of the catalogue runs
+beside it on another connection. Judged: some serial order of the model explains the
+outcomes and the final state (`Race.judgement`), and no operation waits where the
+spec says it does not (pairs the spec names as known disagreements are not run).
+Nothing here names a mutant: the statements are found in the shipped functions
+(`locking_statements`), and a variant is parked at the same statement of its own.
+docs/search-power.md ("Contention schedules") says what waits for what, and who runs them.
 """
 
 from __future__ import annotations

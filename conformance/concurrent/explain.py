@@ -1,19 +1,14 @@
 """The order a page draws: the linearization of a history, or the longest partial one.
 
-The checker (conformance/concurrent/linearizability.py) answers whether some
-order explains a history, and keeps neither the order it found nor, on a
-violation, how far an order got. A page needs both, so this searches again,
-over pieces small enough to search whole: each epoch's partitions of a
-linearizable history, or the violation's shrunk piece. It steps the model
-through the checker's `Spec` exactly as the checker does (an operation's
-allowance first, then `step_seen`, then the plain step), so any order it
-finds is one the checker accepts.
-
-On a violation it keeps the deepest order it reached (the most operations
-whose outcomes are needed, linearized in a real-time order), the state there,
-and each operation that could have gone next with the model's answer to it:
-the point where the history stops being explainable. `explain` turns that
-point into one sentence in the model's words.
+The checker (conformance/concurrent/linearizability.py) answers whether some order
+explains a history, and keeps neither the order it found nor, on a violation, how far
+an order got. A page needs both, so this searches again, over pieces small enough to
+search whole (each epoch's partitions of a linearizable history, or the violation's
+shrunk piece), stepping the model through the checker's `Spec` exactly as the checker
+does, so any order it finds is one the checker accepts. On a violation it keeps the
+deepest order it reached, the state there, and each operation that could have gone
+next with the model's answer to it: the point where the history stops being
+explainable, which `explain` turns into one sentence in the model's words.
 """
 
 from __future__ import annotations

@@ -1,40 +1,15 @@
 """Faults for any implementation driven by `leaseproof stress`: its sessions' database
 backends ended while they work.
 
-The nemesis (conformance/concurrent/nemesis.py) drives the bundled store as a
-service would, on the real clock. This is its counterpart for an adapter
-leaseproof knows only through its sessions: while a round's branches run,
-the `Terminator` ends, in a seeded fraction of rounds, one backend of the
-adapter's database that is busy at that moment (running a statement or
-inside a transaction) with `pg_terminate_backend`, as a connection cut, a
-killed pooler or a failover would. The server rolls the backend's open
-transaction back; the session's command fails with a connection error, is
-recorded as indeterminate (it may or may not have taken effect, judged as
-the linearizability checker judges any indeterminate operation) and the
-session is replaced.
-
-An operation that is one transaction survives this by construction; one
-that spreads its writes over several transactions, or keeps state outside
-the database that a lost connection leaves behind, is caught when a cut
-lands between its parts: the rows then show half of the operation, which no
-order of the model's steps explains.
-
-Only busy backends are ended: between rounds, when the harness reads the
-adapter's state, the adapter's own connection is idle, so the barrier is
-never cut. The terminator waits (bounded) until the ended backend has
-exited, so no rolled-back or committed transaction of it is still in flight
-when the round's barrier reads the state.
-
-A cut is aimed at a point of its round drawn uniformly: the terminator waits
-that share of a typical round (the running mean of the lengths its caller
-`observe`s) before it looks for a busy backend. Looking at once instead would
-almost always cut a round's first statement, and never the second
-transaction of an operation spread over two, where atomicity bugs live.
-Only unfaulted rounds are observed (a cut lengthens its round), so with every
-round faulted (a rate of 1) there is none, and each cut looks at once.
-Which rounds are faulted, where in them a cut is aimed and which busy backend
-is chosen are the seed's; when the cut lands is also the real clock's, so two
-runs of one seed differ in detail.
+The nemesis's counterpart for an adapter known only through its sessions: in a seeded
+fraction of rounds the `Terminator` ends one busy backend of the adapter's database
+(running a statement or inside a transaction) with `pg_terminate_backend`, as a cut
+connection or a failover would; the session's command is judged as indeterminate and
+the session replaced. An operation spread over several transactions is caught when a
+cut lands between its parts. Idle backends are left alone, so the barrier's reads are
+never cut, and the terminator waits until the ended backend has exited. A cut is aimed
+at a seeded point of a typical round (the mean length of the unfaulted rounds): looking
+at once would almost always cut a round's first statement. docs/stress.md says more.
 """
 
 from __future__ import annotations

@@ -137,26 +137,19 @@ def _commit(r: random.Random, community: str, run: str, step: str, targets: tupl
 def delivery_program(
     r: random.Random, clients: int, rounds: int = 2, branch: int = 3, request_keys: bool = True
 ) -> Program:
-    """Claimers skip locked rows, as the seeds ask, so a claim is linearizable
-    only against transactions whose locks on pending rows are claims. Branches
-    therefore send no `GetDelivery` (a plain read sees pending a row another
-    claimer skipped) and no deletions (a claim skips a row a deletion holds and
-    takes a younger one that the deletion then removes too); see
-    specs/delivery.md, "Concurrency". The barrier states check every persisted
-    field; deletions are checked one at a time by the lockstep runs.
-
-    With `request_keys` (an adapter that takes them), some claims carry one of
-    two request keys that every client shares, as a retry racing the claim it
-    repeats would: claims under one key must take turns.
-
-    One program in three has no claimer in its rounds (its prefix still hands
-    out leases). Without claims every operation must be linearizable, reads
-    and deletions included, so those programs race the tenant's parents
-    against its producers, holders and the reaper: runs, workflows and
-    messages deleted and created again while commits name them, holders
-    renew and finish, and the reaper sweeps or reads look on (`_PARENT_ACTS`, `_read`;
-    not both: a read after a sweep that skipped what an in-flight deletion
-    holds is a known disagreement)."""
+    """Claimers skip locked rows, as the seeds ask, so a claim is linearizable only
+    against transactions whose locks on pending rows are claims. So branches send no
+    `GetDelivery` (a plain read sees pending a row another claimer skipped) and no
+    deletions (a claim skips a row a deletion holds and takes a younger one the deletion
+    then removes too): specs/delivery.md, "Concurrency". The barrier states check every
+    persisted field; the lockstep checks deletions one at a time. With `request_keys`,
+    some claims carry one of two keys every client shares, as a retry racing the claim
+    it repeats would: claims under one key must take turns. One program in three has no
+    claimer in its rounds (its prefix still hands out leases), so every operation must be
+    linearizable: it races the tenant's parents (deleted and created again while commits
+    name them) against its producers, holders and the reaper, which sweeps or reads
+    (`_PARENT_ACTS`, `_read`; not both: a read after a sweep that skipped what an
+    in-flight deletion holds is a known disagreement)."""
     setup: list[Any] = []
     for name in w.LIVE_COMMUNITIES:
         cid = w.COMMUNITIES[name]

@@ -1,26 +1,15 @@
 """Forced interleavings of the delivery store, judged against the model.
 
 A `Race` sets a world up in lockstep with the model, then runs gated clients
-(`impl/hooks/gate.py`), each on its own connection to the same database, and
-records each client's operations and outcomes. A schedule parks one client
-at a named point, runs the others, and lets it go on; it returns what it
-fixed (`Forced`): the serial order it implies, or the real-time intervals of
-its operations. The history is then judged: by every serial order of the
-model (each client's own operations keep their program order), or by the
-linearizability checker on those intervals.
-
-Every operation is one call of a database function, so a point is around a
-call (before it, or before its COMMIT) or inside the function: the races run
-an `instrumented` variant of the store class they are given (the bundled one
-or a mutant), which has a point at every statement boundary of its functions
-(`race.points`, named by the statement they surround). The points do nothing
-unless a schedule arms one.
-
-Two race mutants are caught only this way (random scheduling does not meet
-their window), so their schedules live here, where the kill matrix runs them
-(`INTERLEAVINGS`); tests/conformance/concurrent/test_interleavings.py runs them too, against the
-bundled store (which must conform) and the mutant (which must be caught),
-with the rest of the project's schedules.
+(`impl/hooks/gate.py`), each on its own connection to the same database. A schedule
+parks one client at a named point (around a call, or inside a function of the
+`instrumented` store class it is given: `race.points`), runs the others, lets it go
+on, and returns what it fixed (`Forced`): the serial order it implies, or the
+real-time intervals of its operations. The history is judged by every serial order
+of the model (each client's operations in program order), or by the
+linearizability checker on those intervals. Two race mutants are caught only this
+way (random scheduling does not meet their window), so their schedules live here
+(`INTERLEAVINGS`), where the kill matrix runs them.
 """
 
 from __future__ import annotations
@@ -460,23 +449,18 @@ def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
 
 
 def a_second_sweep_then_a_claim(race: Race) -> Forced:
-    """Community A (fenced) has an expired claim, x; community B has an expired claim, d1
+    """Community A (fenced) has an expired claim, x; community B an expired claim, d1
     (claimed after x, for longer: a sweep meets x first), and a younger pending row, d2.
-    A change of A back to active is parked before its COMMIT, holding A's write fence,
-    so sweep one skips A; sweep one reaps B's d1 and is parked before its COMMIT. The
-    change commits. Sweep two starts: the bundled one waits for its turn; one that does
-    not take turns takes its statement's snapshot (d1 still claimed there), reaps x, and
-    is parked in the trigger its write of x fires (a point inside its statement, before
-    it meets d1). Sweep one commits; sweep two goes on and is parked before its COMMIT;
-    then a claim in B must take d1, the oldest pending row. A sweep that overlapped
-    met d1 after sweep one committed it: it locks the newest version of a row a
-    committed transaction changed, re-checks it, leaves it, and keeps the lock until it
-    commits, so the claim skips to d2.
-
-    The serial order "change claimer two" after "one" explains a mutant's outcomes too
-    if the claim may come before sweep one; only real time (the claim began after sweep
-    one returned) rules it out, so the history is judged by the checker, with the order
-    of events this schedule fixes."""
+    A change of A back to active is parked before its COMMIT, holding A's write fence, so
+    sweep one skips A, reaps B's d1 and is parked before its COMMIT. The change commits.
+    Sweep two starts: the bundled one waits for its turn; one that does not take turns
+    takes its snapshot (d1 still claimed), reaps x, and is parked in the trigger its write
+    of x fires, before it meets d1. Sweep one commits; sweep two goes on and is parked
+    before its COMMIT; then a claim in B must take d1, the oldest pending row. A sweep that
+    overlapped met d1 after sweep one committed it: it locks the row's newest version,
+    re-checks it, leaves it and keeps the lock, so the claim skips to d2. A serial order
+    with the claim before sweep one explains that too; only real time (the claim began
+    after sweep one returned) rules it out, so the checker judges it, in the order fixed here."""
     store = race.adapter.store_class
     b, w1, r1, m1 = w.COMMUNITIES["B"], w.WORKFLOWS["W1"], w.RUNS["R1"], w.MESSAGES["M1"]
 

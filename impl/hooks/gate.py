@@ -1,57 +1,17 @@
 """The statement gate: deterministic interleavings of store operations, without sleeping.
 
-A race is forced by holding one client at a named point while other clients
-run, then letting it go on. Every operation of the bundled stores is one call
-of a database function, its own transaction (`impl/migrations/0006_database_api.sql`),
-so the points are of two kinds:
-
-- **Around a call**, in the client: *before* or *after* a statement (matched by
-  its SQL text, e.g. `store.SQL_FINISH`, which matches any statement calling the
-  same database function, `lp_finish`; or by a predicate on the text), and
-  *before the COMMIT*: the gate sends a call that would be its own transaction
-  as `BEGIN; call; COMMIT` (one statement in an explicit transaction is the
-  same transaction) and parks the client before the COMMIT, holding every lock
-  the call took. An explicit transaction (`gate.transaction()`) parks at its
-  COMMIT too.
-- **Inside a function** (`pause_at(point)`): a variant of the functions that
-  calls the test hook `lp_test_pause(point)` (`PAUSE_HOOK`, an `Addition`) at
-  the point. The hook waits for an advisory lock keyed by the point and the
-  calling backend, which the schedule's monitor connection holds while the
-  point is armed: the client is parked there, inside its transaction, holding
-  what the function took so far. The gate sees it parked from the monitor
-  (`pg_locks`: the backend waits for that key), releases it by unlocking, and
-  rolls it back by cancelling its statement (`pg_cancel_backend`): the call
-  fails, and its transaction writes nothing. A point not armed costs the hook an
-  uncontended lock and unlock.
-
-  `instrumented(cls)` is the variant of a store class (the bundled one, or a
-  mutant: any `FUNCTIONS`) whose every volatile PL/pgSQL function has a point
-  at each statement boundary, inserted mechanically (`instrument`): before every
-  statement of every statement list (the function's block, each branch of an
-  IF, each loop body) and after the last one, as `IF lp_test_pause('f@n') THEN
-  END IF;`, which, unlike a PERFORM, leaves FOUND as it was. `Points` names
-  them by the statement they surround (`before(function, text)`, `after(...)`).
-  Stable and immutable functions (the clock, the keys, the argument checks) have
-  none, with one exception: the clock's read (`CLOCK_READ`, in `lp_now`), the
-  one point *inside* an operation's main statement, after the statement took
-  its snapshot and before it locks or writes anything (every operation reads
-  the clock first), where a race between a snapshot and the locks met later
-  lives.
-
-`Pause` is one armed point of either kind; each fires once. The test waits
-until the client is parked there, runs other clients, then `release()`s it,
-or `rollback()`s it: the client raises `Aborted` where it is, and its
-transaction rolls back. `Client` runs one operation at a time on a background
-thread (`start(callable)`, `result()`), and `Schedule` owns the clients of one
-test and the monitor connection, from which a test can also wait until a
-client's backend is blocked on a lock another client holds
-(`pg_blocking_pids`), or until it finished.
-
-Nothing here sleeps to let time pass: every wait is for a condition, and
-fails after a generous timeout with a message naming what it awaited, so a
-broken schedule fails instead of hanging. Test tooling for the bundled
-stores; it lives in `impl/hooks/`, beside them, because it wraps their
-connections and installs variants of their functions.
+A race is forced by holding one client at a named point while others run, then letting
+it go on. A point is around a call, in the client (before or after a statement matched
+by its SQL text, or before its COMMIT: a call is sent as `BEGIN; call; COMMIT`, so it
+parks holding every lock it took), or inside a function (`pause_at`): the test hook
+`lp_test_pause(point)` waits for an advisory lock the schedule's monitor connection
+holds while the point is armed. `instrumented(cls)` gives a store class's volatile
+PL/pgSQL functions a point at every statement boundary, and the clock's read one
+(`CLOCK_READ`: after an operation's snapshot, before it locks or writes anything).
+`Pause` is one armed point, fired once, then `release()`d or `rollback()`ed; `Client`
+runs one operation at a time on a thread; `Schedule` owns a test's clients and the
+monitor. Every wait is for a condition, with a timeout naming it, so a broken schedule
+fails instead of hanging. docs/stress.md ("Forced interleavings") says how points work.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Race mutants: variants of the bundled machines that are correct one operation at
 a time and wrong only under concurrency.
 
-Each reintroduces a race the implementation once had, or could have, and
-says which bug class it stands for. Every operation of the bundled stores is
-one database function (`impl/migrations/0006_database_api.sql`), so each race
-mutant is an edit of one function (`FUNCTIONS`: `Patch`es of the shipped
-bodies, derived from their text, not copies of it), which the adapters
-install in their test database. Most split one atomic statement into a read
-and a write: a statement boundary the race lives in, where a forced
-interleaving parks a client (`impl/hooks/gate.py`: an `instrumented` variant of
-the mutant has a point at every statement boundary). Others drop a lock, or
-the turn sweeps take.
-
-Each passes the sequential lockstep (tests/conformance/concurrent/test_interleavings.py
-proves it) and is caught by `leaseproof stress`, by a forced interleaving
-(conformance/concurrent/schedules.py, `INTERLEAVINGS`, which the kill matrix
-runs), or both. Unlike the generated mutants (`impl/mutants/generated/`), they
-are written by hand, one per known bug class.
+Each reintroduces a race the implementation once had, or could have, and says which
+bug class it stands for; unlike the generated mutants, they are written by hand, one
+per known bug class. Each is an edit of one database function (`FUNCTIONS`: `Patch`es
+of the shipped bodies, derived from their text, not copies of it). Most split one
+atomic statement into a read and a write: a statement boundary the race lives in,
+where a forced interleaving parks a client (`impl/hooks/gate.py`). Others drop a lock,
+or the turn sweeps take. Each passes the sequential lockstep and is caught by
+`leaseproof stress`, by a forced interleaving (conformance/concurrent/schedules.py,
+`INTERLEAVINGS`), or both.
 """
 
 from __future__ import annotations
