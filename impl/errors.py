@@ -1,24 +1,16 @@
 """What a store call raises when it gives no answer, besides a refusal.
 
-A refusal (`leaseproof.model.errors.Refused`) is an answer: the model's
-rejection, nothing written. The two errors here are not answers, and they
-tell the caller what it needs to decide whether to retry:
+A refusal (`leaseproof.model.errors.Refused`) is an answer: the model's rejection,
+nothing written. The errors here are not answers; each tells the caller whether to retry:
 
-- `Unavailable`: the call gave up waiting (for a lock another client holds,
-  for a statement that ran past its bound) and its transaction rolled back.
-  It did not take effect, the connection is still usable, and the call may
-  be sent again.
-- `ConnectionLost`: the connection is gone. `applied` says what is known:
-  False when it was lost before the COMMIT was sent (the server rolls the
-  transaction back: nothing took effect), None when it was lost while
-  committing (it may or may not have taken effect: read the state, or send
-  again an operation whose retry is safe; specs/delivery.md says which).
-  It is a ConnectionError, so the conformance harness records the operation
-  as indeterminate and replaces the session.
-- `Forbidden`: the calling role may not do this at all: it acts for other
-  communities only (impl/migrations/0006_database_api.sql, `lp_role_scope`), or
-  lacks the privilege (the reaper's sweep is the reaper role's). Nothing took
-  effect; sending it again changes nothing.
+- `Unavailable`: the call gave up waiting (for a lock, or past a statement's bound) and
+  rolled back; nothing took effect, the connection is usable, and it may be sent again.
+- `ConnectionLost`: the connection is gone; `applied` is False when it was lost before
+  the COMMIT was sent (nothing took effect), None when it may have taken effect (read
+  the state, or resend what specs/delivery.md says is safe). A ConnectionError, so the
+  harness records the operation as indeterminate and replaces the session.
+- `Forbidden`: the role may not do this at all (a community outside its scope,
+  `lp_role_scope`, or a privilege it lacks); nothing took effect, nor will a resend.
 """
 
 from __future__ import annotations

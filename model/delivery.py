@@ -1,21 +1,15 @@
 """The durable workflow agent delivery machine: the executable spec.
 
-A workflow step addresses a message to one or more managed agents
-(targets). Each (community, run, step, target) gets exactly one durable
-delivery row that the target must claim, may renew, and finally settles::
-
-    pending --claim--> claimed --finish--> finished | failed   (terminal)
-       ^                  |
-       +------ reap ------+   (lease expired; generation bumped)
-
-`step(state, command)` is the whole machine: it returns the next state and
-exactly one outcome. It reads no clock and does no I/O; time moves only by
-`AdvanceClock`. A `Rejection` outcome never changes the state.
+A workflow step addresses a message to managed agents (targets): each (community, run,
+step, target) gets exactly one durable delivery row, which the target must claim, may
+renew, and finally settles (finished or failed); a reap returns an expired claim to
+pending and bumps its generation. `step(state, command)` is the whole machine: it returns
+the next state and exactly one outcome, reads no clock and does no I/O (time moves only
+by `AdvanceClock`). A `Rejection` outcome never changes the state.
 
 Checks run in a fixed order, and the order is part of the spec:
   1. value rules (at construction: an invalid command cannot exist);
-  2. for claim only, the expected binding's own scope (a mismatch is a miss
-     before any lookup);
+  2. for claim only, the expected binding's own scope (a mismatch is a miss before any lookup);
   3. the community: unknown, or not `active` (refuses every write);
   4. the operation's own lookups and fences.
 """

@@ -1,13 +1,11 @@
 """The workflow definition lifecycle and atomic run admission: the executable spec.
 
-A workflow definition is a signed, replaceable event addressed by its
-coordinate (community, workflow UUID), authored by its owner and scoped to
-one channel. The runtime keeps a projection of the current head. Serving
-replicas cache the enabled records for up to `CACHE_TTL` without
-cross-replica invalidation, so a replica may select a stale record; a run is
-admitted only if the *selected* record still matches the current row in
-every field that identifies a revision, and then the run executes exactly
-that record, now and on every later resume.
+A workflow definition is a signed, replaceable event addressed by its coordinate
+(community, workflow UUID), authored by its owner and scoped to one channel; the runtime
+keeps a projection of the current head. Replicas cache enabled records for up to
+`CACHE_TTL` without cross-replica invalidation, so one may select a stale record: a run is
+admitted only if the *selected* record still matches the current row in every field that
+identifies a revision, and then runs exactly that record, now and on every later resume.
 
 `step(state, command)` returns the next state and exactly one outcome; a
 `Rejection` never changes the state. Checks run in a fixed order:

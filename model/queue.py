@@ -1,28 +1,17 @@
 """The lease-queue profile: what every PostgreSQL job queue shares with the delivery machine.
 
-Every lease queue hands work out the same way: a job is enqueued; a worker
-fetches (claims) it under a lease; the holder may heartbeat (renew) and
-finally completes it (finished or failed); a rescuer returns jobs whose lease
-ran out. This module is that part of the delivery machine, for one tenant and
-one target, as a reference any queue can be judged against, and the named
-*guarantees* a queue gives or does not::
+A job is enqueued; a worker fetches (claims) it under a lease; the holder may heartbeat
+(renew) and completes it (finished or failed); a rescuer returns jobs whose lease ran
+out. This module is that part of the delivery machine, for one tenant and one target,
+with the named *guarantees* a queue gives or does not (specs/guarantees.md). A holder is
+the attempt that fetched the job (attempt k is its k-th fetch); its lease is live while
+`lease_until >= now`, and a rescue takes jobs whose `lease_until < now`.
 
-    pending --fetch--> claimed --complete--> finished | failed   (terminal)
-       ^                  |
-       +----- rescue -----+   (lease expired; that holder is stale from then on)
-
-A holder is the attempt that fetched the job: attempt k is the k-th fetch of
-that job. It holds the job while the job is claimed at attempt k, and its lease
-is live while `lease_until >= now` (the delivery machine's renew and finish
-rule); a rescue takes jobs whose `lease_until < now`.
-
-`judge(state, act, effect, seen)` is the whole profile. A queue is not asked
-for the delivery machine's exact answers (its API has its own), only what took
-effect: `effect` is what the queue's answer and its persisted rows say the act
-did, and `seen` is every job's row after it. Each rule that an effect or a row
-breaks is a `Violation` of one named guarantee. Semantics in which queues
-legitimately differ (fetch order, priorities, what a rescue does to a job that
-ran out of attempts) are not judged.
+`judge(state, act, effect, seen)` is the whole profile. It asks for what took effect,
+not for the delivery machine's exact answers: `effect` is what the queue's answer and
+rows say the act did, `seen` every job's row after it; each rule they break is a
+`Violation` of one named guarantee. What queues may differ in (fetch order, priorities,
+what a rescue does to a job out of attempts) is not judged.
 """
 
 from __future__ import annotations

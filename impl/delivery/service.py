@@ -1,35 +1,16 @@
 """The delivery store as a service holds it: a DSN, not a connection.
 
-`PostgresDeliveryStore` is one connection and dies with it. `DeliveryService`
-keeps the store's typed errors and adds the two things a long-running worker
-needs when its connection is lost (the server restarted, its backend was
-ended, the network cut):
-
-- it reconnects: the next call opens a new connection (with the same bounded
-  waits) instead of failing on the dead one;
-- it sends a call again, once by default, when that is safe: always when the
-  connection was lost before the COMMIT (`ConnectionLost(applied=False)`:
-  nothing took effect), and when it was lost while committing
-  (`applied=None`) only if the model declares the command safe to send again
-  (`leaseproof.model.delivery.RESENDS`: everything but the test clock, and
-  `Claim` only when it carries a `request_key`). The resend's answer then
-  says what happened (a finish told `AlreadyTerminal` of the status it asked
-  for had settled the first time; a keyed claim gets the lease the first
-  took). A claim without a key whose outcome is unknown is raised to the
-  caller, who decides.
-
-`Unavailable` (a bound was reached: a lock another client holds, a statement
-too long, or no server to connect to) is raised as it is: nothing took
-effect, and when to try again is the caller's decision (it is load, not a
-lost answer). Except after a call whose outcome is unknown: if its resend
-cannot connect, waits past a bound, is refused or is itself lost, the caller
-is told the first call's `ConnectionLost(applied=None)`, never that nothing
-took effect.
-
-`resent_at` says, after each call, when its answer came from a resend (the
-time the resend was sent, `time.time()`), or None: what an audit needs to
-tell a resend told `Settled` because the first attempt never ran from one
-told `Settled` again though the first had settled it.
+`PostgresDeliveryStore` is one connection and dies with it. `DeliveryService` keeps the
+store's typed errors and adds what a long-running worker needs when its connection is
+lost: the next call reconnects, and a call is sent again (once, by default) when that is
+safe: always when the connection was lost before the COMMIT (`ConnectionLost(applied=False)`),
+and when it was lost while committing (`applied=None`) only if the model declares the
+command safe to send again (`leaseproof.model.delivery.RESENDS`); the resend's answer says
+what happened. A claim without a key whose outcome is unknown is raised to the caller.
+`Unavailable` (load, not a lost answer) is raised as it is, but a resend that fails tells
+the caller the first call's `ConnectionLost(applied=None)`, never that nothing took
+effect. `resent_at` says when a call's answer came from a resend, which an audit needs to
+tell a first attempt that never ran from one that settled. docs/bounded-waits.md says more.
 """
 
 from __future__ import annotations

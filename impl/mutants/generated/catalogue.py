@@ -1,28 +1,16 @@
 """Every generated mutant of the two bundled machines.
 
-The bundled implementation is a set of database functions
-(`impl/migrations/0006_database_api.sql`): each operation of either machine is
-one function the stores call (`lp_claim`, `lp_save_definition`, ...), and
-those call helpers of their own (`lp_enter`, `lp_may_act`, `lp_now`, ...). A
-generated mutant is one single-site mutation (`impl/mutants/generated/sql.py`)
-of the body of one of those functions; its store class is the bundled one
-with that body in `FUNCTIONS` (a `leaseproof.impl.migrate.Patch` of the whole
-body), which the adapters install in their database.
-
-Which functions are mutated, per machine, is read off the code: the functions
-the machine's store classes call (their `SQL_*` statements), then every
-function those call, and so on. Left out, with their reasons (`NOT_MUTATED`):
-the trigger functions (the row guards of migrations 0001, 0004 and 0006) and
-`lp_delivery_shape` (a CHECK constraint's function), which only refuse rows no
-function writes, so that a mutant of one could only show as a row the guard
-used to refuse, which no operation produces, or as a refusal of a row every
-operation produces, which any check kills at once; and `lp_test_hooks`, the
-test-database mark, true in every database the checks run on.
-
-A function both machines run (`lp_enter`, `lp_now`, `lp_create_community`,
-...) gives each machine its own mutants of it; the lifecycle machine's are
-prefixed `lifecycle:`, as a bug in shared code is in both machines at once and
-each machine's checks are measured on it.
+Each operation of either machine is one database function the stores call (`lp_claim`,
+...; `impl/migrations/0006_database_api.sql`), which calls helpers of its own (`lp_enter`,
+`lp_now`, ...). A generated mutant is one single-site mutation (`sql.py`) of the body of
+one of those functions: the bundled store class with that body in `FUNCTIONS` (a `Patch`
+of the whole body), which the adapters install in their database. Which functions are
+mutated is read off the code: those the machine's store classes call (their `SQL_*`
+statements), then every function those call, and so on; `not_mutated()` names those
+left out (the row guards, the CHECK function, the test-database mark), each with why.
+A function both machines run gives each machine its own mutants of it (the lifecycle's
+prefixed `lifecycle:`): a bug in shared code is in both machines at once, and each
+machine's checks are measured on it.
 """
 
 from __future__ import annotations

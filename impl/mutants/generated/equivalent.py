@@ -1,19 +1,13 @@
 """Generated mutants that no program of the model can tell from the bundled implementation.
 
-Each entry names a mutant (`impl/mutants/generated/catalogue.py`: one site of the
-body of one database function changed) and says why it is equivalent: which
-constraint, cascade, earlier statement or later check makes the changed site
-unable to change any outcome or persisted field the model states. The
-mutation score leaves them out of its denominator, runs each on a small budget
-in CI, and reports an entry here that a check kills as a false claim. The facts
-the reasons rest on are tested in `tests/conformance/evidence/test_mutation_score.py`.
-
-Three families are equivalent *to the model* rather than to every observer,
-and say where else they are checked: the sweep's report of what it left or
-skipped (the model's Reap answers a count), the argument bounds the model
-refuses to construct (no command carries them), and the test clock's own path.
-A lock-only difference (a differently seeded advisory-lock key) is listed only
-where every caller takes the same key.
+Each entry names a mutant (`catalogue.py`) and says why it is equivalent: which
+constraint, cascade, earlier statement or later check keeps the changed site from
+changing any outcome or persisted field the model states. The mutation score leaves them
+out of its denominator, runs each on a small budget in CI, and reports an entry that a
+check kills as a false claim; `tests/conformance/evidence/test_mutation_score.py` tests
+the facts the reasons rest on. Three families are equivalent to the model only, and say
+where else they are checked (docs/search-power.md); a lock-only difference (a differently
+seeded advisory-lock key) is listed only where every caller takes the same key.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """Mechanical mutation of SQL and PL/pgSQL text, one site at a time.
 
-A conformance suite is only as good as the bugs it catches, and the bugs a
-reviewer happens to think of (the hand-written mutants in `impl/mutants/delivery.py`)
-are a sample chosen by the same mind that wrote the code. This module
-generates the rest mechanically, in the spirit of SQLMutation (Tuya, Suárez-
-Cabal and de la Riva), mutmut and PIT: every operator below rewrites one
-*site* of one text (one conjunct dropped, one comparison flipped, one literal
-moved by one, one row lock removed, one IF condition negated, one assignment
-skipped) and keeps every other byte of it, so a reader can diff a mutant
-against the text it came from. The bundled implementation is a set of
-database functions (`impl/migrations/0006_database_api.sql`), so the text
-mutated is a function's body: PL/pgSQL (its SQL statements and its control
-flow) or a SQL function's one statement (`catalogue.py` chooses the bodies).
-
-Why one site only: a mutant that changes two things at once is killed when
-either change is visible, so it says little about the suite; a single-site
-mutant that survives names one precise fact about the code that no test pins
-down (or, sometimes, shows the site does not matter: an equivalent mutant).
-Higher-order combinations are a matter for the caller.
-
-The module is pure text: a small tokenizer for what the functions are written
-in (PostgreSQL's SQL, psycopg placeholders, PL/pgSQL's `:=` and `#directives`),
-a light structural reading on top of it (parenthesis and CASE nesting,
-statements separated by `;`, conditions and their AND/OR chains: WHERE, ON,
-HAVING, CASE WHEN, and PL/pgSQL's IF / ELSIF / WHILE / EXIT WHEN, the
-right-hand side of an assignment and the value of a RETURN; ORDER BY keys,
-locking clauses, SET lists), and one small function per operator. It never
-talks to a database; the enum values that `replace-literal` cycles through are
-read from the shipped migrations.
+The hand-written mutants (`impl/mutants/delivery.py`) are the bugs a reviewer thought of;
+this module generates the rest, in the spirit of SQLMutation, mutmut and PIT: each
+operator rewrites one *site* of one function body (`catalogue.py` chooses the bodies: a
+conjunct dropped, a comparison flipped, a literal moved by one, a row lock removed, ...)
+and keeps every other byte, so a mutant diffs cleanly against its source. One site only:
+a mutant that changes two things is killed when either shows, while a single-site
+survivor names one fact no test pins down (or a site that does not matter: an equivalent
+mutant). It is pure text: a small tokenizer for PostgreSQL's SQL and PL/pgSQL, a light
+structural reading on top (nesting, statements, conditions and their AND/OR chains, ORDER
+BY keys, locking clauses, SET lists) and one function per operator. It never talks to a
+database; the enum values `replace-literal` cycles through are read from the migrations.
 """
 
 from __future__ import annotations
