@@ -1,26 +1,15 @@
 """The one canonical JSON encoding of the model's values.
 
-Used by the wire protocol and by trace files, so that an adapter in any
-language and a trace on disk speak exactly the model's vocabulary:
-
-- UUID: lowercase hyphenated string, "0b7e…-…";
-- bytes: lowercase hex string (a 32-byte key is 64 characters);
-- instant: RFC 3339 in UTC with exactly six fractional digits and "Z",
-  "2026-01-01T00:00:30.000000Z";
-- duration: integer microseconds;
-- enum: its string value ("claimed", "fenced");
-- a record, command or outcome: an object whose "type" names the model
-  class and whose other members are its fields, encoded by these rules;
-- a tuple: an array; an absent optional: null;
-- a machine's state (`DeliverySystem`, `LifecycleSystem`): an object whose
-  "type" names it, with one array per table; a row is either a record that
-  carries its own key (a Delivery, a Record, a Run) or an object of its key
-  members and one value member. Rows are in a canonical order; decoding
-  accepts any order but no key twice.
-
-Decoding is driven by the model's type annotations, so it accepts exactly
-what the model can construct, and a malformed value raises `DecodeError`
-naming the path to it.
+Used by the wire protocol and by trace files, so that an adapter in any language and a trace
+on disk speak exactly the model's vocabulary: a UUID is a lowercase hyphenated string; bytes
+lowercase hex; an instant RFC 3339 in UTC with exactly six fractional digits and "Z"; a
+duration integer microseconds; an enum its string value; a record, command or outcome an
+object whose "type" names the model class and whose other members are its fields; a tuple an
+array, an absent optional null; a machine's state an object whose "type" names it, with one
+array per table, rows in a canonical order (decoding accepts any order but no key twice).
+specs/adapter-protocol.md states it in full. Decoding is driven by the model's type
+annotations, so it accepts exactly what the model can construct, and a malformed value
+raises `DecodeError` naming the path to it.
 """
 
 from __future__ import annotations

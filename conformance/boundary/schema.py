@@ -1,21 +1,14 @@
 """A JSON Schema (draft 2020-12) of every message of the wire protocol, derived from the codec.
 
-`specs/adapter-protocol.schema.json` is this module's output: `leaseproof
-spec` writes it and `leaseproof spec --check` fails when it differs from
-what the model and the codec make today. It describes, for any language:
-
-- `request`: each method with exactly its params;
-- `reply`: a result or a fault, and under `$defs` each method's result
-  (`hello-result`, `outcome`, `snapshot`);
-- every value the codec encodes, one definition per model class (its `type`
-  member, every field, nothing else), the scalar encodings (`uuid`, `hex`,
-  `instant`, `duration`) and both machines' snapshots, table by table.
-
-A schema cannot state every rule the model checks (a 32-byte key, a step id
-of at most 64 characters after trimming): those stay the model's, and the
-codec refuses what breaks them. What it states, it states exactly, and the
-tests validate every example on the spec page and every message of full
-verify and stress runs against it.
+`specs/adapter-protocol.schema.json` is this module's output: `leaseproof spec` writes it and
+`leaseproof spec --check` fails when it differs from what the model and the codec make today.
+It describes, for any language, each request method with exactly its params, each reply (a
+result or a fault; under `$defs`, each method's result) and every value the codec encodes:
+one definition per model class (its `type` member, every field, nothing else), the scalar
+encodings and both machines' snapshots. A schema cannot state every rule the model checks (a
+32-byte key, a step id of at most 64 characters after trimming): those stay the model's, and
+the codec refuses what breaks them. What it states, it states exactly; the tests validate
+every example on the spec page and every message of full verify and stress runs against it.
 """
 
 from __future__ import annotations

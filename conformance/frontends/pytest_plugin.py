@@ -1,32 +1,16 @@
 """The pytest plugin: run leaseproof's conformance machines inside a service's own test run.
 
-Registered through the `pytest11` entry point, so installing leaseproof is
-enough. A service names its adapter in its pytest configuration:
-
-    [tool.pytest.ini_options]
-    leaseproof_adapter = "myservice.leaseproof_adapter:make"   # in-process, or
-    leaseproof_adapter_cmd = "./target/release/delivery-adapter" # over the wire, run in the rootdir
-
-and the run gains one test per machine, `leaseproof::delivery` and (over the
-wire) `leaseproof::lifecycle`, collected like any other test: they count,
-carry the `leaseproof` marker, and answer to -k, -m and --deselect. They are
-collected when the command line names no path, names the rootdir, or names
-them (`pytest leaseproof`, `pytest leaseproof::lifecycle`); naming other
-paths leaves them out.
-
-The loaded Hypothesis profile applies (--hypothesis-profile): its
-max_examples (the ini's leaseproof_max_examples wins), stateful_step_count,
-deadline, phases, health checks, verbosity and example database, except two
-stock values that leaseproof replaces while the profile keeps them (a
-200 ms deadline: none; every phase: all but explain). The seed is
-leaseproof_seed, else --hypothesis-seed, else a fresh one; each is printed.
-`--hypothesis-show-statistics` shows the machines' statistics.
-
-Every failure, the plugin's own usage errors and the adapter's faults too, is
-a short report that names the ini key concerned; a counterexample is also
-written as a trace file (leaseproof_trace_dir, default the rootdir). The
-fixtures: `leaseproof_postgres` (session: the provisioned server's DSN) and
-`leaseproof_database` (a fresh database on it per test, dropped after).
+Registered through the `pytest11` entry point, so installing leaseproof is enough. A service
+names its adapter in its pytest configuration (`leaseproof_adapter = "pkg.mod:make"` in
+process, or `leaseproof_adapter_cmd`, a command run in the rootdir, over the wire), and the
+run gains one test per machine, `leaseproof::delivery` and (over the wire)
+`leaseproof::lifecycle`, collected like any other (the `leaseproof` marker; -k, -m,
+--deselect) when the command line names no path, the rootdir, or them. The loaded Hypothesis
+profile applies, but for two stock values leaseproof replaces (a 200 ms deadline: none;
+every phase: all but explain). Every failure is a short report naming the ini key concerned;
+a counterexample is also written as a trace file. Fixtures: `leaseproof_postgres` (the
+server's DSN) and `leaseproof_database` (a fresh database per test, dropped after).
+docs/own-implementation.md ("Inside your own pytest run") has every key.
 """
 
 from __future__ import annotations

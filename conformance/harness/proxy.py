@@ -1,33 +1,17 @@
 """A loopback TCP proxy in front of a PostgreSQL server that injects network faults on demand.
 
-The nemesis, and any implementation whose DSN can be pointed at it (`FaultProxy.dsn_through`),
-meets faults between itself and PostgreSQL that a real network produces and a local socket
-never does: an answer lost after the server committed (`lose_next_answer`), a connection reset
-while a request is in flight (`reset_next_request`), answers that come late (`delay`), and a
-blackhole that holds every byte for a while (`blackhole`). Each fault is armed from any thread
-and acts on whichever connection meets it first; `counts` says how many fired.
-
-The proxy listens on 127.0.0.1 only, on an ephemeral port. For each client connection it opens
-a connection of its own to the server (a unix socket or TCP, as the DSN names it) and pumps
-bytes both ways on two threads. It reads just enough of the wire protocol to know where each
-message ends: from the client, the untyped start-up messages (SSLRequest, GSSENCRequest,
-StartupMessage, CancelRequest), then typed messages (a type byte and an int32 length that counts
-itself); from the server, the one-byte answers to SSLRequest and GSSENCRequest, then typed
-messages. After start-up (the first ReadyForQuery) it groups the server's messages into
-*responses*, each ending with a ReadyForQuery ('Z'), and forwards a response whole when its
-ReadyForQuery arrives, so that a fault can act on a response as a unit. Two exceptions keep a
-client from waiting on the proxy for messages that no ReadyForQuery follows yet: what the server
-sends while no request is outstanding (each Query, Sync and FunctionCall forwarded has had its
-ReadyForQuery) is forwarded at once, such as a notification, a notice, or the results a pipeline
-fetches with a Flush before its Sync; and a response is forwarded as it arrives from its
-CopyInResponse or CopyBothResponse on (the server then waits for the client). Messages sent while
-no request is outstanding belong to no response: they are never delayed or lost. A connection
-whose stream the proxy cannot read (the server took up SSL or GSS encryption, or the bytes are not
-the protocol) is passed through as it is: only `blackhole` acts on it.
-
-Everything is bounded: every socket operation has a timeout or is woken by `close()`, the
-only waits are the delays and blackholes asked for, which `close()` cuts short, and `close()`
-joins every thread the proxy started within about two seconds.
+The nemesis, and any implementation whose DSN can point at it (`FaultProxy.dsn_through`), meets
+faults a real network produces and a local socket never does: an answer lost after the server
+committed (`lose_next_answer`), a connection reset while a request is in flight
+(`reset_next_request`), late answers (`delay`), and a `blackhole` that holds every byte a while.
+Each is armed from any thread, acts on whichever connection meets it first, and is counted
+(`counts`). On 127.0.0.1 only, the proxy pumps bytes both ways, two threads a connection, and
+reads just enough of the wire protocol to group the server's messages into *responses*, each
+ending with a ReadyForQuery, forwarded whole so that a fault acts on one as a unit; what comes
+while no request is outstanding (a notification, what a Flush fetches) is forwarded at once and
+never faulted, and a COPY's response as it arrives. A stream it cannot read (SSL or GSS
+encryption) is passed through: only `blackhole` acts on it. Every wait is bounded, and `close()`
+joins every thread within about two seconds. docs/nemesis.md lists the faults.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """How close `verify` runs to the speed of its own SQL.
 
-`python -m leaseproof.conformance.lockstep.bench` runs, on one server,
-`verify`'s lockstep (the fixed scenarios and a seeded number of generated
-programs, against the bundled implementation, checked in a process of its
-own as verify does: `ForkedAdapter`) and a *bare replay* of exactly the SQL
-that run sends: every statement with its parameters, every BEGIN, COMMIT
-and ROLLBACK, on as many connections, in the same order, through psycopg
-with nothing else to do. The replay is the floor: what the database and the
-driver alone cost. The ratio floor / lockstep says how close verify comes to
-it; the rest is Hypothesis, the model, decoding snapshots and comparing
-them, where they do not overlap with the database's work. It also times the
-same lockstep with the implementation in this process, step by step, so the
-gain of forking is measured too.
-
-The SQL is recorded from the in-process run (the forked one sends the same
-programs in the same order; it starts each next program ahead, which adds
-one reset and set-up after the last). The three are interleaved round by
-round (each going first in turn), each on a fresh database cloned from one
-migrated template, and each figure is the median of the rounds'. Each round
-runs the same programs: the seed is fixed and the bundled implementation is
-deterministic on its pinned clock.
+`python -m leaseproof.conformance.lockstep.bench` runs, on one server, `verify`'s lockstep
+(the fixed scenarios and a seeded number of programs against the bundled implementation,
+forked as verify runs it: `ForkedAdapter`), a *bare replay* of exactly the SQL that run
+sends (every statement with its parameters, every BEGIN, COMMIT and ROLLBACK, on as many
+connections, in order, through psycopg with nothing else to do), and the same lockstep in
+this process. The replay is the floor, what the database and the driver alone cost; the
+ratio floor / lockstep says how close verify comes to it. The SQL is recorded from the
+in-process run (the forked one sends the same programs in the same order). The three are
+interleaved round by round (each first in turn), each on a fresh database cloned from one
+migrated template, and each figure is the median of the rounds'. The seed is fixed and the
+bundled implementation deterministic on its pinned clock, so every round runs the same programs.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """An adapter checked in a process of its own, while the next steps are drawn.
 
-In one process the lockstep takes turns: Hypothesis draws a step, the model
-takes it, the implementation runs it and its state is read and compared, and
-only then is the next step drawn. The database waits while the harness
-draws, and the harness waits while the database works. `ForkedAdapter`
-builds the adapter in a child process (forked, so its factory need not be
-importable or picklable: a mutant's classes made at run time serve as well)
-and hands it each step as soon as the model has taken it. The child keeps a
-model of its own, takes each step on it (the model is deterministic, so it
-makes the same decisions), sends the step to the adapter and compares
-outcomes and state as `StepChecker` does in process. The harness asks for
-the verdict only at the end of each program (`Executor.settle`), where an
-in-process run reports it too, so the same seed prints the same
-counterexample either way.
-
-Every wait on the child is bounded by its being alive: if it dies, the run
-stops with a fault. If the harness dies, the child reads the end of its pipe
-and exits, closing its adapter. Where `fork` is not available, the adapter is
-built and checked in process.
+In one process the lockstep takes turns: the database waits while the harness draws a step,
+and the harness waits while the database works. `ForkedAdapter` builds the adapter in a
+forked child (so its factory need not be importable or picklable: a mutant's classes made at
+run time serve as well) and hands it each step as soon as the model has taken it. The child
+keeps a model of its own (deterministic, so it decides the same), takes each step on it,
+sends the step to the adapter and compares outcomes and state as `StepChecker` does in
+process. The harness asks for the verdict only at the end of each program
+(`Executor.settle`), where an in-process run reports it too, so the same seed prints the same
+counterexample either way. Every wait on the child is bounded by its being alive (if it dies,
+the run stops with a fault); if the harness dies, the child reads the end of its pipe and
+exits. Where `fork` is not available, the adapter is built and checked in process.
 """
 
 from __future__ import annotations

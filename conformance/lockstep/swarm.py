@@ -1,19 +1,15 @@
 """Swarm testing: every generated program turns some of the generator's features off.
 
-A program that may do everything does a little of each, and some bugs need
-a lot of one thing without the others: many claims and clock moves with no
-fence to refuse them, deletions and re-commits with nothing else in between.
-Swarm testing (Groce et al., ISSTA 2012) draws, per program, a set of
-features to leave out (rules, and families of argument values), so that
-across programs every combination of emphasis occurs.
-
-The configuration is drawn once, by the machine's set-up (a `st.shared`
-value the rules' argument strategies read), so it sits at the very start of
-the program's choices, where the shrinker can widen it without deleting any
-step; it shrinks towards everything enabled. Hypothesis's own rule-level
-swarm draws its flags lazily, inside whichever step first asks about a rule,
-and deleting that step redraws them: measured here, it left padding steps in
-shrunk programs, so the lockstep machines use this one instead.
+A program that may do everything does a little of each, and some bugs need a lot of one
+thing without the others: many claims and clock moves with no fence to refuse them,
+deletions and re-commits with nothing else in between. Swarm testing (Groce et al., ISSTA
+2012) draws, per program, a set of features to leave out (rules, and families of argument
+values), so that across programs every combination of emphasis occurs. The configuration
+is drawn once, by the machine's set-up (a `st.shared` value the rules' argument strategies
+read), so it sits at the very start of the program's choices, where the shrinker can widen
+it without deleting any step; it shrinks towards everything enabled. Hypothesis's own
+rule-level swarm draws its flags inside whichever step first asks about a rule, and
+deleting that step redraws them, leaving padding steps in shrunk programs: it is not used.
 """
 
 from __future__ import annotations

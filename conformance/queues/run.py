@@ -1,24 +1,16 @@
 """Programs of lease-queue acts, run against a queue and judged by the profile.
 
-A *program* is a list of steps, each a short JSON-able list:
-``["enqueue"]``, ``["fetch"]``, ``["heartbeat", i]``, ``["complete", i, outcome]``,
-``["rescue"]``, ``["advance", seconds]``. Holder ``i`` is the i-th fetch that
-handed something out (modulo how many there were; a holder step before any
-fetch does nothing), so a program can act as any holder it ever made, stale
-ones included. After its steps a program *drains* the queue: the clock moves
-past every lease, the queue rescues, and fetches are completed until nothing
-is handed out; then every job must be terminal.
-
-`run` stops at the first step that breaks a guarantee or that the profile
-cannot explain (a `Divergence`). Three sources of programs, all judged the same
-way: the fixed scenarios (one per guarantee: `SCENARIOS`), generated programs
-(`search`, Hypothesis, then shrunk step by step to the fewest that break the same
-guarantee), and races of two or three clients at once (`RACES`), each followed
-by the drain (`settle`). In a seeded share of the race rounds a connection is
-cut: one busy backend of the queue's database is ended while the clients run
-(`conformance/concurrent/faults.py`, the faults `stress --terminate` injects);
-a call that raises then is lost, judged as having taken effect or not, and the
-drain shows whether the queue recovers from what the cut left behind.
+A *program* is a list of short JSON-able steps: ``["enqueue"]``, ``["fetch"]``,
+``["heartbeat", i]``, ``["complete", i, outcome]``, ``["rescue"]``, ``["advance", seconds]``.
+Holder ``i`` is the i-th fetch that handed something out (modulo how many there were; a
+holder step before any fetch does nothing), so a program can act as any holder it made,
+stale ones included. After its steps a program *drains* the queue (past every lease, a
+rescue, then fetch and complete until nothing comes); then every job must be terminal.
+`run` stops at the first step that breaks a guarantee or that the profile cannot explain
+(a `Divergence`). Programs come from the fixed scenarios (`SCENARIOS`), the search
+(`search`: Hypothesis, then shrunk step by step) and races of two or three clients
+(`RACES`, each followed by `settle`), in a seeded share of whose rounds a busy backend of
+the queue's database is ended (`conformance/concurrent/faults.py`). specs/guarantees.md says more.
 """
 
 from __future__ import annotations

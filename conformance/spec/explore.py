@@ -1,22 +1,16 @@
 """Bounded exhaustive exploration of a model: an explicit-state, TLC-style search.
 
-Breadth-first from the machine's initial state, over a finite alphabet of
-commands that depends on the bounds and on the state (renew and finish
-present leases derived from the rows that exist). Every state reached is
-checked against the machine's state invariants; every step against its step
-invariants, against its rule (a step may change only the fields its rule
-declares) and against the machine's declared transitions (a row or a
-coordinate moves only along a declared transition, by a rule that declares
-it makes it).
-
-A state outside the bounds (the clock too far, too many rows or runs, a
-generation too high) is reached, checked and counted, but not expanded:
-TLC's state constraint. The search is breadth-first, so the path it reports
-for each kind of violation is a shortest one; `write_counterexample` writes
-it as a trace that `leaseproof replay` runs against an implementation.
-
-The search knows a machine only through an `ExplorationSpec`, so a test can
-explore a deliberately broken model the same way.
+Breadth-first from the machine's initial state, over a finite alphabet of commands that
+depends on the bounds and on the state (renew and finish present leases derived from the
+rows that exist). Every state reached is checked against the machine's state invariants;
+every step against its step invariants, against its rule (a step may change only the fields
+its rule declares) and against the declared transitions (a row or a coordinate moves only
+along one, by a rule that declares it makes it). A state outside the bounds (the clock too
+far, too many rows or runs, a generation too high) is reached, checked and counted, but not
+expanded: TLC's state constraint. Breadth-first, so the path reported for each kind of
+violation is a shortest one; `write_counterexample` writes it as a trace `leaseproof replay`
+runs. The search knows a machine only through an `ExplorationSpec`, so a test can explore a
+deliberately broken model the same way.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """The generated parts of the spec pages: `leaseproof spec` writes them, `--check` proves them current.
 
-A page in `specs/` is prose written by hand around blocks generated from the
-model. A block is delimited by two HTML comments, which Markdown renders as
-nothing::
+A page in `specs/` is prose written by hand around blocks generated from the model, each
+delimited by two HTML comments, which Markdown renders as nothing::
 
     <!-- generated: rules (`leaseproof spec` writes this block from the model; edit the model, not the block) -->
     ...
     <!-- end generated: rules -->
 
-Each page declares which blocks it carries; `render_pages` renders each from
-the model (the rule table, the outcome variants, the transitions with their
-Mermaid diagram, and the invariants), `stale_pages` says which pages differ
-from what the model generates, and `write_pages` rewrites them. Every page
-is checked before any is written, so a malformed page leaves all of them
-untouched.
+Each page declares which blocks it carries; `render_pages` renders each from the model (the
+rule table, the outcome variants, the transitions with their Mermaid diagram, the
+invariants), `stale_pages` says which pages differ from what the model generates, and
+`write_pages` rewrites them. Every page is checked before any is written, so a malformed page
+leaves all of them untouched.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
 """A controlled database clock for libraries that read `now()`: the search-path clock.
 
-Real queues read the time from PostgreSQL (`now()` in their statements and
-functions). To move a library's clock without sleeping and without touching its
-SQL, its database gets a schema `lpclock` with a function `lpclock.now()` that
-reads a one-row table (the time a test pinned) and its connections put that
-schema before `pg_catalog` in their search path: `public, lpclock, pg_catalog`.
-An unqualified `now()`, in a library's client SQL or inside its plpgsql
-functions, then resolves to `lpclock.now()`; tables the library creates still
-go to `public`. Column defaults bind their function when the table is created,
-so the library's schema is installed through a connection with this path too.
-
-A library that names `pg_catalog.now()` itself, or uses CURRENT_TIMESTAMP or the
-client's clock, is not moved by this; its adapter says so (or uses the library's
-own test clock). This is test tooling for the libraries under test, never for the
-bundled store, whose clock is `lp_clock` (impl/hooks/clock.py).
+Real queues read the time from PostgreSQL (`now()`). To move a library's clock without
+sleeping and without touching its SQL, its database gets a schema `lpclock` whose
+`lpclock.now()` reads a one-row table (the time a test pinned), and its connections put
+that schema before `pg_catalog` in their search path (`public, lpclock, pg_catalog`): an
+unqualified `now()`, in client SQL or inside plpgsql functions, then resolves to it, while
+new tables still go to `public`. Column defaults bind their function when the table is
+created, so the library's schema is installed through a connection with this path too.
+A library that names `pg_catalog.now()`, or uses CURRENT_TIMESTAMP or the client's clock,
+is not moved by this (its adapter says so, or uses the library's own test clock). Test
+tooling for the libraries under test only: the bundled store's clock is `lp_clock`
+(impl/hooks/clock.py).
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """graphile-worker (Node.js), driven through its public API by `node/graphile.mjs`, as a lease queue.
 
-graphile-worker is pinned in `node/package-lock.json` and installed on first use (`nodejs.py`).
-It has no call that takes one job. A fetch starts a worker pool of one worker (`runTaskList`)
-whose task handler holds the job; the pool shuts down at once, so it takes no other job. The
-holder is that pool: its id is the job's `locked_by`. A completion resolves the handler (or
-rejects it), then waits for the pool's shutdown, which waits for graphile's write.
-
 - install: `runMigrations`, through a connection on the search-path clock (`clock.py`);
-- enqueue: `addJob(task, {}, {maxAttempts: 1000})`, so that a failure or a rescue returns the job
-  to the queue;
-- fetch: as above; nothing is handed out if the pool's one getJob found nothing;
-- complete: resolve the holder's handler (finished). graphile-worker answers nothing: the rows
-  decide. A holder that completed already has no second completion (refused);
-- rescue: graphile's own stale-lock reset (locks older than its fixed 4 hours), run on demand by a
-  pool whose reset timer fires at once (`minResetLockedInterval: 1`);
-- rows: `graphile_worker._private_jobs` (locked claimed, unlocked pending, out of attempts
-  failed); a success deletes the row, so a job whose success graphile reported and whose row is
-  gone is finished.
+- enqueue: `addJob(task, {}, {maxAttempts: 1000})`, so a failure or a rescue requeues the job;
+- fetch: no call takes one job, so a pool of one worker (`runTaskList`) whose handler holds the
+  job, shut down at once; the holder is that pool (the job's `locked_by`), if its getJob found one;
+- complete: resolve (or reject) the handler, then await the pool's shutdown (graphile's write);
+  graphile answers nothing, the rows decide; a holder that completed already is refused;
+- rescue: graphile's stale-lock reset, run on demand (`minResetLockedInterval: 1`). Its lock
+  lasts a fixed 4 hours, so the profile's clock runs 480 times faster here (30 s is 4 hours);
+- rows: `graphile_worker._private_jobs`: locked claimed, unlocked pending, out of attempts
+  failed; a job whose success graphile reported and whose row is gone is finished.
 
-graphile-worker's lock lasts a fixed 4 hours, which no option changes. This adapter runs the
-profile's clock 480 times faster: a profile second is 8 minutes, so the profile's 30-second lease
-is graphile's 4 hours, and the profile's instants just before, at and just after a deadline are
-graphile's.
-
-Capabilities: rescue. No heartbeat, no deadline (its completion deletes the job by id, whatever
-the lock), no permanent failure (a failure is retried with backoff).
+Capabilities: rescue. No heartbeat, no deadline (completion deletes by id, whatever the lock), no `fail` (retried).
 """
 
 from __future__ import annotations

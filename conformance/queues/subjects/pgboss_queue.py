@@ -1,26 +1,17 @@
 """pg-boss (Node.js), driven through its public API by `node/pgboss.mjs`, as a lease queue.
 
-pg-boss is pinned in `node/package-lock.json` and installed on first use (`nodejs.py`). One
-child process runs one `PgBoss` (its pool of connections) on the search-path clock (`clock.py`);
-the requests of several sessions run at once there, each on a connection of the pool.
+One child process runs one `PgBoss` (a pool; sessions' requests run at once on it) on the search-path clock.
 
 - install: `boss.start()` (pg-boss's migrations) and `createQueue`;
 - enqueue: `boss.send(queue, {}, {expireInSeconds: lease, retryLimit: 1000, retryDelay: 0,
-  startAfter: a second before now})`. pg-boss hands a job out only once `start_after < now()`,
-  and under a pinned clock a job due at the instant it was sent would never be;
-- fetch: `boss.fetch(queue, {batchSize: 1})`; the handle is the job's id;
-- complete: `boss.complete(queue, id)`; applied iff it says it affected the job;
-- rescue: `boss.expire()`, which returns every active job whose `started_on + expire_in` is
-  past to the queue (state `retry`, due from that instant on: fetched from the next);
-- rows: `pgboss.job` of the queue: created and retry pending, active claimed, completed
-  finished, failed and cancelled failed.
-
-Capabilities: rescue. pg-boss 10 has no heartbeat. It has no deadline: its `complete` matches
-the job's id and `state = 'active'`. It has no permanent failure: with retries left, `fail()`
-retries the job, so holders only complete as finished.
-
-pg-boss 12 needs Node.js 22 (its `engines` field), and this machine has Node 20, so the row is
-pg-boss 10.
+  startAfter: a second before now})`: pg-boss hands a job out only once `start_after < now()`,
+  and under a pinned clock a job due at the instant it was sent never would be;
+- fetch: `boss.fetch(queue, {batchSize: 1})`; complete: `boss.complete(queue, id)`, applied iff it
+  says it affected the job;
+- rescue: `boss.expire()`: every active job past `started_on + expire_in` goes back (`retry`);
+- rows: `pgboss.job` of the queue: created, retry pending; active claimed; completed finished; failed, cancelled failed.
+Capabilities: rescue. It is pg-boss 10 (12 needs Node.js 22): no heartbeat; no deadline (`complete`
+matches the id and `state = 'active'`); no permanent failure (`fail()` retries while retries are left).
 """
 
 from __future__ import annotations

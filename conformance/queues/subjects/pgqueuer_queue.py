@@ -1,22 +1,17 @@
-"""PgQueuer, driven through its public API (`pgqueuer.queries.Queries` on its psycopg driver), as
-a lease queue.
+"""PgQueuer, driven through its public API (`pgqueuer.queries.Queries` on its psycopg driver), as a lease queue.
 
 - install: `Queries.install()`, through a connection on the search-path clock (`clock.py`);
-- enqueue: `queries.enqueue("noop", None, execute_after=-1 s)`, one job per call: due a second
-  before it was enqueued, so that a fetch at the same instant of the pinned clock finds it
-  (PgQueuer takes a job only once `execute_after < now()`; the real clock always moves on);
-- fetch: `queries.dequeue(batch_size=1, ..., queue_manager_id=<new>, heartbeat_timeout=lease)`,
-  as a new queue manager each time. A dequeue also takes over a picked job whose heartbeat is
-  older than its `heartbeat_timeout`: PgQueuer's rescue is inside the fetch (takeover);
-- heartbeat: `queries.update_heartbeat([job id])`: applied to the job iff, after it, the job is
-  picked (its heartbeat is then the time of the call);
-- complete: `queries.log_jobs([(job, "successful" | "exception", None)])`, what its worker
-  logs for a job that returned or raised; the API answers nothing, the rows decide;
-- rows: the queue table by id (queued pending, picked claimed, failed failed), and for a job
-  no longer there its latest log entry (successful finished, exception failed).
-
-Capabilities: heartbeat, takeover. No deadline (a holder past its heartbeat timeout is
-refused nothing until another dequeue takes the job), no rescue on demand.
+- enqueue: `queries.enqueue("noop", None, execute_after=-1 s)`: due a second before it was enqueued,
+  since PgQueuer takes a job only once `execute_after < now()`, and the pinned clock does not move;
+- fetch: `queries.dequeue(batch_size=1, ..., queue_manager_id=<new>, heartbeat_timeout=lease)`, as a
+  new queue manager each time; a dequeue also takes over a picked job whose heartbeat is older than
+  its timeout: PgQueuer's rescue is inside the fetch (takeover);
+- heartbeat: `queries.update_heartbeat([job id])`: applied iff the job is then picked;
+- complete: `queries.log_jobs([(job, "successful" | "exception", None)])`, what its worker logs for
+  a job that returned or raised; the API answers nothing, the rows decide;
+- rows: the queue table by id (queued pending, picked claimed, failed failed), and for a job no
+  longer there its latest log entry (successful finished, exception failed).
+Capabilities: heartbeat, takeover. No deadline (nothing refused until another dequeue takes the job), no rescue.
 """
 
 from __future__ import annotations

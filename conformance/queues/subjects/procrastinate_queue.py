@@ -1,27 +1,17 @@
 """procrastinate, driven through its public API (`App`, its `JobManager`), as a lease queue.
 
-- install: `app.schema_manager.apply_schema_async()`, through a connection on the
-  search-path clock (`clock.py`);
+- install: `app.schema_manager.apply_schema_async()`, on the search-path clock (`clock.py`);
 - enqueue: `task.defer_async()` of a no-op task, one job per call;
-- fetch: a new worker (`job_manager.register_worker()`), then
-  `job_manager.fetch_job(queues=None, worker_id=...)`; the holder's handle is
-  (job id, worker id). procrastinate's lease is its worker's heartbeat: one worker
-  per fetch makes it the holder's;
-- heartbeat: `job_manager.update_heartbeat(worker_id)`. It renews the worker, and
-  through it every job the worker holds: applied to the job iff, after it, the
-  job is `doing` for that worker;
-- complete: `job_manager.finish_job_by_id_async(id, SUCCEEDED | FAILED,
-  delete_job=False)`; it raises when the job is neither `todo` nor `doing`
-  (refused), else it applied;
-- rescue: the pattern procrastinate documents, on demand:
-  `job_manager.get_stalled_jobs(seconds_since_heartbeat=lease)`, then
-  `job_manager.retry_job(job, retry_at=now)` for each (a job that finished between
-  the two raises; it is left, as a periodic rescuer would);
-- rows: `procrastinate_jobs` by id: todo pending, doing claimed, succeeded
-  finished, failed failed.
-
-Capabilities: heartbeat, rescue. No deadline: nothing in procrastinate refuses a
-holder whose worker's heartbeat is old, until a rescue took the job.
+- fetch: `job_manager.fetch_job(queues=None, worker_id=...)` for a new `register_worker()`: the lease
+  is the worker's heartbeat, so one worker per fetch makes it the holder's (job id, worker id);
+- heartbeat: `job_manager.update_heartbeat(worker_id)`, which renews every job the worker holds:
+  applied iff the job is then `doing` for that worker;
+- complete: `job_manager.finish_job_by_id_async(id, SUCCEEDED | FAILED, delete_job=False)`: it
+  raises when the job is neither `todo` nor `doing` (refused), else it applied;
+- rescue: the documented pattern, on demand: `get_stalled_jobs(seconds_since_heartbeat=lease)`, then
+  `retry_job(job, retry_at=now)` for each (a job finished in between raises, and is left);
+- rows: `procrastinate_jobs` by id: todo pending, doing claimed, succeeded finished, failed failed.
+Capabilities: heartbeat, rescue. No deadline: nothing refuses an old heartbeat's holder until a rescue.
 """
 
 from __future__ import annotations
