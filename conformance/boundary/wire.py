@@ -726,53 +726,114 @@ def serve(
     served: dict[str, tuple[Any, frozenset[str]]] = {MACHINE: (adapter, operations)}
     if lifecycle is not None:
         served["lifecycle"] = (lifecycle, LIFECYCLE_OPERATIONS)
-    lock = threading.Lock()
+    serving = _Serving(served, implementation, stdout, attach or {}, before_reset)
+    try:
+        for line in stdin if stdin is not None else sys.stdin.buffer:
+            method, reply = serving.answer(line)
+            if reply is None:
+                continue  # its session's thread replies
+            serving.write(reply)
+            if method == "close" and "result" in reply:
+                return
+    finally:
+        serving.close_sessions()
 
-    def write(reply: dict[str, Any]) -> None:
-        with lock:
-            stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
-            stdout.flush()
 
-    sessions: dict[tuple[str, str], _Session] = {}
-    offers_sessions = all(hasattr(a, "session") for a, _ in served.values())
-    # What the handshake agreed: a version-1 hello gets a version-1 adapter,
-    # the delivery machine alone and no sessions. Until then, everything served.
-    agreed = _Agreement(PROTOCOL_VERSION, served, offers_sessions)
+class _Serving:
+    """What one `serve` holds while it serves: the machines served, the sessions open, what
+    the handshake agreed; one method a step of answering a request line."""
 
-    def session_named(params: dict[str, Any], opening: bool = False) -> tuple[str, str]:
-        name = params["session"]
-        if not isinstance(name, str) or not name:
-            raise ProtocolError("bad-params", f'"session" must be a non-empty string, not {json.dumps(name)}')
-        key = (params["machine"], name)
-        if opening and key in sessions:
-            raise ProtocolError("bad-params", f"session {name!r} is already open")
-        if not opening and key not in sessions:
-            raise ProtocolError("bad-params", f"no session {name!r} is open")
-        if not agreed.sessions:
-            why = f"protocol {agreed.protocol} has none" if offers_sessions else "its hello says so"
-            raise ProtocolError("unknown-method", f"this adapter offers no sessions ({why})")
-        return key
+    def __init__(
+        self,
+        served: dict[str, tuple[Any, frozenset[str]]],
+        implementation: str,
+        stdout: TextIO,
+        attach: Mapping[str, Callable[[str], Any]],
+        before_reset: Callable[[], None] | None,
+    ) -> None:
+        self.served, self.implementation, self.stdout = served, implementation, stdout
+        self.attach, self.before_reset = attach, before_reset
+        self.lock = threading.Lock()
+        self.sessions: dict[tuple[str, str], _Session] = {}
+        self.offers_sessions = all(hasattr(a, "session") for a, _ in served.values())
+        # What the handshake agreed: a version-1 hello gets a version-1 adapter,
+        # the delivery machine alone and no sessions. Until then, everything served.
+        self.agreed = _Agreement(PROTOCOL_VERSION, served, self.offers_sessions)
+        self.greeted = False
+        self.handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "hello": self.hello,
+            "reset": self.reset,
+            "execute": lambda p: codec.encode(self.on(p).execute(p["command"])),
+            "snapshot": lambda p: codec.encode_state(self.on(p).snapshot()),
+            "open_session": self.open_session,
+            "close_session": self.close_session,
+            "close": lambda p: None,
+            "attach": self.attach_to,
+        }
 
-    def open_session(params: dict[str, Any]) -> None:
-        key = session_named(params, opening=True)
-        sessions[key] = _Session(served[key[0]][0].session(), write)
+    def write(self, reply: dict[str, Any]) -> None:
+        with self.lock:
+            self.stdout.write(json.dumps(reply, separators=(",", ":"), allow_nan=False) + "\n")
+            self.stdout.flush()
 
-    def close_session(params: dict[str, Any]) -> None:
-        sessions.pop(session_named(params)).close()
+    def answer(self, line: bytes | str) -> tuple[str | None, dict[str, Any] | None]:
+        """The request's method (None if unreadable) and its reply: a result or a fault;
+        None for a session's command, which its session's thread replies to."""
+        id_, method = None, None
+        try:
+            id_, method, params = _request(line, self.agreed.served)
+            self.admit(method, params)
+            if method == "execute" and "session" in params:
+                self.sessions[self.session_named(params)].jobs.put((id_, params["command"]))
+                return method, None
+            return method, self.handled(id_, method, params)
+        except ProtocolError as error:
+            fault = {"code": error.code, "message": str(error)}
+            return method, {"id": id_ if id_ is not None else error.request_id, "fault": fault}
 
-    def hello(params: dict[str, Any]) -> dict[str, Any]:
+    def admit(self, method: str, params: dict[str, Any]) -> None:
+        """A hello comes first; the request's start and command decode (into `params`)."""
+        if not self.greeted and method not in ("hello", "close"):
+            raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
+        try:
+            if "start" in params:
+                params["start"] = codec.decode(params["start"], dt.datetime, "start")
+            if "command" in params:
+                command = codec.decode(params["command"], object, "command")
+                params["command"] = _offered(command, params["machine"], self.served[params["machine"]][1])
+        except codec.DecodeError as exc:
+            raise ProtocolError("malformed-value", f"{method}: {exc}") from None
+        self.greeted = self.greeted or method == "hello"
+
+    def handled(self, id_: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The method's result, or a fault if the adapter failed (a broken rule raises ProtocolError)."""
+        try:
+            return {"id": id_, "result": self.handlers[method](params)}
+        except ProtocolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
+            # A session cut as it opens is lost, as one cut while it works (section 5).
+            lost = method == "open_session" and _lost_connection(exc)
+            fault = {
+                "code": "session-lost" if lost else "implementation",
+                "message": f"{type(exc).__name__}: {exc}",
+            }
+            return {"id": id_, "fault": fault}
+
+    def hello(self, params: dict[str, Any]) -> dict[str, Any]:
         """The handshake: the newest version both speak, at most the harness's."""
         asked = params.get("protocol", PROTOCOL_VERSION)
         if type(asked) is not int or asked < PROTOCOL_VERSIONS[0]:
             wanted = f"the harness's newest version, an integer from {PROTOCOL_VERSIONS[0]}"
             raise ProtocolError("bad-params", f'hello: "protocol" must be {wanted}, not {json.dumps(asked)}')
         protocol = min(asked, PROTOCOL_VERSION)
+        agreed = self.agreed
         agreed.protocol = protocol
-        agreed.served = {name: both for name, both in served.items() if MACHINES[name].since <= protocol}
-        agreed.sessions = offers_sessions and protocol >= SESSIONS_SINCE
+        agreed.served = {name: both for name, both in self.served.items() if MACHINES[name].since <= protocol}
+        agreed.sessions = self.offers_sessions and protocol >= SESSIONS_SINCE
         result: dict[str, Any] = {
             "protocol": protocol,
-            "implementation": implementation,
+            "implementation": self.implementation,
             "machines": {name: sorted(ops) for name, (_, ops) in agreed.served.items()},
         }
         if agreed.sessions:
@@ -780,81 +841,54 @@ def serve(
         databases = {name: a.dsn for name, (a, _) in agreed.served.items() if isinstance(getattr(a, "dsn", None), str)}
         if databases and protocol >= DATABASES_SINCE:
             result["databases"] = databases
-            if attachable := sorted(name for name in databases if name in (attach or {})):
+            if attachable := sorted(name for name in databases if name in self.attach):
                 result["attach"] = attachable
         return result
 
-    def attach_to(params: dict[str, Any]) -> None:
+    def session_named(self, params: dict[str, Any], opening: bool = False) -> tuple[str, str]:
+        name = params["session"]
+        if not isinstance(name, str) or not name:
+            raise ProtocolError("bad-params", f'"session" must be a non-empty string, not {json.dumps(name)}')
+        key = (params["machine"], name)
+        if opening and key in self.sessions:
+            raise ProtocolError("bad-params", f"session {name!r} is already open")
+        if not opening and key not in self.sessions:
+            raise ProtocolError("bad-params", f"no session {name!r} is open")
+        if not self.agreed.sessions:
+            why = f"protocol {self.agreed.protocol} has none" if self.offers_sessions else "its hello says so"
+            raise ProtocolError("unknown-method", f"this adapter offers no sessions ({why})")
+        return key
+
+    def open_session(self, params: dict[str, Any]) -> None:
+        key = self.session_named(params, opening=True)
+        self.sessions[key] = _Session(self.served[key[0]][0].session(), self.write)
+
+    def close_session(self, params: dict[str, Any]) -> None:
+        self.sessions.pop(self.session_named(params)).close()
+
+    def close_sessions(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+
+    def attach_to(self, params: dict[str, Any]) -> None:
         """Serve a machine from the database an earlier process announced, as it stands."""
         machine, database = params["machine"], params["database"]
         if not isinstance(database, str) or not database:
             raise ProtocolError("bad-params", f'"database" must be a connection string, not {json.dumps(database)}')
-        if agreed.protocol < DATABASES_SINCE or machine not in (attach or {}):
+        if self.agreed.protocol < DATABASES_SINCE or machine not in self.attach:
             raise ProtocolError("unknown-method", f"this adapter cannot attach the {machine} machine to a database")
-        if any(name == machine for name, _ in sessions):
+        if any(name == machine for name, _ in self.sessions):
             raise ProtocolError("bad-params", "attach comes before any session of its machine is opened")
-        operations = served[machine][1]
-        served[machine] = agreed.served[machine] = (attach[machine](database), operations)  # type: ignore[index]
+        operations = self.served[machine][1]
+        self.served[machine] = self.agreed.served[machine] = (self.attach[machine](database), operations)  # type: ignore[index]
 
-    def on(params: dict[str, Any]) -> Any:
-        return served[params["machine"]][0]
+    def on(self, params: dict[str, Any]) -> Any:
+        return self.served[params["machine"]][0]
 
-    def reset(params: dict[str, Any]) -> None:
-        if before_reset is not None:
-            before_reset()
-        on(params).reset(params["start"])
-
-    handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-        "hello": hello,
-        "reset": reset,
-        "execute": lambda p: codec.encode(on(p).execute(p["command"])),
-        "snapshot": lambda p: codec.encode_state(on(p).snapshot()),
-        "open_session": open_session,
-        "close_session": close_session,
-        "close": lambda p: None,
-        "attach": attach_to,
-    }
-    greeted = False
-    try:
-        for line in stdin if stdin is not None else sys.stdin.buffer:
-            id_, method = None, None
-            try:
-                id_, method, params = _request(line, agreed.served)
-                if not greeted and method not in ("hello", "close"):
-                    raise ProtocolError("hello-first", f"{method} before hello: the session starts with a hello")
-                try:
-                    if "start" in params:
-                        params["start"] = codec.decode(params["start"], dt.datetime, "start")
-                    if "command" in params:
-                        command = codec.decode(params["command"], object, "command")
-                        params["command"] = _offered(command, params["machine"], served[params["machine"]][1])
-                except codec.DecodeError as exc:
-                    raise ProtocolError("malformed-value", f"{method}: {exc}") from None
-                greeted = greeted or method == "hello"
-                if method == "execute" and "session" in params:
-                    sessions[session_named(params)].jobs.put((id_, params["command"]))
-                    continue  # its session's thread replies
-                try:
-                    reply: dict[str, Any] = {"id": id_, "result": handlers[method](params)}
-                except ProtocolError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - the adapter failed: a fault, and serving goes on
-                    # A session cut as it opens is lost, as one cut while it works (section 5).
-                    lost = method == "open_session" and _lost_connection(exc)
-                    fault = {
-                        "code": "session-lost" if lost else "implementation",
-                        "message": f"{type(exc).__name__}: {exc}",
-                    }
-                    reply = {"id": id_, "fault": fault}
-            except ProtocolError as error:
-                fault = {"code": error.code, "message": str(error)}
-                reply = {"id": id_ if id_ is not None else error.request_id, "fault": fault}
-            write(reply)
-            if method == "close" and "result" in reply:
-                return
-    finally:
-        for session in sessions.values():
-            session.close()
+    def reset(self, params: dict[str, Any]) -> None:
+        if self.before_reset is not None:
+            self.before_reset()
+        self.on(params).reset(params["start"])
 
 
 def _offered(command: Any, machine: str, operations: frozenset[str]) -> Any:
