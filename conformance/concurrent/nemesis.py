@@ -336,124 +336,185 @@ def run(dsn: str, plan: Plan, folder: Path, say: Any = print, restart: Callable[
     report = Report()
     ids = prepare(dsn, plan)
     report.committed = len(ids)
-    rng = random.Random(plan.seed)
-    ctx = multiprocessing.get_context("spawn")
-    until = time.time() + plan.duration
-    logs = [folder / f"worker-{i}.jsonl" for i in range(plan.workers)]
-    procs: dict[int, Any] = {}
-
-    def start(i: int) -> None:
-        seed = rng.randrange(2**32)
-        name = f"lp-nemesis-worker-{i}"
-        args = (workers_dsn, name, seed, until, str(logs[i]), plan.tenants, plan.store, plan.service)
-        procs[i] = ctx.Process(target=worker, args=args, daemon=True)
-        procs[i].start()
-
-    proxy = FaultProxy(dsn).start() if set(plan.faults) & set(NETWORK_FAULTS) else None
-    workers_dsn = dsn if proxy is None else proxy.dsn_through(dsn)
-    for i in range(plan.workers):
-        start(i)
-    sweeper = ctx.Process(target=reaper, args=(dsn, until, str(folder / "reaper.jsonl"), plan.store), daemon=True)
-    sweeper.start()
-    paused: dict[int, float] = {}  # worker -> when to continue it
-    abandoned: set[str] = set()  # keys of the leases the run claimed and left to expire (at each stall)
-    staller: psycopg.Connection[Any] | None = None
-    stalled_until = 0.0
-    monitor: psycopg.Connection[Any] | None = connect(dsn)
-    up_since = dt.datetime.fromtimestamp(0, dt.UTC)  # when the server was last back from a restart
-    kinds: list[str] = []
+    nemesis = _Nemesis(dsn, plan, folder, report, restart)
+    nemesis.start()
     try:
-        next_fault = time.time() + plan.every
-        while time.time() < until:
-            now = time.time()
-            for i, resume in list(paused.items()):
-                if now >= resume:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(procs[i].pid, signal.SIGCONT)
-                    del paused[i]
-            if staller is not None and now >= stalled_until:
-                with contextlib.suppress(psycopg.Error):
-                    staller.execute("ROLLBACK")
-                staller.close()
-                staller = None
-            if monitor is None:
-                monitor = connect(dsn)
-            for row in monitor.execute(_OVERDUE, {"up_since": up_since}).fetchall():
-                overdue = max(0.0, row["overdue"])
-                if row["community_id"] == tenant(0):
-                    report.worst_stalled_delay = max(report.worst_stalled_delay, overdue)
-                else:
-                    report.worst_healthy_delay = max(report.worst_healthy_delay, overdue)
-            if now >= next_fault and plan.faults:
-                next_fault = now + plan.every
-                if not kinds:  # every kind once per round, in a seeded order
-                    kinds = rng.sample(plan.faults, len(plan.faults))
-                kind = kinds.pop()
-                i = rng.randrange(plan.workers)
-                if kind == "kill" and i not in paused:
-                    procs[i].kill()
-                    procs[i].join(10)
-                    start(i)
-                elif kind == "terminate":
-                    monitor.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                        (f"lp-nemesis-worker-{i}",),
-                    )
-                elif kind == "pause" and i not in paused:
-                    os.kill(procs[i].pid, signal.SIGSTOP)
-                    paused[i] = now + PAUSE_SECONDS
-                elif kind == "restart" and restart is not None:
-                    mode = rng.choice(RESTART_MODES)
-                    monitor.close()
-                    monitor = None
-                    restart(mode)  # every connection is gone; workers reconnect once it answers again
-                    up_since = dt.datetime.now(dt.UTC)
-                    if staller is not None:
-                        staller.close()
-                        staller = None
-                    report.restarts[mode] += 1
-                elif kind in NETWORK_FAULTS and proxy is not None:
-                    arm(proxy, kind)
-                elif kind == "stall" and staller is None:
-                    abandoned |= _abandon(dsn, plan, rng)
-                    staller = connect(_named(dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
-                    staller.execute("BEGIN")
-                    staller.execute(  # what it can lock now: a client holds what it took
-                        "SELECT 1 FROM workflow_agent_deliveries WHERE community_id = %s AND status = 'claimed'"
-                        " FOR UPDATE SKIP LOCKED",
-                        (tenant(0),),
-                    )
-                    stalled_until = now + STALL_SECONDS
-                else:
-                    continue
-                report.faults[kind] += 1
-            time.sleep(0.02)  # the monitor's sampling period
+        nemesis.strike_until_the_end()
     except BaseException:  # interrupted (Ctrl-C, SIGTERM) or failed: the workers stop now, not at `until`
-        for proc in (*procs.values(), sweeper):
-            proc.kill()
+        nemesis.kill_everyone()
         raise
     finally:
-        for i in paused:
+        nemesis.stop()
+    _drain(dsn, plan.store)
+    report.abandoned = len(nemesis.abandoned)
+    _audit(dsn, ids, [*nemesis.logs, folder / "reaper.jsonl"], report, nemesis.abandoned)
+    for line in report.lines():
+        say(line)
+    return report
+
+
+class _Nemesis:
+    """One run's processes, connections and seeded schedule: the workers and the reaper, the
+    proxy, the monitor that samples reap delays, the staller; one method a step or a fault."""
+
+    def __init__(
+        self, dsn: str, plan: Plan, folder: Path, report: Report, restart: Callable[[str], None] | None
+    ) -> None:
+        self.dsn, self.plan, self.folder, self.report, self.restart = dsn, plan, folder, report, restart
+        self.rng = random.Random(plan.seed)
+        self.ctx = multiprocessing.get_context("spawn")
+        self.until = time.time() + plan.duration
+        self.logs = [folder / f"worker-{i}.jsonl" for i in range(plan.workers)]
+        self.procs: dict[int, Any] = {}
+        self.sweeper: Any = None
+        self.proxy: FaultProxy | None = None
+        self.workers_dsn = dsn
+        self.paused: dict[int, float] = {}  # worker -> when to continue it
+        self.abandoned: set[str] = set()  # keys of the leases the run claimed and left to expire (at each stall)
+        self.staller: psycopg.Connection[Any] | None = None
+        self.stalled_until = 0.0
+        self.monitor: psycopg.Connection[Any] | None = None
+        self.up_since = dt.datetime.fromtimestamp(0, dt.UTC)  # when the server was last back from a restart
+        self.kinds: list[str] = []
+
+    def start(self) -> None:
+        """The proxy (if the run has network faults), the workers through it, the reaper, the monitor."""
+        if set(self.plan.faults) & set(NETWORK_FAULTS):
+            self.proxy = FaultProxy(self.dsn).start()
+            self.workers_dsn = self.proxy.dsn_through(self.dsn)
+        for i in range(self.plan.workers):
+            self.start_worker(i)
+        args = (self.dsn, self.until, str(self.folder / "reaper.jsonl"), self.plan.store)
+        self.sweeper = self.ctx.Process(target=reaper, args=args, daemon=True)
+        self.sweeper.start()
+        self.monitor = connect(self.dsn)
+
+    def start_worker(self, i: int) -> None:
+        seed = self.rng.randrange(2**32)
+        name = f"lp-nemesis-worker-{i}"
+        plan = self.plan
+        args = (self.workers_dsn, name, seed, self.until, str(self.logs[i]), plan.tenants, plan.store, plan.service)
+        self.procs[i] = self.ctx.Process(target=worker, args=args, daemon=True)
+        self.procs[i].start()
+
+    def strike_until_the_end(self) -> None:
+        """Until the run's end: continue paused workers, end a stall that is over, sample the reap
+        delays, and at each decision's time strike with the next kind of fault."""
+        next_fault = time.time() + self.plan.every
+        while time.time() < self.until:
+            now = time.time()
+            self.continue_paused(now)
+            self.end_stall(now)
+            self.sample_delays()
+            if now >= next_fault and self.plan.faults:
+                next_fault = now + self.plan.every
+                if not self.kinds:  # every kind once per round, in a seeded order
+                    self.kinds = self.rng.sample(self.plan.faults, len(self.plan.faults))
+                kind = self.kinds.pop()
+                if not self.strike(kind, self.rng.randrange(self.plan.workers), now):
+                    continue
+                self.report.faults[kind] += 1
+            time.sleep(0.02)  # the monitor's sampling period
+
+    def continue_paused(self, now: float) -> None:
+        for i, resume in list(self.paused.items()):
+            if now >= resume:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.procs[i].pid, signal.SIGCONT)
+                del self.paused[i]
+
+    def end_stall(self, now: float) -> None:
+        if self.staller is not None and now >= self.stalled_until:
+            with contextlib.suppress(psycopg.Error):
+                self.staller.execute("ROLLBACK")
+            self.staller.close()
+            self.staller = None
+
+    def watching(self) -> psycopg.Connection[Any]:
+        """The monitor's connection, made again after a restart ended it."""
+        if self.monitor is None:
+            self.monitor = connect(self.dsn)
+        return self.monitor
+
+    def sample_delays(self) -> None:
+        for row in self.watching().execute(_OVERDUE, {"up_since": self.up_since}).fetchall():
+            overdue = max(0.0, row["overdue"])
+            if row["community_id"] == tenant(0):
+                self.report.worst_stalled_delay = max(self.report.worst_stalled_delay, overdue)
+            else:
+                self.report.worst_healthy_delay = max(self.report.worst_healthy_delay, overdue)
+
+    def strike(self, kind: str, i: int, now: float) -> bool:
+        """A fault of `kind` (at worker `i`, if it strikes a worker); False if it cannot strike
+        now (the worker is paused, a stall holds, no restart or no proxy)."""
+        if kind == "kill" and i not in self.paused:
+            self.procs[i].kill()
+            self.procs[i].join(10)
+            self.start_worker(i)
+        elif kind == "terminate":
+            self.watching().execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (f"lp-nemesis-worker-{i}",),
+            )
+        elif kind == "pause" and i not in self.paused:
+            os.kill(self.procs[i].pid, signal.SIGSTOP)
+            self.paused[i] = now + PAUSE_SECONDS
+        elif kind == "restart" and self.restart is not None:
+            self.restart_server(self.restart)
+        elif kind in NETWORK_FAULTS and self.proxy is not None:
+            arm(self.proxy, kind)
+        elif kind == "stall" and self.staller is None:
+            self.stall(now)
+        else:
+            return False
+        return True
+
+    def restart_server(self, restart: Callable[[str], None]) -> None:
+        mode = self.rng.choice(RESTART_MODES)
+        if self.monitor is not None:
+            self.monitor.close()
+        self.monitor = None
+        restart(mode)  # every connection is gone; workers reconnect once it answers again
+        self.up_since = dt.datetime.now(dt.UTC)
+        if self.staller is not None:
+            self.staller.close()
+            self.staller = None
+        self.report.restarts[mode] += 1
+
+    def stall(self, now: float) -> None:
+        """Abandon a healthy tenant's lease, and hold the first tenant's claimed rows locked."""
+        self.abandoned |= _abandon(self.dsn, self.plan, self.rng)
+        self.staller = connect(_named(self.dsn, "lp-nemesis-staller"), Waits(lock=1, idle_in_transaction=30))
+        self.staller.execute("BEGIN")
+        self.staller.execute(  # what it can lock now: a client holds what it took
+            "SELECT 1 FROM workflow_agent_deliveries WHERE community_id = %s AND status = 'claimed'"
+            " FOR UPDATE SKIP LOCKED",
+            (tenant(0),),
+        )
+        self.stalled_until = now + STALL_SECONDS
+
+    def kill_everyone(self) -> None:
+        for proc in (*self.procs.values(), self.sweeper):
+            proc.kill()
+
+    def stop(self) -> None:
+        """Continue the paused, end a stall, let every process end (killing what outlives its
+        time), close the monitor and the proxy (its counts go to the report)."""
+        for i in self.paused:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(procs[i].pid, signal.SIGCONT)
-        if staller is not None:
-            staller.close()
-        for proc in (*procs.values(), sweeper):
+                os.kill(self.procs[i].pid, signal.SIGCONT)
+        if self.staller is not None:
+            self.staller.close()
+        for proc in (*self.procs.values(), self.sweeper):
             proc.join(10 + WAITS.statement)
             if proc.is_alive():
                 proc.kill()
                 proc.join(10)
-        if monitor is not None:
-            monitor.close()
-        if proxy is not None:
-            proxy.close()
-            report.network.update(proxy.counts)
-    _drain(dsn, plan.store)
-    report.abandoned = len(abandoned)
-    _audit(dsn, ids, [*logs, folder / "reaper.jsonl"], report, abandoned)
-    for line in report.lines():
-        say(line)
-    return report
+        if self.monitor is not None:
+            self.monitor.close()
+        if self.proxy is not None:
+            self.proxy.close()
+            self.report.network.update(self.proxy.counts)
 
 
 ABANDONER = "lp-nemesis-abandoner"
@@ -506,6 +567,21 @@ def _audit(
     dsn: str, ids: list[uuid.UUID], logs: Sequence[Path], report: Report, excused: AbstractSet[str] = frozenset()
 ) -> None:
     """Judge the logs and the rows; `excused`: request keys of claims the run itself abandoned."""
+    rows, trail = _rows(dsn)
+    _judge_committed(ids, rows, report)
+    logged = _Logged()
+    for path in logs:
+        logged.read(path, report)
+    report.cycles = sum(map(len, logged.settled.values()))
+    for (claimed, generation), count in logged.claims.items():
+        if count > 1:
+            report.same_generation.append(f"claimed twice: delivery {claimed} at generation {generation}")
+    _judge_settled(logged, rows, report)
+    _orphans(trail, logged.claims, logged.unanswered | logged.given_up | set(excused), report)
+
+
+def _rows(dsn: str) -> tuple[dict[uuid.UUID, dict[str, Any]], list[dict[str, Any]]]:
+    """The deliveries' rows by id, and the trail of claims (none if the run's database has no trail)."""
     with connect(dsn) as conn:
         rows = {
             row["id"]: row
@@ -517,6 +593,11 @@ def _audit(
         trail = []
         if conn.execute("SELECT to_regclass('lp_nemesis_claims') IS NOT NULL AS made").fetchone()["made"]:  # type: ignore[index]  # one row
             trail = conn.execute("SELECT id, generation, claim_key, lease_until, at FROM lp_nemesis_claims").fetchall()
+    return rows, trail
+
+
+def _judge_committed(ids: list[uuid.UUID], rows: dict[uuid.UUID, dict[str, Any]], report: Report) -> None:
+    """Lost or unprocessed: each committed delivery's row is there, and not left claimed."""
     for delivery in ids:
         if delivery not in rows:
             report.lost.append(f"lost: delivery {delivery} was committed and is gone")
@@ -526,17 +607,25 @@ def _audit(
                 f"unprocessed: delivery {delivery} is still claimed at generation {held['lease_generation']},"
                 f" its lease until {held['lease_until']}, after every worker stopped and the last lease ran out"
             )
-    settled: dict[str, list[int]] = defaultdict(list)
-    resettled: list[dict[str, Any]] = []  # Settled answers that came from a resend
-    claims: dict[tuple[str, int], int] = Counter()
-    given_up: set[str] = set()  # keys of claims a worker gave up on, their outcome unknown
-    unanswered: set[str] = set()  # keys of the claims workers were sending when they were killed
-    for path in logs:
+
+
+@attrs.define
+class _Logged:
+    """What the workers' logs say the store answered them."""
+
+    settled: defaultdict[str, list[int]] = attrs.Factory(lambda: defaultdict(list))  # generations settled, by id
+    resettled: list[dict[str, Any]] = attrs.Factory(list)  # Settled answers that came from a resend
+    claims: Counter[tuple[str, int]] = attrs.Factory(Counter)  # (id, generation) -> times handed out
+    given_up: set[str] = attrs.Factory(set)  # keys of claims a worker gave up on, their outcome unknown
+    unanswered: set[str] = attrs.Factory(set)  # keys of the claims workers were sending when they were killed
+
+    def read(self, path: Path, report: Report) -> None:
+        """One worker's log (or the reaper's); its answers are counted in `report`."""
         asking = ""  # the key of the claim this worker sent last and has no answer logged for
         for entry in _entries((path,)):
             if entry["op"] == "claiming":
                 if asking:  # the incarnation before was killed while it claimed
-                    unanswered.add(asking)
+                    self.unanswered.add(asking)
                 asking = entry["key"]
                 continue
             if entry["op"] in ("claim", "lost", "unavailable", "refused"):
@@ -544,21 +633,21 @@ def _audit(
             report.answers[f"{entry['op']}:{entry['answer']}"] += 1
             report.left_by_sweeps += entry.get("left", 0)
             if entry["op"] == "claim" and entry["answer"] == "Claimed":
-                claims[(entry["id"], entry["gen"])] += 1
+                self.claims[(entry["id"], entry["gen"])] += 1
             if entry["op"] == "finish" and entry["answer"] == "Settled":
-                settled[entry["id"]].append(entry["gen"])
+                self.settled[entry["id"]].append(entry["gen"])
                 if entry.get("resent_at") is not None:
-                    resettled.append(entry)
+                    self.resettled.append(entry)
             if entry["op"] == "lost" and entry.get("doing") == "claim":
-                given_up.add(entry.get("key", ""))
+                self.given_up.add(entry.get("key", ""))
         if asking:  # killed at the end, while it claimed
-            unanswered.add(asking)
-    report.cycles = sum(map(len, settled.values()))
-    for (claimed, generation), count in claims.items():
-        if count > 1:
-            report.same_generation.append(f"claimed twice: delivery {claimed} at generation {generation}")
+            self.unanswered.add(asking)
+
+
+def _judge_settled(logged: _Logged, rows: dict[uuid.UUID, dict[str, Any]], report: Report) -> None:
+    """Settled twice or stale accepted: each accepted finish against the others and its row."""
     by_text = {str(k): v for k, v in rows.items()}
-    for settled_id, generations in settled.items():
+    for settled_id, generations in logged.settled.items():
         if len(generations) > 1:
             report.double.append(f"settled twice: delivery {settled_id} at generations {generations}")
         row = by_text.get(settled_id)
@@ -569,14 +658,13 @@ def _audit(
                 f"stale accepted: delivery {settled_id} settled at generation {generations[-1]}, the row is"
                 f" {row['status']} at generation {row['lease_generation']}"
             )
-    for entry in resettled:  # told Settled by a resend, though the first attempt had settled it
+    for entry in logged.resettled:  # told Settled by a resend, though the first attempt had settled it
         row = by_text.get(entry["id"])
         if row is not None and row["finished_at"] is not None and row["finished_at"].timestamp() < entry["resent_at"]:
             report.double.append(
                 f"settled twice: delivery {entry['id']} was settled at {row['finished_at']:%H:%M:%S.%f} by a finish"
                 f" whose answer was lost, and its resend, sent later, was told Settled again"
             )
-    _orphans(trail, claims, unanswered | given_up | set(excused), report)
 
 
 def _orphans(
