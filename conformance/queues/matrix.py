@@ -135,23 +135,52 @@ def judge_subject(
         raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
     caps = queue.capabilities
-    evidence: dict[Guarantee, _Evidence] = {}
-    divergences: list[str] = []
-    checked: set[Guarantee] = set()  # what a scenario, a program or a race round judged
+    findings = _Findings()
+    _run_scenarios(queue, caps, findings)
+    say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
+    programs = _search(queue, seed, examples, findings, say)
+    terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
+    with _closed(terminator):
+        raced = _race(queue, caps, races, terminator, findings)
+    cells = _cells(queue, caps, findings, traces, seed)
+    cuts = terminator.counts if terminator is not None else FaultCounts()
+    return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
+               terminate, cuts)  # fmt: skip
 
-    def record(ran: runs.Ran, program: runs.Program | None, found_by: str) -> None:
+
+@attrs.define
+class _Findings:
+    """What judging one queue found: the first evidence against each guarantee, why runs
+    diverged from the profile, and what a scenario, a program or a race round judged."""
+
+    evidence: dict[Guarantee, _Evidence] = attrs.Factory(dict)
+    divergences: list[str] = attrs.Factory(list)
+    checked: set[Guarantee] = attrs.Factory(set)
+
+    def record(self, ran: runs.Ran, program: runs.Program | None, found_by: str) -> None:
         for violation in ran.violations:
-            if violation.guarantee not in evidence:
-                evidence[violation.guarantee] = _Evidence(program, violation, ran.trace, found_by)
+            if violation.guarantee not in self.evidence:
+                self.evidence[violation.guarantee] = _Evidence(program, violation, ran.trace, found_by)
         if ran.divergence is not None:
-            divergences.append(ran.divergence.why)
+            self.divergences.append(ran.divergence.why)
 
+
+def _closed(terminator: Terminator | None) -> AbstractContextManager[Terminator | None]:
+    """`terminator`, closed on the way out (None: no connection is cut)."""
+    return contextlib.nullcontext() if terminator is None else contextlib.closing(terminator)
+
+
+def _run_scenarios(queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings) -> None:
+    """The fixed scenario of each guarantee that applies, where the queue can run it."""
     for guarantee in Guarantee:
         program = runs.scenario_steps(guarantee, caps)
         if program is not None and applicable(guarantee, caps):
-            record(runs.run(queue, program), program, "scenario")
-            checked.add(guarantee)
-    say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
+            findings.record(runs.run(queue, program), program, "scenario")
+            findings.checked.add(guarantee)
+
+
+def _search(queue: QueueAdapter, seed: int, examples: int, findings: _Findings, say: Callable[[str], None]) -> int:
+    """`examples` generated programs, each guarantee's first violation shrunk; how many ran."""
     found, diverged, programs = runs.search(
         queue,
         seed=seed,
@@ -160,56 +189,69 @@ def judge_subject(
     )
     for guarantee, one in found.items():
         violation = next(v for v in one.ran.violations if v.guarantee is guarantee)  # shrunk to keep it
-        evidence.setdefault(guarantee, _Evidence(one.program, violation, one.ran.trace, "search"))
-    divergences += [divergence.why for _, divergence in diverged]
+        findings.evidence.setdefault(guarantee, _Evidence(one.program, violation, one.ran.trace, "search"))
+    findings.divergences += [divergence.why for _, divergence in diverged]
     if programs:
-        checked |= set(Guarantee) - RACE_ONLY
+        findings.checked |= set(Guarantee) - RACE_ONLY
+    return programs
+
+
+def _race(
+    queue: QueueAdapter,
+    caps: frozenset[Capability],
+    races: int,
+    terminator: Terminator | None,
+    findings: _Findings,
+) -> int:
+    """`races` rounds of each race whose guarantee applies, until one raises or breaks a
+    guarantee; how many rounds ran."""
     raced = 0
-    terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
-    try:
-        for guarantee, race in runs.RACES.items():
-            if not applicable(guarantee, caps):
-                continue
-            for _ in range(races):
-                raced += 1
-                checked.add(guarantee)
-                checked.update(g for g in runs.SETTLED if applicable(g, caps))
-                try:
-                    result = race(queue, terminator)
-                except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
-                    divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
-                    break
-                if result.violation is not None:
-                    trace = ({"race": result.description, "cut": result.cut, "lost": list(result.lost)},)
-                    found_by = "race, connection cut" if result.cut else "race"
-                    ev = _Evidence(None, result.violation, trace, found_by, race.__name__, result.cut)
-                    evidence.setdefault(result.violation.guarantee, ev)
-                    break
-    finally:
-        if terminator is not None:
-            terminator.close()
+    for guarantee, race in runs.RACES.items():
+        if not applicable(guarantee, caps):
+            continue
+        for _ in range(races):
+            raced += 1
+            findings.checked.add(guarantee)
+            findings.checked.update(g for g in runs.SETTLED if applicable(g, caps))
+            try:
+                result = race(queue, terminator)
+            except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
+                findings.divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
+                break
+            if result.violation is not None:
+                trace = ({"race": result.description, "cut": result.cut, "lost": list(result.lost)},)
+                found_by = "race, connection cut" if result.cut else "race"
+                ev = _Evidence(None, result.violation, trace, found_by, race.__name__, result.cut)
+                findings.evidence.setdefault(result.violation.guarantee, ev)
+                break
+    return raced
+
+
+def _cells(
+    queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings, traces: Path, seed: int
+) -> list[Cell]:
+    """Each guarantee's verdict; a violation's trace is written to `traces`."""
     cells = []
     for guarantee in Guarantee:
         if not applicable(guarantee, caps):
             cells.append(Cell(guarantee, "n/a", f"needs {needs(guarantee)}"))
-        elif guarantee in evidence:
-            ev = evidence[guarantee]
+        elif guarantee in findings.evidence:
+            ev = findings.evidence[guarantee]
             path = _write_trace(traces, queue, guarantee, ev, seed)
             cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
-        elif guarantee not in checked:
+        elif guarantee not in findings.checked:
             why = (
                 "only a race can break it, and --races was 0"
                 if guarantee in RACE_ONLY
                 else "no fixed scenario this queue can run, and --examples was 0"
             )
             cells.append(Cell(guarantee, "inconclusive", f"not checked: {why}"))
-        elif divergences:
+        elif findings.divergences:
+            divergences = findings.divergences
             cells.append(Cell(guarantee, "inconclusive", f"{len(divergences)} run(s) diverged: {divergences[0]}"))
         else:
             cells.append(Cell(guarantee, "holds"))
-    cuts = terminator.counts if terminator is not None else FaultCounts()
-    return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
-               terminate, cuts)  # fmt: skip
+    return cells
 
 
 def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int) -> Path:
@@ -264,7 +306,7 @@ def replay(
         how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
         with queue_for(body["subject"]) as (queue, dsn):
             terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
-            try:
+            with _closed(terminator):
                 for attempt in range(1, REPLAY_RACES + 1):
                     result = race(queue, terminator)
                     if result.violation is not None and result.violation.guarantee is guarantee:
@@ -273,9 +315,6 @@ def replay(
                             f"breaks {guarantee.value}: {result.violation.why}\n"
                         )
                         return EXIT_BROKEN
-            finally:
-                if terminator is not None:
-                    terminator.close()
         out.write(f"not reproduced in {REPLAY_RACES} rounds of {how}: {body['subject']} held {guarantee.value}\n")
         return EXIT_HOLDS
     with queue_for(body["subject"]) as (queue, _):
@@ -320,23 +359,19 @@ def details(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    subjects = [s for s in args.subjects.split(",") if s]
+def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
+    """What is wrong with the arguments, said before anything starts; None if nothing is."""
     unknown = sorted(s for s in set(subjects) if not known(s))
     if unknown or not subjects or args.examples < 0 or args.races < 0 or not 0 <= args.terminate <= 1:
-        problem = (
+        return (
             f"unknown subjects {', '.join(unknown)}"
             if unknown
             else "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
         )
-        err.write(f"leaseproof: {problem}\n")
-        return EXIT_USAGE
     if args.json is not None and not args.json.parent.is_dir():
-        err.write(f"leaseproof: no folder {args.json.parent} for --json\n")
-        return EXIT_USAGE
+        return f"no folder {args.json.parent} for --json"
     if args.replay is not None and not args.replay.is_file():
-        err.write(f"leaseproof: no trace file {args.replay}\n")
-        return EXIT_USAGE
+        return f"no trace file {args.replay}"
     if args.replay is not None:
         try:
             trace = json.loads(args.replay.read_text())
@@ -346,8 +381,16 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 raise ValueError(f"neither a program nor a known race ({trace.get('race')!r})")
             Guarantee(trace["guarantee"])
         except (ValueError, KeyError, TypeError) as exc:
-            err.write(f"leaseproof: {args.replay} is not a guarantees trace ({exc})\n")
-            return EXIT_USAGE
+            return f"{args.replay} is not a guarantees trace ({exc})"
+    return None
+
+
+def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    subjects = [s for s in args.subjects.split(",") if s]
+    problem = _usage_problem(args, subjects)
+    if problem is not None:
+        err.write(f"leaseproof: {problem}\n")
+        return EXIT_USAGE
     seed = args.seed if args.seed is not None else secrets.randbelow(2**32)
 
     def say(line: str) -> None:
