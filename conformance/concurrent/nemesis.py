@@ -97,8 +97,28 @@ REAP_BOUND = 1.0
 WAITS = Waits(lock=0.5, statement=5, idle_in_transaction=10)
 
 
+CAUSE = b"\x05" * 32
+
+
 def tenant(index: int) -> uuid.UUID:
     return uuid.UUID(int=0xC0 + index)
+
+
+def set_up_community(store: PostgresDeliveryStore, community: uuid.UUID) -> None:
+    """Create `community` with what its deliveries name: the workflow, its run and the published
+    message (the answers unchecked); the throughput benchmark and the plans test set theirs up so too."""
+    for command in (
+        m.CreateCommunity(community),
+        m.CreateWorkflow(community, WORKFLOW),
+        m.CreateRun(community, WORKFLOW, RUN),
+        m.PublishEvent(community, MESSAGE),
+    ):
+        store.execute(command)
+
+
+def binding(community: uuid.UUID, step: str, target: bytes = TARGET) -> Binding:
+    """What a delivery to `target` at `step` of the run `set_up_community` makes is bound to."""
+    return Binding(community, WORKFLOW, RUN, step, target, DEFINITION, MESSAGE, EventCause(CAUSE))
 
 
 @attrs.frozen
@@ -204,17 +224,11 @@ def prepare(dsn: str, plan: Plan) -> list[uuid.UUID]:
         store = plan.store(conn)
         for t in range(plan.tenants):
             community = tenant(t)
-            for command in (
-                m.CreateCommunity(community),
-                m.CreateWorkflow(community, WORKFLOW),
-                m.CreateRun(community, WORKFLOW, RUN),
-                m.PublishEvent(community, MESSAGE),
-            ):
-                store.execute(command)
+            set_up_community(store, community)
             for n in range(plan.per_tenant):  # one per step: a step has one delivery per target
                 step, delivery = f"s{n}", uuid.UUID(int=(t << 64) | (n + 1))
-                binding = Binding(community, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(b"\x05" * 32))
-                store.execute(m.CommitDeliveries(community, RUN, step, [m.NewDelivery(delivery, binding)]))
+                new = m.NewDelivery(delivery, binding(community, step))
+                store.execute(m.CommitDeliveries(community, RUN, step, [new]))
                 ids.append(delivery)
     return ids
 

@@ -45,6 +45,7 @@ from typing import Any, TextIO
 import attrs
 import psycopg
 
+from leaseproof.conformance.concurrent.nemesis import RUN, TARGET, binding, set_up_community
 from leaseproof.conformance.evidence import throughput_peers as peers
 from leaseproof.conformance.evidence.timed import Clock, run_timed, shares
 from leaseproof.conformance.harness.provision import postgres_server, scratch_database
@@ -52,10 +53,8 @@ from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.migrate import migrate
 from leaseproof.model import delivery as m
-from leaseproof.model.binding import Binding, EventCause
 
-COMMUNITY, WORKFLOW, RUN = uuid.UUID(int=0xC0), uuid.UUID(int=0x100), uuid.UUID(int=0x200)
-TARGET, MESSAGE, DEFINITION, CAUSE = b"\x07" * 32, b"\x03" * 32, b"\x04" * 32, b"\x05" * 32
+COMMUNITY = uuid.UUID(int=0xC0)  # the store's jobs' community: `set_up_community` makes what they name
 LEASE_SECONDS = 30
 ROUND_LIMIT = 600.0  # seconds a round's workers may take before the round is called broken
 
@@ -93,17 +92,13 @@ def _floor_worker(dsn: str, share: int, clock: Clock) -> None:
         clock.done()
 
 
-def _binding(step: str) -> Binding:
-    return Binding(COMMUNITY, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(CAUSE))
-
-
 def _store_worker(dsn: str, share: int, index: int, clock: Clock) -> None:
     with connect(dsn) as conn:
         store = PostgresDeliveryStore(conn)
         clock.ready()
         for i in range(share):
             delivery = uuid.uuid5(COMMUNITY, f"{index}/{i}")
-            new = m.NewDelivery(delivery, _binding(f"s{index}-{i}"))
+            new = m.NewDelivery(delivery, binding(COMMUNITY, f"s{index}-{i}"))
             committed = store.execute(m.CommitDeliveries(COMMUNITY, RUN, f"s{index}-{i}", [new]))
             if committed != m.Committed((delivery,), False):
                 raise RuntimeError(f"commit of {delivery} answered {committed}")
@@ -119,11 +114,7 @@ def floor_round(dsn: str, workers: int, jobs: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(_FLOOR_SCHEMA)
     args = [(dsn, share) for share in shares(workers, jobs)]
-    elapsed = run_timed(_floor_worker, args, timeout=ROUND_LIMIT, state=lambda: _floor_counts(dsn))
-    counts = _floor_counts(dsn)
-    if counts != {"finished": jobs}:
-        raise RuntimeError(f"the floor's jobs by status: {counts}, expected {jobs} finished")
-    return elapsed
+    return _timed_round(_floor_worker, args, lambda: _floor_counts(dsn), jobs, "the floor's jobs")
 
 
 def _floor_counts(dsn: str) -> dict[str, int]:
@@ -135,19 +126,23 @@ def _floor_counts(dsn: str) -> dict[str, int]:
 def store_round(dsn: str, workers: int, jobs: int) -> float:
     with connect(dsn) as conn:
         migrate(conn)
-        store = PostgresDeliveryStore(conn)
-        for command in (
-            m.CreateCommunity(COMMUNITY),
-            m.CreateWorkflow(COMMUNITY, WORKFLOW),
-            m.CreateRun(COMMUNITY, WORKFLOW, RUN),
-            m.PublishEvent(COMMUNITY, MESSAGE),
-        ):
-            store.execute(command)
+        set_up_community(PostgresDeliveryStore(conn), COMMUNITY)
     args = [(dsn, share, i) for i, share in enumerate(shares(workers, jobs))]
-    elapsed = run_timed(_store_worker, args, timeout=ROUND_LIMIT, state=lambda: _store_counts(dsn))
-    counts = _store_counts(dsn)
-    if counts != {"finished": jobs}:
-        raise RuntimeError(f"the store's deliveries by status: {counts}, expected {jobs} finished")
+    return _timed_round(_store_worker, args, lambda: _store_counts(dsn), jobs, "the store's deliveries")
+
+
+def _timed_round(
+    worker: Callable[..., None],
+    args: Sequence[tuple[Any, ...]],
+    counts: Callable[[], dict[str, int]],
+    jobs: int,
+    what: str,
+) -> float:
+    """The seconds `worker`'s processes took, once `counts` (`what`, by status) says every one of `jobs` finished."""
+    elapsed = run_timed(worker, args, timeout=ROUND_LIMIT, state=counts)
+    found = counts()
+    if found != {"finished": jobs}:
+        raise RuntimeError(f"{what} by status: {found}, expected {jobs} finished")
     return elapsed
 
 

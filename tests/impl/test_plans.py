@@ -20,15 +20,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from leaseproof.conformance.concurrent.nemesis import RUN, binding, set_up_community
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock, mark_test_database
 from leaseproof.model import delivery as m
-from leaseproof.model.binding import Binding, EventCause
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-COMMUNITY, WORKFLOW, RUN = uuid.UUID(int=0xA), uuid.UUID(int=0x100), uuid.UUID(int=0x200)
-TARGET, MESSAGE, DEFINITION = b"\x01" * 32, b"\x03" * 32, b"\x04" * 32
+COMMUNITY, TARGET = uuid.UUID(int=0xA), b"\x01" * 32
 HISTORY = 200  # settled deliveries in the community before the operations are explained
 BOUND = 3  # rows a scan of one operation's statements may return
 
@@ -40,13 +39,11 @@ _NODE = re.compile(
 )
 
 
-def _binding(step: str) -> Binding:
-    return Binding(COMMUNITY, WORKFLOW, RUN, step, TARGET, DEFINITION, MESSAGE, EventCause(b"\x05" * 32))
-
-
 def _commit(store: PostgresDeliveryStore, step: str) -> uuid.UUID:
     delivery = uuid.uuid5(COMMUNITY, step)
-    committed = store.execute(m.CommitDeliveries(COMMUNITY, RUN, step, [m.NewDelivery(delivery, _binding(step))]))
+    committed = store.execute(
+        m.CommitDeliveries(COMMUNITY, RUN, step, [m.NewDelivery(delivery, binding(COMMUNITY, step, TARGET))])
+    )
     assert committed == m.Committed((delivery,), False)
     return delivery
 
@@ -60,13 +57,7 @@ def explained(delivery_dsn: str) -> Iterator[tuple[PostgresDeliveryStore, list[s
         clock = PinnedClock(conn)
         mark_test_database(conn)
         clock.pin(START)
-        for command in (
-            m.CreateCommunity(COMMUNITY),
-            m.CreateWorkflow(COMMUNITY, WORKFLOW),
-            m.CreateRun(COMMUNITY, WORKFLOW, RUN),
-            m.PublishEvent(COMMUNITY, MESSAGE),
-        ):
-            store.execute(command)
+        set_up_community(store, COMMUNITY)
         for i in range(HISTORY):
             _commit(store, f"history-{i}")
             claimed = store.execute(m.Claim(COMMUNITY, TARGET, 30, request_key=f"key-{i}"))
@@ -93,7 +84,9 @@ def test_no_delivery_operation_reads_the_communitys_history(
 ) -> None:
     store, plans, clock = explained
     delivery = _commit(store, "new")
-    retried = store.execute(m.CommitDeliveries(COMMUNITY, RUN, "new", [m.NewDelivery(delivery, _binding("new"))]))
+    retried = store.execute(
+        m.CommitDeliveries(COMMUNITY, RUN, "new", [m.NewDelivery(delivery, binding(COMMUNITY, "new", TARGET))])
+    )
     assert retried == m.Committed((), True)
     claimed = store.execute(m.Claim(COMMUNITY, TARGET, 30, request_key="the-key"))
     assert isinstance(claimed, m.Claimed)
