@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.provision import postgres_server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter

@@ -31,7 +31,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import tuple_row
 
-from leaseproof.conformance.harness.provision import Server, drop_database
+from leaseproof.conformance.harness.databases import drop_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.hooks.clock import mark_test_database
 from leaseproof.impl.migrate import migrate
 

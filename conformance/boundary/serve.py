@@ -30,15 +30,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.harness.databases import databases_named, drop_database, process_alive, scratch_database
 from leaseproof.conformance.harness.interrupts import interruptible
-from leaseproof.conformance.harness.provision import (
-    Server,
-    databases_named,
-    drop_database,
-    postgres_server,
-    process_alive,
-    scratch_database,
-)
+from leaseproof.conformance.harness.provision import postgres_server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore

@@ -41,8 +41,10 @@ from leaseproof.conformance.concurrent.schedules import (
     run_interleaving,
 )
 from leaseproof.conformance.concurrent.stress import StressFault, StressReport, stress
-from leaseproof.conformance.harness.provision import Server, require_test_databases, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.provision import require_test_databases
 from leaseproof.conformance.harness.proxy import FaultProxy
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance

@@ -35,13 +35,9 @@ from psycopg.conninfo import conninfo_to_dict
 from leaseproof.conformance.concurrent import contention
 from leaseproof.conformance.concurrent.stress import StressFault, stress
 from leaseproof.conformance.evidence import scopes
-from leaseproof.conformance.harness.provision import (
-    Server,
-    databases_named,
-    drop_database,
-    require_test_databases,
-    scratch_database,
-)
+from leaseproof.conformance.harness.databases import databases_named, drop_database, scratch_database
+from leaseproof.conformance.harness.provision import require_test_databases
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.connection import connect

@@ -36,7 +36,7 @@ from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_confor
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; pytest exports no public name
 
-    from leaseproof.conformance.harness.provision import Server
+    from leaseproof.conformance.harness.server import Server
 
 IN_PROCESS_MACHINES = ("delivery",)  # the in-process boundary carries the delivery machine alone
 DEFAULT_REPLY_TIMEOUT = 30.0  # seconds; SubprocessAdapter's own default
@@ -471,7 +471,8 @@ def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) 
     # The CLI's loader, one spelling of MODULE:FACTORY; its messages name the CLI's flag.
     from leaseproof.conformance.frontends.commands.common import UsageError
     from leaseproof.conformance.frontends.commands.running import load_factory
-    from leaseproof.conformance.harness.provision import ProvisioningError, scratch_database
+    from leaseproof.conformance.harness.databases import scratch_database
+    from leaseproof.conformance.harness.provision import ProvisioningError
 
     try:
         factory = load_factory(plan.adapter)
@@ -538,7 +539,7 @@ def leaseproof_postgres(pytestconfig: pytest.Config) -> Iterator[str]:
 @pytest.fixture
 def leaseproof_database(pytestconfig: pytest.Config) -> Iterator[str]:
     """The DSN of a fresh, empty database on the provisioned server, dropped after the test."""
-    from leaseproof.conformance.harness.provision import scratch_database
+    from leaseproof.conformance.harness.databases import scratch_database
 
     with scratch_database(_server(pytestconfig), prefix="lp_test") as dsn:
         yield dsn

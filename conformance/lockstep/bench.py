@@ -27,7 +27,9 @@ import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.harness.provision import Server, postgres_server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.provision import postgres_server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.connection import connect

@@ -17,7 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from leaseproof.conformance.harness.provision import postgres_server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.provision import postgres_server
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.conformance.traces.trace import trace_of, write
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.hooks.functions import install
 from leaseproof.impl.migrate import Addition, Patch, functions, migrate, patched

@@ -46,7 +46,7 @@ import pytest
 from production import Production, changed, fingerprint, provision
 from psycopg.rows import dict_row
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.clock import PinnedClock

@@ -30,7 +30,7 @@ import psycopg
 import pytest
 from production import Production, provision
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import Waits, connect
 from leaseproof.impl.delivery.adapter import reset_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore, Sweep

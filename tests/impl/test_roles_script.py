@@ -25,7 +25,7 @@ import pytest
 from production import Production, provision, run_script
 from psycopg import errors, sql
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery import adapter as delivery_adapter

@@ -22,7 +22,7 @@ import pytest
 from production import Production, fingerprint, provision
 
 from leaseproof.conformance.evidence.scopes import Probe
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import reset_database
 from leaseproof.impl.delivery.store import PostgresDeliveryStore

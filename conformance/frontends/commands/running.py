@@ -20,13 +20,9 @@ from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
 from leaseproof.conformance.concurrent.stress import StressFault
 from leaseproof.conformance.frontends.commands.common import UsageError, worse
 from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_USAGE
-from leaseproof.conformance.harness.provision import (
-    ProvisioningError,
-    Server,
-    postgres_server,
-    require_test_databases,
-    scratch_database,
-)
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server, require_test_databases
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter

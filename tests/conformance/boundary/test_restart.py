@@ -19,7 +19,8 @@ import pytest
 from helpers import MODEL_CLASS
 
 from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, _check_hello, serve
-from leaseproof.conformance.harness.provision import Server, databases_named, process_alive
+from leaseproof.conformance.harness.databases import databases_named, process_alive
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as m
 

@@ -16,7 +16,7 @@ from helpers import REPO, SPECS, leaseproof
 
 from leaseproof.conformance.boundary import codec, schema
 from leaseproof.conformance.boundary.wire import SubprocessAdapter
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as m
 

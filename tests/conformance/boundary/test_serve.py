@@ -15,7 +15,8 @@ from psycopg import sql
 
 from leaseproof.conformance.boundary.serve import _HOST, _PREFIX
 from leaseproof.conformance.boundary.wire import SubprocessAdapter
-from leaseproof.conformance.harness.provision import Server, databases_named, drop_database
+from leaseproof.conformance.harness.databases import databases_named, drop_database
+from leaseproof.conformance.harness.server import Server
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -18,7 +18,7 @@ import pytest
 from leaseproof.conformance.concurrent.faults import Cut, Terminator
 from leaseproof.conformance.concurrent.stress import REOPEN_TRIES, Runner, stress
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.verify import run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, PostgresDeliverySession
 from leaseproof.impl.mutants import by_name

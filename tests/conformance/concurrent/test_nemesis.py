@@ -17,7 +17,8 @@ from leaseproof.conformance.concurrent import nemesis
 from leaseproof.conformance.concurrent.nemesis import FAULTS, Plan, Report
 from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.harness import provision
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.service import DeliveryService
 from leaseproof.impl.delivery.store import PostgresDeliveryStore

@@ -15,8 +15,8 @@ import pytest
 from helpers import MODEL_CLASS, REPO, leaseproof
 
 from leaseproof.conformance.boundary.wire import SessionLost, SubprocessAdapter
-from leaseproof.conformance.harness.provision import Server
 from leaseproof.conformance.harness.proxy import FaultProxy
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.model import delivery as m
 

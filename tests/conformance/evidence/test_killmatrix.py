@@ -15,7 +15,8 @@ from leaseproof.conformance.boundary.serve import SERVED
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS
 from leaseproof.conformance.evidence import killmatrix as km
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS

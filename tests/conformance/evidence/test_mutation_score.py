@@ -18,7 +18,7 @@ import pytest
 
 from leaseproof.conformance.evidence import score as ms
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.mutants.generated.catalogue import by_name, generated_mutants
 from leaseproof.impl.mutants.generated.equivalent import EQUIVALENT
 

@@ -9,7 +9,7 @@ import psycopg.sql
 import pytest
 
 from leaseproof.conformance.evidence import scopes
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.mutants.generated.catalogue import SCOPE_FUNCTIONS, by_name, generated_mutants
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from leaseproof.conformance.evidence import throughput, throughput_peers
 from leaseproof.conformance.frontends import cli
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:

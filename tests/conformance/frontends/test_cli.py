@@ -12,7 +12,7 @@ import pytest
 from helpers import leaseproof, write_adapters
 
 from leaseproof.conformance.frontends.cli import COMMANDS
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 
 def _verify(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

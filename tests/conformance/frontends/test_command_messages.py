@@ -13,7 +13,7 @@ from helpers import REPO
 
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 CORPUS_TRACE = REPO / "conformance" / "traces" / "corpus" / "reconcile-unfenced.jsonl"
 

@@ -24,7 +24,7 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 
 from leaseproof.conformance.boundary.protocols import offered_operations
 from leaseproof.conformance.frontends.commands.verify import _Progress, _summary
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.core import Coverage, bind, release
 from leaseproof.conformance.lockstep.delivery import DeliveryConformance
 from leaseproof.conformance.lockstep.verify import Verdict

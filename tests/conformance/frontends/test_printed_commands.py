@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import leaseproof, printed_replay, run_as_printed
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 
 def test_verify_of_a_mutant_prints_a_replay_that_meets_the_mutant(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import write_adapters
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 
 def _project(pytester: pytest.Pytester, **ini: str) -> None:

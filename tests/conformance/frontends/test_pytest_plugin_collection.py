@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 OWN_TESTS = "def test_x():\n    pass\n\n\ndef test_y():\n    pass\n"
 BOTH = ["leaseproof::delivery", "leaseproof::lifecycle"]

@@ -15,7 +15,7 @@ import pytest
 from helpers import printed_replay, run_as_printed
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.traces.trace import read, replay
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name

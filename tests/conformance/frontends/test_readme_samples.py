@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, leaseproof
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 SAMPLE = re.compile(r"^```\n(\$ leaseproof verify --mutant [^\n]*)\n(.*?)^```$", re.M | re.S)
 

@@ -17,7 +17,7 @@ from browser import Dom, assert_not_blank, page, rendered, screenshot
 from helpers import REPO, leaseproof
 
 from leaseproof.conformance.frontends.cli import main
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 
 CORPUS = REPO / "conformance" / "traces" / "corpus"
 UNREACHABLE = "host=127.0.0.1 port=1 user=nobody dbname=postgres connect_timeout=2"

@@ -16,8 +16,10 @@ from helpers import leaseproof
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseproof.conformance.harness import provision
-from leaseproof.conformance.harness.provision import DsnError, ProvisioningError, Server, postgres_server
+from leaseproof.conformance.harness import embedded, provision
+from leaseproof.conformance.harness.databases import drop_database, scratch_database
+from leaseproof.conformance.harness.provision import DsnError, ProvisioningError, postgres_server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.impl.connection import connect
 from leaseproof.impl.hooks.clock import TEST_HOOKS_SETTING, is_test_database, mark_test_database
 from leaseproof.impl.migrate import migrate
@@ -34,7 +36,7 @@ def named_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """A named DSN is all there is: Docker and the embedded server must not be tried."""
     monkeypatch.delenv(provision.DSN_ENV, raising=False)
     monkeypatch.setattr(provision, "docker_engine", _must_not_be_tried)
-    monkeypatch.setattr(provision, "_embedded_server", _must_not_be_tried)
+    monkeypatch.setattr(provision, "embedded_server", _must_not_be_tried)
 
 
 # -- a DSN that does not parse: a usage error naming what is wrong, never the password ---------
@@ -95,7 +97,7 @@ def role(pg_server: Server) -> Iterator[tuple[str, str]]:
                 "SELECT datname FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = %s)", (name,)
             ).fetchall()
             for (database,) in owned:
-                provision.drop_database(pg_server, database)
+                drop_database(pg_server, database)
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
@@ -135,7 +137,7 @@ def test_createdb_alone_creates_databases_but_cannot_mark_them_and_is_told_the_g
     name, dsn = role
     _as_superuser(pg_server, sql.SQL("ALTER ROLE {} CREATEDB").format(sql.Identifier(name)))
     logged: list[str] = []
-    with postgres_server(dsn, log=logged.append) as server, provision.scratch_database(server) as database:
+    with postgres_server(dsn, log=logged.append) as server, scratch_database(server) as database:
         warned = [line for line in logged if line.startswith(f"the role {name} may create databases but not mark")]
         assert len(warned) == 1, logged
         assert f"GRANT SET ON PARAMETER {TEST_HOOKS_SETTING} TO {name}" in warned[0]
@@ -156,7 +158,7 @@ def test_createdb_and_set_on_the_parameter_is_all_a_role_needs(
     grant = sql.SQL("GRANT SET ON PARAMETER {} TO {}").format(sql.Identifier(TEST_HOOKS_SETTING), sql.Identifier(name))
     _as_superuser(pg_server, grant)
     logged: list[str] = []
-    with postgres_server(dsn, log=logged.append) as server, provision.scratch_database(server) as database:
+    with postgres_server(dsn, log=logged.append) as server, scratch_database(server) as database:
         assert not [line for line in logged if "may not" in line or "not mark" in line], logged
         with connect(database) as conn:
             migrate(conn)
@@ -181,7 +183,7 @@ def test_a_superuser_is_told_nothing_more(named_only: None, pg_server: Server) -
 @pytest.mark.skipif(not (SYSTEM_BIN / "initdb").is_file(), reason=f"no PostgreSQL binaries in {SYSTEM_BIN}")
 def test_a_server_from_named_binaries_is_never_called_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(provision.DSN_ENV, raising=False)
-    monkeypatch.setenv(provision.PG_BIN_ENV, str(SYSTEM_BIN))
+    monkeypatch.setenv(embedded.PG_BIN_ENV, str(SYSTEM_BIN))
     monkeypatch.setattr(provision, "docker_engine", lambda timeout=2.0: (False, "disabled by the test"))
     logged: list[str] = []
     with postgres_server(log=logged.append) as server:
@@ -192,7 +194,7 @@ def test_a_server_from_named_binaries_is_never_called_embedded(monkeypatch: pyte
     assert description.startswith(f"PostgreSQL {version[0]} from {SYSTEM_BIN}, in "), description
     assert (
         logged[0]
-        == f"no Docker engine (disabled by the test); using PostgreSQL from {SYSTEM_BIN} ({provision.PG_BIN_ENV})"
+        == f"no Docker engine (disabled by the test); using PostgreSQL from {SYSTEM_BIN} ({embedded.PG_BIN_ENV})"
     )
     assert logged[1].startswith(f"starting PostgreSQL from {SYSTEM_BIN} in ")
     assert logged[2].startswith(f"PostgreSQL {version[0]} from {SYSTEM_BIN} ready in ")
@@ -202,7 +204,7 @@ def test_a_server_from_named_binaries_is_never_called_embedded(monkeypatch: pyte
 
 def test_the_advice_names_binaries_this_machine_has(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(provision.DSN_ENV, raising=False)
-    monkeypatch.setenv(provision.PG_BIN_ENV, str(tmp_path))
+    monkeypatch.setenv(embedded.PG_BIN_ENV, str(tmp_path))
     monkeypatch.setattr(provision, "docker_engine", lambda timeout=2.0: (False, "disabled by the test"))
     with pytest.raises(ProvisioningError) as info, postgres_server():
         pytest.fail("a server was yielded from an empty folder")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import delivery as dm
 from leaseproof.conformance.lockstep import lifecycle as lm
 from leaseproof.conformance.lockstep import world as w

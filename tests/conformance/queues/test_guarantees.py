@@ -16,7 +16,8 @@ import pytest
 
 from leaseproof.conformance.concurrent.faults import Terminator
 from leaseproof.conformance.frontends import cli
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import matrix
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.subjects import make

@@ -16,7 +16,8 @@ from leaseproof.conformance.concurrent.linearizability import CheckResult, check
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.programs import GENERATORS
 from leaseproof.conformance.concurrent.stress import Runner, StressReport, stress
-from leaseproof.conformance.harness.provision import Server, scratch_database
+from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.verify import Verdict, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name

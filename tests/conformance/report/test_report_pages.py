@@ -20,7 +20,7 @@ from leaseproof.conformance.concurrent.linearizability import check
 from leaseproof.conformance.concurrent.models import SPECS
 from leaseproof.conformance.concurrent.stress import StressReport
 from leaseproof.conformance.evidence.killmatrix import run_matrix, select
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.verify import Verdict
 from leaseproof.conformance.report import (

@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO, leaseproof, write_adapters
 
 from leaseproof.conformance.boundary import codec
-from leaseproof.conformance.harness.provision import Server
+from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.lifecycle import CONTENTS
 from leaseproof.conformance.lockstep.verify import run_conformance
