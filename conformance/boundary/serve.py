@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             mine = f"{_PREFIX}_{_HOST}_{os.getpid()}_{os.getppid()}"
             delivery_dsn, lifecycle_dsn = (stack.enter_context(scratch_database(server, prefix=mine)) for _ in "dl")
 
-            def delivery_adapter(dsn: str) -> Any:
+            def delivery_adapter(dsn: str) -> PostgresDeliveryAdapter:
                 adapter = (
                     mutant.adapter(dsn)
                     if mutant is not None and not isinstance(mutant, LifecycleMutant)
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 stack.callback(adapter.close)
                 return adapter
 
-            def attach_delivery(dsn: str) -> Any:
+            def attach_delivery(dsn: str) -> PostgresDeliveryAdapter:
                 adopted = _adopt(server, dsn)
                 stack.callback(drop_database, server, adopted)  # after the adapter closes
                 return delivery_adapter(dsn)

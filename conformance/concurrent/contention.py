@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.concurrent import schedules as s
-from leaseproof.conformance.concurrent.schedules import CLAIM, LEASE, ONE_ROW, SECOND, C, Forced, Race, new
+from leaseproof.conformance.concurrent.schedules import CLAIM, LEASE, ONE_ROW, SECOND, Bundled, C, Forced, Race, new
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
@@ -59,9 +59,9 @@ class Machine:
     names: tuple[str, ...]
     excluded: Callable[[str, str], bool]  # a pair the spec names as a known disagreement
     may_wait: Callable[[str, str], bool]  # whether the second may wait for the first, parked
-    adapter: Callable[..., Any]  # (dsn, **role classes) -> the bundled adapter running them
-    race: Callable[[Any, Schedule], Race]  # a race on the adapter, reset and its world set up
-    client: Callable[[Race, str, Any], Client]  # the client that runs a command, by its name
+    adapter: Callable[..., Bundled]  # (dsn, **role classes) -> the bundled adapter running them
+    race: Callable[[Any, Schedule], Race[Any]]  # a race on the adapter, reset and its world set up
+    client: Callable[[Race[Any], str, Any], Client]  # the client that runs a command, by its name
     observers: tuple[str, ...] = ()  # the catalogue's reads, run third where `beside` finished
     # Whether (parked, beside, observer) is run: not a known disagreement, and a connection for each.
     may_observe: Callable[[str, str, str], bool] = lambda parked, beside, observer: True
@@ -186,7 +186,7 @@ def lifecycle_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[
     }
 
 
-def _lifecycle_client(race: Race, name: str, command: Any) -> Client:
+def _lifecycle_client(race: Race[Any], name: str, command: Any) -> Client:
     """A fire or a refresh runs on its replica engine's own connection, gated."""
     if isinstance(command, lc.Fire | lc.RefreshCache):
         assert isinstance(race, s.LifecycleRace)
@@ -372,7 +372,7 @@ def _instrumented(machine: str, classes: Mapping[str, type]) -> dict[str, type]:
 
 
 @contextlib.contextmanager
-def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tuple[Machine, Any]]:
+def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tuple[Machine, Bundled]]:
     """The machine's adapter running `classes` on `dsn`, closed on exit."""
     spec = MACHINES[machine]
     adapter = spec.adapter(dsn, **classes)
@@ -383,7 +383,7 @@ def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tu
 
 
 def _schedules(
-    dsn: str, spec: Machine, adapter: Any, name: str, point: str | None, stop_at_first: bool
+    dsn: str, spec: Machine, adapter: Bundled, name: str, point: str | None, stop_at_first: bool
 ) -> Iterator[Verdict]:
     reachers: list[str] = []
     if point is not None:
@@ -416,7 +416,9 @@ def _schedules(
                 return
 
 
-def _observed(dsn: str, spec: Machine, adapter: Any, placement: _Placement, stop_at_first: bool) -> Iterator[Verdict]:
+def _observed(
+    dsn: str, spec: Machine, adapter: Bundled, placement: _Placement, stop_at_first: bool
+) -> Iterator[Verdict]:
     """The schedule of `placement` (which has no observer); then, if its `beside` finished
     while `parked` waited, the same with each of the machine's reads run after it, still
     while `parked` waits (judged in real time: the read began after `beside` returned).
@@ -438,9 +440,9 @@ def _observed(dsn: str, spec: Machine, adapter: Any, placement: _Placement, stop
             return
 
 
-def _one(dsn: str, spec: Machine, adapter: Any, placement: _Placement) -> Verdict | None:
+def _one(dsn: str, spec: Machine, adapter: Bundled, placement: _Placement) -> Verdict | None:
     """The one schedule `placement` says; None if its parked operation never got there."""
-    engines = getattr(adapter, "engines", {})
+    engines = adapter.engines if isinstance(adapter, PostgresLifecycleAdapter) else {}
     connections = {name: engine.conn for name, engine in engines.items()}  # a replica client swaps its own
     try:
         with Schedule(dsn) as schedule:
@@ -455,7 +457,7 @@ def _writes(sql: str) -> bool:
     return called(sql) not in READS
 
 
-def _judged(spec: Machine, race: Race, placement: _Placement) -> Verdict | None:
+def _judged(spec: Machine, race: Race[Any], placement: _Placement) -> Verdict | None:
     name, parked, beside, point, observer = (
         placement.statement,
         placement.parked,

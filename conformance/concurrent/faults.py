@@ -28,6 +28,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from leaseproof.conformance.boundary.protocols import Restartable
 from leaseproof.conformance.concurrent.history import Recorder, Stall
 from leaseproof.conformance.concurrent.stalls import WAIT_BOUND, holding
 from leaseproof.conformance.harness.proxy import FaultProxy
@@ -206,7 +207,7 @@ class Killer(RoundFault):
 
     kind = "kill"
 
-    def __init__(self, adapter: Any, dsn: str, rate: float, seed: int) -> None:
+    def __init__(self, adapter: Restartable, dsn: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.adapter = adapter
         self.conn = _connect(dsn)

@@ -1,25 +1,13 @@
 """Is a concurrent history linearizable? The Wing–Gong/Lowe search, as in Porcupine.
 
-A history is linearizable if its operations can be put in one order that
-respects real time (an operation that returned before another was invoked
-comes first) and in which the model, run one command at a time, gives every
-recorded outcome. Indeterminate operations may have taken effect at any
-point after their invocation, or not at all, and their outcome is free.
-
-The search is Lowe's: depth-first over "linearize one more operation", with
-every visited configuration (set of linearized operations, model state)
-remembered so that no configuration is explored twice. Two things keep it
-fast on long histories:
-
-- barriers: a barrier is a quiescent point, so the history splits into
-  epochs; a barrier that carries the implementation's state both ends one
-  epoch (its end state must equal it) and starts the next one from it, so
-  epochs are checked independently;
-- partitions: within an epoch, operations whose footprints (the keys they
-  can touch) are disjoint cannot observe each other, so each connected group
-  is checked alone, from the part of the start state it owns.
-
-The checker knows a machine only through a `Spec`: a few small functions.
+A history is linearizable if its operations can be put in one order that respects
+real time and in which the model, one command at a time, gives every recorded
+outcome; an indeterminate operation may have taken effect at any point after its
+invocation, or not at all. The search is Lowe's: depth-first, every visited
+configuration (operations linearized, model state) remembered. Barriers (quiescent
+points, which may carry the implementation's state) split a history into epochs
+checked apart, and within an epoch operations whose footprints are disjoint are
+checked apart too. The checker knows a machine only through a `Spec`.
 """
 
 from __future__ import annotations
@@ -27,21 +15,14 @@ from __future__ import annotations
 import bisect
 import collections
 import itertools
-import json
 import time
-import typing
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation, Stall
-from leaseproof.model import delivery as delivery_model
-from leaseproof.model import lifecycle as lifecycle_model
 
 LINEARIZABLE = "linearizable"
 NOT_LINEARIZABLE = "not linearizable"
@@ -163,7 +144,7 @@ class _Epoch:
     closing: Barrier | None  # None: the final epoch, with no end check
 
 
-def _epochs(history: History) -> list[_Epoch]:
+def split_epochs(history: History) -> list[_Epoch]:
     """Split at barriers, after checking that the history's ticks make sense."""
     barriers = sorted(history.barriers, key=lambda b: b.at)
     ats = [b.at for b in barriers]
@@ -464,7 +445,7 @@ def _check_epoch(
 def _judge(
     history: History, spec: Spec, budget: int, max_end_states: int
 ) -> tuple[str, int, _Tally, tuple[int, _Failure] | None]:
-    epochs = _epochs(history)
+    epochs = split_epochs(history)
     tally = _Tally()
     verdict = LINEARIZABLE
     starts: list[Any] | None = [history.initial]
@@ -673,7 +654,7 @@ def exhaustive_check(history: History, spec: Spec) -> str:
     """Linearizability by its definition, for tiny histories: try every subset of
     the indeterminate operations and every order of the chosen operations and
     the barriers that real time allows, running the model over the full state."""
-    _epochs(history)  # the same validation as `check`
+    split_epochs(history)  # the same validation as `check`
     if len(history.operations) > EXHAUSTIVE_LIMIT:
         raise ValueError(f"exhaustive_check takes at most {EXHAUSTIVE_LIMIT} operations")
 
@@ -686,7 +667,7 @@ def exhaustive_check(history: History, spec: Spec) -> str:
 
     allowed: dict[int, Any] = {}
     if spec.allowances is not None:
-        for epoch in _epochs(history):
+        for epoch in split_epochs(history):
             allowed.update(spec.allowances(epoch.operations, history.stalls))
 
     def some_order(state: Any, remaining: tuple[Operation | Barrier, ...]) -> bool:
@@ -717,130 +698,3 @@ def exhaustive_check(history: History, spec: Spec) -> str:
             if some_order(history.initial, (*determinate, *chosen, *history.barriers)):
                 return LINEARIZABLE
     return NOT_LINEARIZABLE
-
-
-# -- history files -----------------------------------------------------------------------
-
-HISTORY_KIND = "leaseproof-history"
-_STALL_TICKS = ("began", "patient", "letting_go", "ended")
-HISTORY_FORMAT = 1
-
-
-class HistoryFileError(ValueError):
-    """A history file is malformed; names the line and the problem."""
-
-
-def write_history(path: str | Path, history: History) -> None:
-    """JSON lines: a header, the initial state, then operations and barriers in tick order."""
-    lines: list[dict[str, Any]] = [
-        {"kind": HISTORY_KIND, "format": HISTORY_FORMAT, "machine": history.machine},
-        {"kind": "initial", "state": codec.encode_state(history.initial)},
-    ]
-    events: list[tuple[int, dict[str, Any]]] = []
-    for op in history.operations:
-        outcome = {"indeterminate": op.outcome.reason} if op.indeterminate else codec.encode(op.outcome)
-        record = {"kind": "operation", "id": op.id, "client": op.client, "command": codec.encode(op.command)}
-        events.append((op.invoked, {**record, "outcome": outcome, "invoked": op.invoked, "returned": op.returned}))
-    for barrier in history.barriers:
-        state = None if barrier.state is None else codec.encode_state(barrier.state)
-        events.append((barrier.at, {"kind": "barrier", "at": barrier.at, "state": state}))
-    for stall in history.stalls:
-        ticks = {name: getattr(stall, name) for name in _STALL_TICKS}
-        events.append((stall.began, {"kind": "stall", "key": codec.encode(stall.key), **ticks}))
-    lines += [event for _, event in sorted(events, key=lambda e: e[0])]
-    Path(path).write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
-
-
-def read_history(path: str | Path) -> History:
-    """The history `write_history` wrote. Anything that keeps the file from being one
-    (it cannot be read, is not UTF-8 JSON lines, a line is not what a history holds,
-    or its ticks make no sense) raises `HistoryFileError`: one line naming the file
-    (and the line) and the problem."""
-    # Imported here: the traces' reader pulls in the lockstep machinery, which the checker never needs.
-    from leaseproof.conformance.traces.trace import text_lines
-
-    machine, initial, state_class = None, None, None
-    commands: tuple[type, ...] = ()
-    operations, barriers, stalls = [], [], []
-    seen: dict[int, int] = {}  # operation id: the line that has it
-    number = 0
-    for number, text in enumerate(text_lines(Path(path), "a history is JSON lines", HistoryFileError), start=1):
-        where = f"{path}:{number}"
-        try:
-            line = json.loads(text)
-            kind = line.get("kind") if isinstance(line, dict) else None
-            if number == 1:
-                if kind != HISTORY_KIND or line.get("format") != HISTORY_FORMAT:
-                    raise HistoryFileError(f"{where}: expected a {HISTORY_KIND} header of format {HISTORY_FORMAT}")
-                machine = line.get("machine")
-                if not isinstance(machine, str) or machine not in _MACHINES:
-                    names = " or ".join(f'"{name}"' for name in _MACHINES)
-                    raise HistoryFileError(f'{where}: the header\'s "machine" must be {names}, not {machine!r}')
-                state_class, commands = _MACHINES[machine]
-            elif number == 2:
-                if kind != "initial":
-                    raise HistoryFileError(f'{where}: expected the initial state ("kind": "initial")')
-                initial = codec.decode_state(line["state"], "state", state_class)
-            elif kind == "operation":
-                raw = line["outcome"]
-                if isinstance(raw, dict) and set(raw) == {"indeterminate"}:
-                    outcome: Any = Indeterminate(raw["indeterminate"])
-                else:
-                    outcome = codec.decode(raw, object, "outcome")
-                command = codec.decode(line["command"], object, "command")
-                if type(command) not in commands:
-                    raise HistoryFileError(f"{where}: command: {type(command).__name__} is not a {machine} command")
-                ident, client = _member(line, "id", int), _member(line, "client", str)
-                invoked, returned = _member(line, "invoked", int), _member(line, "returned", int, nullable=True)
-                if ident in seen:
-                    raise HistoryFileError(f"{where}: operation id {ident} again (line {seen[ident]} has it)")
-                seen[ident] = number
-                operations.append(Operation(ident, client, command, outcome, invoked, returned))
-            elif kind == "barrier":
-                at = _member(line, "at", int)
-                state = None if line["state"] is None else codec.decode_state(line["state"], "state", state_class)
-                barriers.append(Barrier(at, state))
-            elif kind == "stall":
-                ticks = (_member(line, name, int) for name in _STALL_TICKS)
-                stalls.append(Stall(codec.decode(line["key"], uuid.UUID, "key"), *ticks))
-            else:
-                raise HistoryFileError(f"{where}: unexpected line of kind {kind!r}")
-        except HistoryFileError:
-            raise
-        except json.JSONDecodeError as problem:
-            raise HistoryFileError(f"{where}: not JSON ({problem.msg})") from None
-        except RecursionError:
-            raise HistoryFileError(f"{where}: not JSON this reader takes (nested too deeply)") from None
-        except KeyError as problem:
-            raise HistoryFileError(f"{where}: no member {problem}") from None
-        except ValueError as problem:  # the codec's DecodeError among them
-            raise HistoryFileError(f"{where}: {problem}") from None
-        except (TypeError, AttributeError) as problem:  # a value the codec does not foresee
-            raise HistoryFileError(f"{where}: not a value the model knows ({problem})") from None
-    if number == 0:
-        raise HistoryFileError(f"{path}: empty; a history starts with a {HISTORY_KIND} header line")
-    if machine is None or initial is None:
-        raise HistoryFileError(f"{path}: needs a header and an initial state")
-    operations.sort(key=lambda op: op.id)
-    history = History(machine, initial, tuple(operations), tuple(barriers), tuple(stalls))
-    try:
-        _epochs(history)  # the ticks: each response after its call, no operation across a barrier, ...
-    except ValueError as problem:
-        raise HistoryFileError(f"{path}: {problem}") from None
-    return history
-
-
-# The machines a history can be of: the class of its states and its commands.
-_MACHINES: dict[str, tuple[type, tuple[type, ...]]] = {
-    "delivery": (delivery_model.DeliverySystem, typing.get_args(delivery_model.Command)),
-    "lifecycle": (lifecycle_model.LifecycleSystem, typing.get_args(lifecycle_model.Command)),
-}
-
-
-def _member(line: dict[str, Any], name: str, kind: type, nullable: bool = False) -> Any:
-    """`line[name]`, which must be a `kind` (not a bool), or null if `nullable`."""
-    value = line[name]
-    if (value is None and nullable) or (isinstance(value, kind) and not isinstance(value, bool)):
-        return value
-    wanted = f"{kind.__name__}{' or null' if nullable else ''}"
-    raise ValueError(f"{name}: expected {wanted}, got {json.dumps(value)}")

@@ -19,7 +19,7 @@ import datetime as dt
 import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import psycopg
@@ -39,6 +39,10 @@ from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunRe
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 from leaseproof.model.errors import Refused
+
+# The bundled implementation's adapters: the races run inside their stores (impl/hooks/gate.py).
+Bundled = PostgresDeliveryAdapter | PostgresLifecycleAdapter
+A = TypeVar("A", PostgresDeliveryAdapter, PostgresLifecycleAdapter)
 
 SECOND = dt.timedelta(seconds=1)
 LEASE = 10  # seconds
@@ -87,11 +91,11 @@ class Judgement:
 
 
 @attrs.define
-class Race:
+class Race(Generic[A]):
     """One race's world: the adapter and the model in lockstep for the set-up, then gated
     clients whose operations are recorded, each with its outcome, for judging."""
 
-    adapter: Any
+    adapter: A
     schedule: Schedule
     step: Callable[[Any, Any], tuple[Any, Any]]
     state: Any  # the model's state when the concurrent part begins
@@ -157,11 +161,10 @@ class Race:
     @property
     def points(self) -> Points:
         """The points of the functions the adapter runs (`Points.before(function, text)`, ...)."""
-        adapter = self.adapter
-        roles = [
-            getattr(adapter, a) for a in ("store_class", "communities_class", "resumer_class") if hasattr(adapter, a)
-        ]
-        return points_of(*roles)
+        adapter: Bundled = self.adapter
+        if isinstance(adapter, PostgresLifecycleAdapter):
+            return points_of(adapter.store_class, adapter.communities_class, adapter.resumer_class)
+        return points_of(adapter.store_class)
 
     @property
     def operations(self) -> int:
@@ -286,7 +289,10 @@ def delivery_executor(store_class: type[PostgresDeliveryStore]) -> Callable[[Cli
     return bind
 
 
-def delivery_race(adapter: PostgresDeliveryAdapter, schedule: Schedule) -> Race:
+DeliveryRace = Race[PostgresDeliveryAdapter]
+
+
+def delivery_race(adapter: PostgresDeliveryAdapter, schedule: Schedule) -> DeliveryRace:
     """A delivery race on `adapter`'s database, reset and its world set up."""
     adapter.reset(w.START)
     race = Race(
@@ -302,13 +308,13 @@ def delivery_race(adapter: PostgresDeliveryAdapter, schedule: Schedule) -> Race:
 
 
 @contextlib.contextmanager
-def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[PostgresDeliveryStore]], Race]]:
+def delivery_races(dsn: str, schedule: Schedule) -> Iterator[Callable[[type[PostgresDeliveryStore]], DeliveryRace]]:
     """A maker of delivery races on the (migrated or empty) database `dsn`, each one's
     world set up, on the `instrumented` variant of the store class it is given; on exit
     the schedule's clients are unstuck, then the adapters closed."""
     adapters: list[PostgresDeliveryAdapter] = []
 
-    def make(store_class: type[PostgresDeliveryStore]) -> Race:
+    def make(store_class: type[PostgresDeliveryStore]) -> DeliveryRace:
         adapter = PostgresDeliveryAdapter(dsn, store_class=instrumented_class(store_class))
         adapters.append(adapter)
         return delivery_race(adapter, schedule)
@@ -360,14 +366,14 @@ def lifecycle_executor(adapter: PostgresLifecycleAdapter) -> Callable[[Client], 
     return bind
 
 
-class LifecycleRace(Race):
+class LifecycleRace(Race[PostgresLifecycleAdapter]):
     """A race of the lifecycle machine: its clients may be replica engines too."""
 
     def replica(self, name: str, replica: str) -> Client:
         """A client that is the replica engine itself: its own connection, gated."""
         engine = self.adapter.engines[replica]
         client = self.client(name, engine.conn)
-        engine.conn = client.gate
+        engine.conn = client.gate.as_connection()
         return client
 
 
@@ -424,7 +430,7 @@ COMMUNITY_CHANGES = {
 }
 
 
-def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
+def reconciliation_races_a_community_change(race: DeliveryRace, change: str) -> Forced:
     """The holder settled, and retries after an uncertain completion; its retry, whose
     finish settled nothing, is parked before its reconciliation read (a statement of
     lp_finish of its own) while the community is fenced or deleted. The bundled finish
@@ -448,7 +454,7 @@ def reconciliation_races_a_community_change(race: Race, change: str) -> Forced:
     return Forced(implied="retry operator" if waited == "blocked" else "operator retry", waited=waited)
 
 
-def a_second_sweep_then_a_claim(race: Race) -> Forced:
+def a_second_sweep_then_a_claim(race: DeliveryRace) -> Forced:
     """Community A (fenced) has an expired claim, x; community B an expired claim, d1
     (claimed after x, for longer: a sweep meets x first), and a younger pending row, d2.
     A change of A back to active is parked before its COMMIT, holding A's write fence, so
@@ -605,8 +611,8 @@ def run_interleaving(interleaving: Interleaving, dsn: str, variant: Any) -> Judg
     with Schedule(dsn) as schedule:
         if interleaving.machine == "lifecycle":
             with lifecycle_races(dsn, schedule) as make:
-                race: Race = make(**_lifecycle_roles(variant))
-                return race.judgement(interleaving.run(race))
+                lifecycle = make(**_lifecycle_roles(variant))
+                return lifecycle.judgement(interleaving.run(lifecycle))
         with delivery_races(dsn, schedule) as make_delivery:
             race = make_delivery(variant)
             return race.judgement(interleaving.run(race))

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 import psycopg
 
-from leaseproof.conformance.boundary.protocols import takes_request_keys
+from leaseproof.conformance.boundary.protocols import Concurrent, Session, SomeAdapter, takes_request_keys
 from leaseproof.conformance.concurrent.faults import Cut, FaultCounts, RoundFault, Terminator
 from leaseproof.conformance.concurrent.history import (
     DROPPED,
@@ -137,7 +137,7 @@ class StressReport:
 class _Client:
     """One worker's session and its latest lease."""
 
-    def __init__(self, name: str, session: Any) -> None:
+    def __init__(self, name: str, session: Session[Any, object]) -> None:
         self.name, self.session = name, session
         self.lease: d.Lease | None = None
 
@@ -174,7 +174,7 @@ class Runner:
 
     def __init__(
         self,
-        adapter: Any,
+        adapter: SomeAdapter,
         machine: str,
         workers: int,
         *,
@@ -184,10 +184,11 @@ class Runner:
     ) -> None:
         """`faults`: strike in some rounds while they run (conformance/concurrent/faults.py: end a
         busy backend of the adapter's database, kill or pause its process); the runner closes it."""
-        if not hasattr(adapter, "session"):
+        if not isinstance(adapter, Concurrent):
             raise TypeError(f"{adapter.name} offers no session(): it cannot be driven concurrently")
         self.adapter, self.machine = adapter, machine
-        self.sessions = [adapter.session() for _ in range(workers)]
+        self.open_session = adapter.session
+        self.sessions = [self.open_session() for _ in range(workers)]
         # One more thread than clients: the fault injector's, beside the round's branches.
         self.pool = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="leaseproof-worker")
         self.faults = random.Random(seed ^ 0x10575)
@@ -257,8 +258,8 @@ class Runner:
         any busy backend); one fault a round, so the second try holds, and the third ends it."""
         for _ in range(REOPEN_TRIES - 1):
             with contextlib.suppress(*LOST):
-                return self.adapter.session()
-        return self.adapter.session()
+                return self.open_session()
+        return self.open_session()
 
     def _cut_during(self, futures: list[Any], cut: Cut | None) -> Any:
         """If the injector's seed says so, strike while `futures` run: the injector's own
@@ -290,7 +291,7 @@ def _expired_refreshes(state: Any, advance: dt.timedelta) -> list[Any]:
 
 
 def stress(
-    adapter: Any,
+    adapter: SomeAdapter,
     *,
     machine: str,
     workers: int,

@@ -47,11 +47,13 @@ from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.core import Coverage
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.conformance.queues.matrix import judge_subject
 from leaseproof.conformance.queues.subjects.bundled import BundledQueue
 from leaseproof.impl.connection import connect
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.service import DeliveryService
+from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS, NETWORK_MUTANTS, RESTART_MUTANTS
@@ -118,7 +120,7 @@ class Subject:
     variant: Mutant | LifecycleMutant  # what builds its adapter
     interleaving: Interleaving | None = None  # the forced schedule that catches it, if it needs one
 
-    def adapter(self, dsn: str) -> Any:
+    def adapter(self, dsn: str) -> PostgresDeliveryAdapter | PostgresLifecycleAdapter:
         """The bundled implementation with this mutant's classes, on the database `dsn`."""
         return self.variant.adapter(dsn)
 
@@ -303,12 +305,14 @@ def _lockstep(subject: Subject, dsn: str, check: str, seed: int, budgets: Budget
     try:
         verdict = run_conformance(
             adapter,
-            machine=subject.machine,
-            max_examples=budgets.search,
-            seed_value=seed,
-            steps=budgets.steps,
-            scenarios=check == SCENARIOS_AND_SEARCH,
-            on_example=clock,
+            Run(
+                machine=subject.machine,
+                max_examples=budgets.search,
+                seed=seed,
+                steps=budgets.steps,
+                scenarios=check == SCENARIOS_AND_SEARCH,
+                on_example=clock,
+            ),
         )
     finally:
         adapter.close()
@@ -344,15 +348,16 @@ def _stress(subject: Subject, dsn: str, seed: int, budgets: Budgets, server: str
     seconds = budgets.stress_seconds if server is None else RESTART_SECONDS
     base = _row(subject, check, budget=budgets.stress, unit="programs", check_seconds=0.0, seed=seed)
     proxy = FaultProxy(server).start() if check == LOST_ANSWERS and server is not None else None
-    adapter = subject.adapter(dsn) if server is None else _served(subject, server, proxy)
+    served = None if server is None else _served(subject, server, proxy)
+    adapter = served if served is not None else subject.adapter(dsn)
     try:
         faults: Mix | None = None
         if proxy is not None:
             faults = Mix([Network(proxy, kind, 1.0, seed) for kind in NETWORK_FAULTS], WIRE_RATE, seed)
-        elif check == STALLS:
-            faults = Mix([Staller(adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
-        elif server is not None:
-            faults = Mix([Killer(adapter, adapter.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
+        elif served is not None and check == STALLS:
+            faults = Mix([Staller(served.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
+        elif served is not None:
+            faults = Mix([Killer(served, served.databases[subject.machine], 1.0, seed)], WIRE_RATE, seed)
         report = stress(
             adapter,
             machine=subject.machine,

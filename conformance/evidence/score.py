@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.boundary.protocols import SomeAdapter
 from leaseproof.conformance.concurrent import contention
 from leaseproof.conformance.concurrent.stress import StressFault, stress
 from leaseproof.conformance.evidence import scopes
@@ -39,7 +40,7 @@ from leaseproof.conformance.harness.databases import databases_named, drop_datab
 from leaseproof.conformance.harness.provision import require_test_databases
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.connection import connect
 from leaseproof.impl.migrate import migrate
 from leaseproof.impl.mutants.generated.catalogue import GeneratedMutant, by_name, generated_mutants
@@ -141,13 +142,15 @@ def run_task(task: Task, dsn: str, budget: Budget) -> Result:
     try:
         verdict = run_conformance(
             adapter,
-            machine=mutant.machine,
-            max_examples=1 if task.check == SCENARIOS else task.examples or budget.examples,
-            seed_value=task.seed or 0,
-            steps=budget.steps,
-            shrink=False,
-            scenarios=task.check == SCENARIOS,
-            generate=task.check != SCENARIOS,
+            Run(
+                machine=mutant.machine,
+                max_examples=1 if task.check == SCENARIOS else task.examples or budget.examples,
+                seed=task.seed or 0,
+                steps=budget.steps,
+                shrink=False,
+                scenarios=task.check == SCENARIOS,
+                generate=task.check != SCENARIOS,
+            ),
         )
     finally:
         adapter.close()
@@ -199,7 +202,7 @@ def _confirm(dsn: str, mutant: GeneratedMutant, verdict: contention.Verdict) -> 
         )
 
 
-def _stress(task: Task, adapter: Any, machine: str, budget: Budget, started: float) -> Result:
+def _stress(task: Task, adapter: SomeAdapter, machine: str, budget: Budget, started: float) -> Result:
     assert task.seed is not None
     try:
         report = stress(

@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import datetime as dt
 import hashlib
-import inspect
 import math
 import random
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -31,11 +30,12 @@ import pytest
 from hypothesis import Phase, Verbosity
 from hypothesis import settings as hypothesis_settings
 
-from leaseproof.conformance.lockstep.verify import MACHINES, Verdict, run_conformance
+from leaseproof.conformance.lockstep.verify import MACHINES, Run, Verdict, run_conformance
 
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; pytest exports no public name
 
+    from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.harness.server import Server
 
 IN_PROCESS_MACHINES = ("delivery",)  # the in-process boundary carries the delivery machine alone
@@ -334,7 +334,7 @@ class ConformanceItem(pytest.Item):
             summary += f" (on {alone} alone: the Hypothesis profile's phases leave out generate)"
         self.user_properties.append((_SUMMARY_PROPERTY, summary))
 
-    def _run(self, adapter: Any, plan: Plan) -> Verdict:
+    def _run(self, adapter: SomeAdapter, plan: Plan) -> Verdict:
         from hypothesis.statistics import collector, describe_statistics
 
         profile = _profile(self.config)
@@ -350,13 +350,15 @@ class ConformanceItem(pytest.Item):
         with collector.with_value(note_statistics):  # type: ignore[arg-type]  # Hypothesis types it by its default, None
             return run_conformance(
                 adapter,
-                machine=self.name,
-                max_examples=plan.max_examples or profile.max_examples,
-                seed_value=plan.seed,
-                steps=profile.stateful_step_count,
-                hypothesis_settings=profile,
-                reporter=reporter,
-                generate=generate,
+                Run(
+                    machine=self.name,
+                    max_examples=plan.max_examples or profile.max_examples,
+                    seed=plan.seed,
+                    steps=profile.stateful_step_count,
+                    hypothesis_settings=profile,
+                    reporter=reporter,
+                    generate=generate,
+                ),
             )
 
     def _judge(self, verdict: Verdict, name: str, plan: Plan, replay: str) -> None:
@@ -432,7 +434,7 @@ def _profile(config: pytest.Config) -> hypothesis_settings:
     return hypothesis_settings(profile, deadline=deadline, phases=phases)
 
 
-def _adapter(config: pytest.Config, plan: Plan, machine: str, stack: contextlib.ExitStack) -> Any:
+def _adapter(config: pytest.Config, plan: Plan, machine: str, stack: contextlib.ExitStack) -> SomeAdapter:
     """The configured adapter of `machine`, closed with `stack`; a failure to build
     it is a `ConformanceFailure` naming the ini key (or a skip, for a machine the
     adapter does not offer and nobody asked for)."""
@@ -467,10 +469,11 @@ def _timeout_note(plan: Plan, fault: object) -> str:
     return f"\n(leaseproof_reply_timeout: {plan.reply_timeout:g} seconds for each reply)"
 
 
-def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) -> Any:
+def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) -> SomeAdapter:
     # The CLI's loader, one spelling of MODULE:FACTORY; its messages name the CLI's flag.
+    from leaseproof.conformance.boundary.protocols import NotAnAdapter, as_adapter
     from leaseproof.conformance.frontends.commands.common import UsageError
-    from leaseproof.conformance.frontends.commands.running import load_factory
+    from leaseproof.conformance.frontends.commands.running import load_factory, takes_dsn
     from leaseproof.conformance.harness.databases import scratch_database
     from leaseproof.conformance.harness.provision import ProvisioningError
 
@@ -481,11 +484,7 @@ def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) 
         text = str(exc)
         raise ConformanceFailure(f"{plan.key}: {text.removeprefix(flag)}") from None
     try:
-        wants_dsn = "dsn" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # no introspectable signature: call it bare
-        wants_dsn = False
-    try:
-        if wants_dsn:
+        if takes_dsn(factory):
             adapter = factory(dsn=stack.enter_context(scratch_database(_server(config))))
         else:
             adapter = factory()
@@ -493,11 +492,12 @@ def _in_process(config: pytest.Config, plan: Plan, stack: contextlib.ExitStack) 
         raise ConformanceFailure(f"{plan.key}: no PostgreSQL server for its database (leaseproof_dsn): {exc}") from None
     except Exception as exc:  # noqa: BLE001 - a broken factory is the user's adapter failing
         raise ConformanceFailure(f"{plan.key}: the factory failed: {type(exc).__name__}: {exc}") from None
-    lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
-    if lacking:
-        raise ConformanceFailure(f"{plan.key}: the factory returned {adapter!r}, which lacks {', '.join(lacking)}")
-    stack.callback(adapter.close)
-    return adapter
+    try:
+        checked = as_adapter(adapter)
+    except NotAnAdapter as exc:
+        raise ConformanceFailure(f"{plan.key}: {exc}") from None
+    stack.callback(checked.close)
+    return checked
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -31,7 +31,7 @@ from leaseproof.conformance.harness.databases import scratch_database
 from leaseproof.conformance.harness.provision import postgres_server
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import returns_rows
@@ -138,7 +138,7 @@ def _lockstep(
         factory.log.clear()  # the adapter's own set-up (migrate on a migrated database) is not the run
     try:
         started = time.perf_counter()
-        verdict = run_conformance(adapter, machine=machine, max_examples=examples, seed_value=seed)
+        verdict = run_conformance(adapter, Run(machine=machine, max_examples=examples, seed=seed))
         seconds = time.perf_counter() - started
     finally:
         adapter.close()

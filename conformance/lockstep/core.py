@@ -16,13 +16,14 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 import attrs
 from hypothesis.errors import StopTest, UnsatisfiedAssumption
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import RuleBasedStateMachine
 
+from leaseproof.conformance.boundary.protocols import Named, SomeAdapter
 from leaseproof.conformance.lockstep.swarm import Swarm, without_hypothesis_rule_swarm
 from leaseproof.model.rules import Decision, Rule, behaviours
 
@@ -321,7 +322,7 @@ class StepChecker:
     Raises NonConformance at the first disagreement; what the adapter itself
     raises propagates, with `sent` the commands it had been sent since its reset."""
 
-    def __init__(self, spec: MachineSpec, adapter: Any) -> None:
+    def __init__(self, spec: MachineSpec, adapter: SomeAdapter) -> None:
         self.spec, self.adapter = spec, adapter
         self.sent = 0
 
@@ -396,7 +397,7 @@ class Executor(Protocol):
 class InProcess:
     """The executor that checks each step as it is sent, in this process."""
 
-    def __init__(self, spec: MachineSpec, adapter: Any) -> None:
+    def __init__(self, spec: MachineSpec, adapter: SomeAdapter) -> None:
         self.checker = StepChecker(spec, adapter)
         self.failure: Failure | None = None
 
@@ -431,7 +432,7 @@ class LockstepMachine(RuleBasedStateMachine):
     joins the programs sent."""
 
     spec: MachineSpec
-    adapter: Any
+    adapter: Lockstepped
     executor: Executor
     coverage: Coverage
     programs: _Programs  # shared by every program of one bound machine
@@ -577,16 +578,29 @@ class LockstepMachine(RuleBasedStateMachine):
 M = TypeVar("M", bound=LockstepMachine)
 
 
-def executor_for(adapter: Any, spec: MachineSpec) -> Executor:
+@runtime_checkable
+class ChecksItself(Named, Protocol):
+    """What stands for an adapter and brings the executor its steps are checked in
+    (`ForkedAdapter`: the adapter runs in a process of its own)."""
+
+    def lockstep_executor(self, spec: MachineSpec) -> Executor: ...
+
+    def close(self) -> None: ...
+
+
+# What the lockstep drives: an adapter, or what checks an adapter's steps itself.
+Lockstepped: TypeAlias = SomeAdapter | ChecksItself
+
+
+def executor_for(adapter: Lockstepped, spec: MachineSpec) -> Executor:
     """Where `adapter`'s steps are checked: its own executor if it brings one (a
     `ForkedAdapter` runs in a process of its own), else here, step by step."""
-    own = getattr(adapter, "lockstep_executor", None)
-    return own(spec) if own is not None else InProcess(spec, adapter)
+    return adapter.lockstep_executor(spec) if isinstance(adapter, ChecksItself) else InProcess(spec, adapter)
 
 
 def bind(
     machine: type[M],
-    adapter: Any,
+    adapter: Lockstepped,
     coverage: Coverage | None,
     on_example: Callable[[Coverage], None] | None,
     offered: frozenset[str] | None,

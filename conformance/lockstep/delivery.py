@@ -20,10 +20,10 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, initialize, multiple, precondition, rule
 
-from leaseproof.conformance.boundary.protocols import DeliveryAdapter, offered_operations, takes_request_keys
+from leaseproof.conformance.boundary.protocols import offered_operations, takes_request_keys
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import Coverage as Coverage  # re-exported for callers of this module
-from leaseproof.conformance.lockstep.core import LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep.core import LockstepMachine, Lockstepped, MachineSpec, bind, unchanged_or
 from leaseproof.conformance.lockstep.core import NonConformance as NonConformance  # re-exported
 from leaseproof.conformance.lockstep.core import RunAborted as RunAborted  # re-exported
 from leaseproof.conformance.lockstep.swarm import Option, Swarm, values, weighted
@@ -727,7 +727,7 @@ def _row_transitions(before: m.DeliverySystem, after: m.DeliverySystem) -> list[
 
 
 def machine_for(
-    adapter: DeliveryAdapter,
+    adapter: Lockstepped,
     coverage: Coverage | None = None,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[DeliveryConformance]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from leaseproof.conformance.boundary.protocols import SomeAdapter
 from leaseproof.conformance.lockstep.core import (
     Executor,
     Failure,
@@ -52,7 +53,7 @@ def _specs() -> dict[str, MachineSpec]:
     return {"delivery": DeliveryConformance.spec, "lifecycle": LifecycleConformance.spec}
 
 
-def _metadata(adapter: Any) -> dict[str, Any]:
+def _metadata(adapter: SomeAdapter) -> dict[str, object]:
     """What the lockstep reads of an adapter besides its calls: its name, and its
     `operations` and `protocol` where it has them."""
     return {name: getattr(adapter, name) for name in ("name", "operations", "protocol") if hasattr(adapter, name)}
@@ -67,7 +68,7 @@ def _portable(fault: BaseException) -> BaseException:
     return fault
 
 
-def _child(conn: Connection, harness_end: Connection, factory: Callable[[], Any], machine: str) -> None:
+def _child(conn: Connection, harness_end: Connection, factory: Callable[[], SomeAdapter], machine: str) -> None:
     """The child's side: build the adapter, then take requests until "close" or the pipe's end.
     `harness_end`, the other end, came along with the fork: closed, so that the harness's
     death is the pipe's end here."""
@@ -116,7 +117,7 @@ class _Child:
     are those; otherwise it resets again. The implementation is sent the same
     commands from the same reset either way."""
 
-    def __init__(self, spec: MachineSpec, adapter: Any) -> None:
+    def __init__(self, spec: MachineSpec, adapter: SomeAdapter) -> None:
         self.spec, self.checker = spec, StepChecker(spec, adapter)
         self.state: Any = None
         self.failure: Failure | None = None
@@ -225,10 +226,10 @@ class ForkedAdapter:
 
     name: str  # the adapter's (its `operations` and `protocol` too, where it has them)
 
-    def __init__(self, factory: Callable[[], Any], machine: str) -> None:
+    def __init__(self, factory: Callable[[], SomeAdapter], machine: str) -> None:
         self.machine = machine
         if "fork" not in multiprocessing.get_all_start_methods():
-            self._local: Any = factory()  # no fork here: the adapter runs in process
+            self._local: SomeAdapter | None = factory()  # no fork here: the adapter runs in process
             vars(self).update(_metadata(self._local))
             return
         self._local = None

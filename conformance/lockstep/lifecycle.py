@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.core import Coverage, LockstepMachine, MachineSpec, bind, unchanged_or
+from leaseproof.conformance.lockstep.core import Coverage, LockstepMachine, Lockstepped, MachineSpec, bind, unchanged_or
 from leaseproof.conformance.lockstep.swarm import Option, Swarm, values, weighted
 from leaseproof.conformance.lockstep.swarm import swarm as swarm_of
 from leaseproof.model import delivery as d
@@ -402,7 +402,7 @@ SETUP = _setup()
 
 
 def lifecycle_machine_for(
-    adapter: Any,
+    adapter: Lockstepped,
     coverage: Coverage | None = None,
     on_example: Callable[[Coverage], None] | None = None,
 ) -> type[LifecycleConformance]:

@@ -12,7 +12,15 @@ from hypothesis.errors import FlakyFailure
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from leaseproof.conformance.lockstep.core import Coverage, RunAborted, ShrinkBound, fault_name, release
+from leaseproof.conformance.lockstep.core import (
+    Coverage,
+    LockstepMachine,
+    Lockstepped,
+    RunAborted,
+    ShrinkBound,
+    fault_name,
+    release,
+)
 from leaseproof.conformance.lockstep.delivery import machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
@@ -25,7 +33,7 @@ class Machine:
     """One specified machine: how to bind its lockstep machine, and its fixed scenarios."""
 
     name: str
-    bind: Callable[..., Any]
+    bind: Callable[[Lockstepped, Coverage | None, Callable[[Coverage], None] | None], type[LockstepMachine]]
     scenarios: tuple[Callable[[Any], None], ...]
     traces: bool  # whether its counterexamples can be written as traces
 
@@ -113,69 +121,75 @@ class Verdict:
         )
 
 
-def run_conformance(
-    adapter: Any,
-    *,
-    machine: str = "delivery",
-    max_examples: int,
-    seed_value: int,
-    steps: int = 50,
-    shrink: bool = True,
-    scenarios: bool = True,
-    generate: bool = True,
-    shrink_bound: ShrinkBound | None = None,
-    on_example: Callable[[Coverage], None] | None = None,
-    hypothesis_settings: settings | None = None,
-    reporter: Callable[[object], None] | None = None,
-) -> Verdict:
-    """Drive `adapter` and the model in lockstep: the fixed scenarios (unless
-    `scenarios` is false), then (unless `generate` is false) `max_examples`
-    generated programs.
+@attrs.frozen(kw_only=True)
+class Run:
+    """What one lockstep run does: the fixed scenarios (unless `scenarios` is false), then
+    (unless `generate` is false) `max_examples` generated programs of `steps` steps, from
+    `seed`; the first failure is shrunk unless `shrink` is false, within `shrink_bound`.
 
-    `hypothesis_settings`: the settings to start from (a profile), whose
-    deadline, phases, health checks, verbosity and example database then
-    apply; without it the run has no deadline, no database and no health
-    checks. Either way `max_examples` and `steps` are the arguments', the
-    shrink phase goes when `shrink` is false, and the first failure is the one
-    shrunk. `reporter`: where Hypothesis's own reports go (default: nowhere)."""
-    if not (scenarios or generate):
-        raise ValueError("nothing to run: neither the scenarios nor generated programs")
+    `hypothesis_settings`: the settings to start from (a profile), whose deadline, phases,
+    health checks, verbosity and example database then apply; without it the run has no
+    deadline, no database and no health checks. `reporter`: where Hypothesis's own reports
+    go (default: nowhere); `on_example`: called after each program with the coverage so far."""
+
+    max_examples: int
+    seed: int
+    machine: str = "delivery"
+    steps: int = 50
+    shrink: bool = True
+    scenarios: bool = True
+    generate: bool = True
+    shrink_bound: ShrinkBound | None = None  # None: a fresh ShrinkBound() for each run
+    on_example: Callable[[Coverage], None] | None = None
+    hypothesis_settings: settings | None = None
+    reporter: Callable[[object], None] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.scenarios or self.generate):
+            raise ValueError("nothing to run: neither the scenarios nor generated programs")
+        if self.machine not in MACHINES:
+            raise ValueError(f"no machine {self.machine!r}: the machines are {sorted(MACHINES)}")
+
+    def settings(self) -> settings:
+        """The Hypothesis settings of the generated programs."""
+        if self.hypothesis_settings is None:
+            phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if self.shrink else [])
+            base = settings(deadline=None, database=None, phases=phases, suppress_health_check=list(HealthCheck))
+        else:
+            phases = [phase for phase in self.hypothesis_settings.phases if self.shrink or phase is not Phase.shrink]
+            base = settings(self.hypothesis_settings, phases=phases)
+        return settings(
+            base,
+            max_examples=self.max_examples,
+            stateful_step_count=self.steps,
+            print_blob=False,
+            # Shrink the first failure found: with the default (True) Hypothesis keeps
+            # generating after it until a budget or 10 wall-clock seconds run out, so on a
+            # slower machine the shrink starts elsewhere and a seed's "minimal" program differs.
+            report_multiple_bugs=False,
+        )
+
+
+def run_conformance(adapter: Lockstepped, run: Run) -> Verdict:
+    """Drive `adapter` and the model in lockstep as `run` says, and judge it."""
     coverage = Coverage()
-    spec = MACHINES[machine]
-    bound = seed(seed_value)(spec.bind(adapter, coverage, on_example))
-    bound.shrink_bound = shrink_bound = shrink_bound if shrink_bound is not None else ShrinkBound()
-    if hypothesis_settings is None:
-        phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
-        base = settings(deadline=None, database=None, phases=phases, suppress_health_check=list(HealthCheck))
-    else:
-        phases = [phase for phase in hypothesis_settings.phases if shrink or phase is not Phase.shrink]
-        base = settings(hypothesis_settings, phases=phases)
-    config = settings(
-        base,
-        max_examples=max_examples,
-        stateful_step_count=steps,
-        print_blob=False,
-        # Shrink the first failure found. With the default (True) Hypothesis
-        # keeps generating after it, looking for other bugs, until a call
-        # budget runs out or 10 wall-clock seconds have passed since the first
-        # one: on a slower machine that cut-off comes earlier, the shrink starts
-        # from another example, and the "minimal" program a seed replays
-        # differs. (A run reports one counterexample anyway.)
-        report_multiple_bugs=False,
-    )
+    spec = MACHINES[run.machine]
+    bound = seed(run.seed)(spec.bind(adapter, coverage, run.on_example))
+    bound.shrink_bound = shrink_bound = run.shrink_bound if run.shrink_bound is not None else ShrinkBound()
+    seed_value = run.seed
     started = time.monotonic()
     try:
-        if scenarios:
+        if run.scenarios:
             run_scenarios(bound, spec.scenarios)
-        if generate:
+        if run.generate:
             # The program arrives on the exception, not through the reporter.
             with (
-                with_reporter(reporter or (lambda _: None)),
+                with_reporter(run.reporter or (lambda _: None)),
                 shrink_bound.clock(coverage),
                 independent_programs(),
                 without_local_constants(),
             ):
-                run_state_machine_as_test(bound, settings=config)
+                run_state_machine_as_test(bound, settings=run.settings())
     except RunAborted as aborted:
         return Verdict(
             conforms=False,

@@ -49,9 +49,17 @@ class QueueSession(Protocol):
 class QueueAdapter(Protocol):
     """One queue, driven through its public API."""
 
-    name: str  # the subject's name in the matrix
-    version: str  # the library's version (or the checkout's, for the bundled store)
-    capabilities: frozenset[Capability]
+    @property
+    def name(self) -> str:
+        """The subject's name in the matrix."""
+
+    @property
+    def version(self) -> str:
+        """The library's version (or the checkout's, for the bundled store)."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What of the queue's contract it has (a heartbeat, a rescue, ...)."""
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         """An empty queue whose clock reads `start`; every lease (from a fetch or a

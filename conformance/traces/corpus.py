@@ -19,7 +19,7 @@ from pathlib import Path
 
 from leaseproof.conformance.harness.databases import scratch_database
 from leaseproof.conformance.harness.provision import postgres_server
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.conformance.traces.trace import trace_of, write
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                     adapter = mutant.adapter(dsn)
                     try:
                         verdict = run_conformance(
-                            adapter, machine=mutant.machine, max_examples=BUDGET, seed_value=seed, scenarios=False
+                            adapter, Run(machine=mutant.machine, max_examples=BUDGET, seed=seed, scenarios=False)
                         )
                     finally:
                         adapter.close()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.boundary.protocols import SomeAdapter
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.core import MachineSpec
 from leaseproof.conformance.lockstep.delivery import DELIVERY
@@ -215,7 +216,7 @@ def _context(trace: Trace, index: int, width: int = 5) -> tuple[str, ...]:
     return tuple(f"{n + 1}. {w.describe(s.command)}" for n, s in enumerate(trace.steps[first:index], first))
 
 
-def replay(trace: Trace, adapter: Any) -> Divergence | None:
+def replay(trace: Trace, adapter: SomeAdapter) -> Divergence | None:
     """Drive `adapter` (an implementation of the trace's machine) through the trace;
     the first step where the model, the implementation and what the trace
     recorded (its outcomes, and its states where it has them) do not all agree.

@@ -26,7 +26,7 @@ from production import Production, provision, run_script
 from psycopg import errors, sql
 
 from leaseproof.conformance.harness.server import Server
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.connection import connect
 from leaseproof.impl.delivery import adapter as delivery_adapter
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, reset_database
@@ -138,7 +138,7 @@ def test_every_store_call_runs_as_the_application_role(production: Production, m
     try:
         with psycopg.connect(production.app) as conn:
             assert conn.execute("SELECT current_user, session_user").fetchone() == (production.names.app,) * 2
-        verdict = run_conformance(adapter, machine=machine, max_examples=25, seed_value=20261205)
+        verdict = run_conformance(adapter, Run(machine=machine, max_examples=25, seed=20261205))
     finally:
         adapter.close()
     assert not verdict.fault, verdict.fault

@@ -28,8 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from leaseproof.conformance.concurrent.linearizability import HistoryFileError, read_history, timeline
+    from leaseproof.conformance.concurrent.history_file import HistoryFileError, read_history
     from leaseproof.conformance.concurrent.linearizability import check as check_linearizable
+    from leaseproof.conformance.concurrent.linearizability import timeline
     from leaseproof.conformance.concurrent.models import SPECS
 
     try:

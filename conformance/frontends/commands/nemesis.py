@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from leaseproof.conformance.frontends.catalogue import FAULT_MUTANTS, NEMESIS_FAULTS, SERVICE_MUTANTS
 from leaseproof.conformance.frontends.commands.common import (
@@ -26,6 +26,9 @@ from leaseproof.conformance.frontends.commands.common import (
 from leaseproof.conformance.frontends.exits import EXIT_USAGE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.concurrent.faults import RoundFault
     from leaseproof.conformance.frontends.commands.running import Provisioned
     from leaseproof.conformance.harness.proxy import FaultProxy
@@ -122,44 +125,28 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The nemesis of an implementation behind an adapter: stress with faults in its rounds."""
-    from leaseproof.conformance.concurrent.faults import FaultError, Mix, Staller
+    from leaseproof.conformance.boundary.protocols import announced_database
+    from leaseproof.conformance.concurrent.faults import FaultError
     from leaseproof.conformance.frontends.commands.running import each_machine
-    from leaseproof.conformance.frontends.commands.stress import _stress_adapter, _stress_report, stress_with_progress
-    from leaseproof.conformance.harness.proxy import FaultProxy
+    from leaseproof.conformance.frontends.commands.stress import _stress_adapter
 
     asked = None if args.faults is None else tuple(kind for kind in args.faults.split(",") if kind)
-    unknown = sorted(set(asked or ()) - set(ADAPTER_FAULTS))
-    if unknown or asked == ():
-        err.write(f"leaseproof: with an adapter, --faults takes {', '.join(ADAPTER_FAULTS)}, not {unknown or '--'}\n")
-        return EXIT_USAGE
-    if args.mutant is not None:
-        err.write("leaseproof: --mutant applies to the bundled store's nemesis, not to --adapter/--adapter-cmd\n")
-        return EXIT_USAGE
-    if args.duration <= 0 or args.workers < 1:
-        err.write("leaseproof: --duration and --workers must be positive\n")
+    if problem := _misused(args, asked):
+        err.write(f"leaseproof: {problem}\n")
         return EXIT_USAGE
     databases: dict[str, str | None] = {}
     args.terminate, args.trace_out = 0.0, None  # what the stress report reads
-    # The adapter's command is started with LEASEPROOF_DSN naming the server named here (--dsn,
-    # LEASEPROOF_DSN), which outlives its process; for the network faults, through a proxy in
-    # front of it.
-    named = args.dsn or os.environ.get("LEASEPROOF_DSN")
-    proxy = None
-    if args.adapter_cmd is not None and named:
-        if any(asked is None or kind in asked for kind in _NETWORK):
-            try:
-                proxy = FaultProxy(named).start()
-            except (ValueError, OSError) as exc:
-                err.write(f"leaseproof: cannot put a proxy in front of the server {named!r}: {exc}\n")
-                return EXIT_USAGE
-        args.adapter_env = {"LEASEPROOF_DSN": named if proxy is None else proxy.dsn_through(named)}
+    proxy, problem = _adapter_environment(args, asked)
+    if problem:
+        err.write(f"leaseproof: {problem}\n")
+        return EXIT_USAGE
 
-    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter:
         adapter = _stress_adapter(args, machine, provisioned, out)
-        databases[machine] = provisioned.last_database or getattr(adapter, "databases", {}).get(machine)
+        databases[machine] = provisioned.last_database or announced_database(adapter, machine)
         return adapter
 
-    def judge(adapter: Any, machine: str, seed: int) -> int:
+    def judge(adapter: SomeAdapter, machine: str, seed: int) -> int:
         injectors, left_out = _injectors(args, adapter, machine, databases.get(machine), seed, proxy)
         for kind, why in left_out:
             (err if asked else out).write(f"{'leaseproof: ' if asked else ''}no {kind} fault: {why}\n")
@@ -167,42 +154,7 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             for injector in injectors:
                 injector.close()
             raise UsageError(f"no fault of {', '.join(asked or ADAPTER_FAULTS)} applies to {adapter.name} as asked")
-        kinds = ", ".join(injector.kind for injector in injectors)
-        out.write(
-            f"nemesis of the {machine} machine against {adapter.name}: {args.workers} sessions, {args.duration:g}s,"
-            f" {args.rounds} rounds a program, each {args.repeats} times, seed {seed}; faults {kinds},"
-            f" in {args.rate:g} of rounds\n"
-        )
-        out.flush()
-        mix = Mix(injectors, args.rate, seed)
-        report = stress_with_progress(
-            err,
-            adapter,
-            machine=machine,
-            workers=args.workers,
-            duration=args.duration,
-            seed=seed,
-            repeats=args.repeats,
-            faults=mix,
-            rounds=args.rounds,
-        )
-        landed = ", ".join(
-            f"{kind} {counts.ended:,} (of {counts.rounds_faulted:,} due)" for kind, counts in mix.each.items()
-        )
-        out.write(f"faults: {landed}\n")
-        staller = mix.injectors.get("stall")
-        if isinstance(staller, Staller) and staller.counts.ended:
-            out.write(f"stalls: {staller.rows:,} rows held in all\n")
-            if not staller.rows:  # stalls that held nothing checked nothing
-                held_none = (
-                    "the stalls held no row: no uuid column of its database names the tenants the programs use,"
-                    " so nothing was stalled"
-                )
-                if asked and "stall" in asked:
-                    err.write(f"leaseproof: {held_none}\n")
-                    return EXIT_USAGE
-                out.write(f"note: {held_none}\n")
-        return _stress_report(report, args, out, err)
+        return _run_with_faults(args, adapter, machine, seed, injectors, asked, out, err)
 
     try:
         return each_machine(args, out, err, adapter_for, judge)
@@ -212,6 +164,89 @@ def _of_adapter(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         if proxy is not None:
             proxy.close()
+
+
+def _misused(args: argparse.Namespace, asked: tuple[str, ...] | None) -> str:
+    """What is wrong with the arguments of a nemesis of an adapter ("" if nothing)."""
+    unknown = sorted(set(asked or ()) - set(ADAPTER_FAULTS))
+    if unknown or asked == ():
+        return f"with an adapter, --faults takes {', '.join(ADAPTER_FAULTS)}, not {unknown or '--'}"
+    if args.mutant is not None:
+        return "--mutant applies to the bundled store's nemesis, not to --adapter/--adapter-cmd"
+    if args.duration <= 0 or args.workers < 1:
+        return "--duration and --workers must be positive"
+    return ""
+
+
+def _adapter_environment(args: argparse.Namespace, asked: tuple[str, ...] | None) -> tuple[FaultProxy | None, str]:
+    """Start the adapter's command with LEASEPROOF_DSN naming the server named here (--dsn,
+    LEASEPROOF_DSN), which outlives its process; for the network faults, through a proxy in
+    front of it, which is returned (the caller closes it). Or why no proxy could be started."""
+    from leaseproof.conformance.harness.proxy import FaultProxy
+
+    named = args.dsn or os.environ.get("LEASEPROOF_DSN")
+    if args.adapter_cmd is None or not named:
+        return None, ""
+    proxy = None
+    if any(asked is None or kind in asked for kind in _NETWORK):
+        try:
+            proxy = FaultProxy(named).start()
+        except (ValueError, OSError) as exc:
+            return None, f"cannot put a proxy in front of the server {named!r}: {exc}"
+    args.adapter_env = {"LEASEPROOF_DSN": named if proxy is None else proxy.dsn_through(named)}
+    return proxy, ""
+
+
+def _run_with_faults(
+    args: argparse.Namespace,
+    adapter: SomeAdapter,
+    machine: str,
+    seed: int,
+    injectors: list[RoundFault],
+    asked: tuple[str, ...] | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Stress `adapter` with `injectors` in a share of its rounds; print what landed, then the verdict."""
+    from leaseproof.conformance.concurrent.faults import Mix, Staller
+    from leaseproof.conformance.frontends.commands.stress import _stress_report, stress_with_progress
+
+    kinds = ", ".join(injector.kind for injector in injectors)
+    out.write(
+        f"nemesis of the {machine} machine against {adapter.name}: {args.workers} sessions, {args.duration:g}s,"
+        f" {args.rounds} rounds a program, each {args.repeats} times, seed {seed}; faults {kinds},"
+        f" in {args.rate:g} of rounds\n"
+    )
+    out.flush()
+    mix = Mix(injectors, args.rate, seed)
+    report = stress_with_progress(
+        err,
+        adapter,
+        machine=machine,
+        workers=args.workers,
+        duration=args.duration,
+        seed=seed,
+        repeats=args.repeats,
+        faults=mix,
+        rounds=args.rounds,
+    )
+    landed = ", ".join(
+        f"{kind} {counts.ended:,} (of {counts.rounds_faulted:,} due)" for kind, counts in mix.each.items()
+    )
+    out.write(f"faults: {landed}\n")
+    staller = mix.injectors.get("stall")
+    if isinstance(staller, Staller) and staller.counts.ended:
+        out.write(f"stalls: {staller.rows:,} rows held in all\n")
+        if not staller.rows:  # stalls that held nothing checked nothing
+            held_none = (
+                "the stalls held no row: no uuid column of its database names the tenants the programs use,"
+                " so nothing was stalled"
+            )
+            if asked and "stall" in asked:
+                err.write(f"leaseproof: {held_none}\n")
+                return EXIT_USAGE
+            out.write(f"note: {held_none}\n")
+    return _stress_report(report, args, out, err)
 
 
 # Why the faults that cut an operation mid-way leave the lifecycle alone: a fire's admission
@@ -224,12 +259,17 @@ _CUT_MID_WAY = (
 
 
 def _injectors(
-    args: argparse.Namespace, adapter: Any, machine: str, database: str | None, seed: int, proxy: FaultProxy | None
+    args: argparse.Namespace,
+    adapter: SomeAdapter,
+    machine: str,
+    database: str | None,
+    seed: int,
+    proxy: FaultProxy | None,
 ) -> tuple[list[RoundFault], list[tuple[str, str]]]:
     """The injectors asked for (or every one) that apply to `adapter`, and why each other
     is left out. `proxy`: in front of the server the adapter was told to use, if any; the
     injectors' own connections go around it."""
-    from leaseproof.conformance.concurrent.faults import Killer, Network, Pauser, Staller, Terminator
+    from leaseproof.conformance.concurrent.faults import Network, Staller, Terminator
 
     def direct(dsn: str) -> str:
         return dsn if proxy is None else proxy.direct(dsn)
@@ -245,15 +285,12 @@ def _injectors(
                 chosen.append(Network(proxy, kind, 1.0, seed))
             else:
                 left_out.append((kind, _no_network(args, proxy)))
-        elif kind in ("kill", "pause") and args.adapter_cmd is None:
-            what = "kill and start again" if kind == "kill" else "stop"
-            left_out.append((kind, f"an in-process adapter has no process of its own to {what}"))
-        elif kind == "kill" and (why := adapter.why_no_restart()):
-            left_out.append((kind, why))
-        elif kind == "kill":
-            chosen.append(Killer(adapter, direct(adapter.databases[machine]), 1.0, seed))
-        elif kind == "pause":
-            chosen.append(Pauser(lambda: int(adapter.process.pid), 1.0, seed))
+        elif kind in ("kill", "pause"):
+            fault, why = _of_its_process(kind, adapter, machine, direct, seed)
+            if fault is not None:
+                chosen.append(fault)
+            else:
+                left_out.append((kind, why))
         elif database is None:
             left_out.append((kind, "leaseproof did not give it its database, and its hello announces none"))
         elif kind == "stall":
@@ -266,6 +303,24 @@ def _injectors(
         else:
             chosen.append(Terminator(direct(database), 1.0, seed))
     return chosen, left_out
+
+
+def _of_its_process(
+    kind: str, adapter: SomeAdapter, machine: str, direct: Callable[[str], str], seed: int
+) -> tuple[RoundFault | None, str]:
+    """The kill or the pause of the adapter's process, or None and why it has none."""
+    from leaseproof.conformance.boundary.wire import SubprocessAdapter
+    from leaseproof.conformance.concurrent.faults import Killer, Pauser
+
+    if not isinstance(adapter, SubprocessAdapter):
+        what = "kill and start again" if kind == "kill" else "stop"
+        return None, f"an in-process adapter has no process of its own to {what}"
+    child = adapter
+    if kind == "pause":
+        return Pauser(lambda: int(child.process.pid), 1.0, seed), ""
+    if why := child.why_no_restart():
+        return None, why
+    return Killer(child, direct(child.databases[machine]), 1.0, seed), ""
 
 
 def _no_network(args: argparse.Namespace, proxy: FaultProxy | None) -> str:

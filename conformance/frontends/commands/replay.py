@@ -6,7 +6,7 @@ import argparse
 import collections
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from leaseproof.conformance.frontends.commands.common import (
     UsageError,
@@ -24,6 +24,7 @@ from leaseproof.conformance.frontends.exits import (
 )
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.traces.trace import Trace
 
 DESCRIPTION = (
@@ -119,7 +120,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         with contextlib.ExitStack() as stack:
             provisioned = Provisioned(args, out, err, stack)
-            adapters: dict[str, Any] = {}  # each machine's implementation, for its traces
+            adapters: dict[str, SomeAdapter] = {}  # each machine's implementation, for its traces
             for machine in machines:
                 adapters[machine] = adapter_named(args, machine, provisioned, out)
                 stack.callback(adapters[machine].close)
@@ -146,7 +147,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _write_page(
-    folder: Path, results: list[tuple[Path, Trace, str, str]], adapters: dict[str, Any], err: TextIO
+    folder: Path, results: list[tuple[Path, Trace, str, str]], adapters: dict[str, SomeAdapter], err: TextIO
 ) -> Path | None:
     """The --report page of the batch, written once every trace was replayed: each trace
     that was sent is run again on its machine's adapter (reset) for its steps and the rows
@@ -166,7 +167,7 @@ def _write_page(
             if run is None:
                 run = run_trace(trace)
             pages.append(ReplayResult(path, word, detail, run))
-        subject = ", ".join(str(getattr(adapter, "name", "")) for adapter in adapters.values())
+        subject = ", ".join(adapter.name for adapter in adapters.values())
         path = write_replay_report(folder, pages, subject=subject)
     except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the results as they are
         err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
@@ -179,14 +180,15 @@ PASSED, FAILED, XFAIL, XPASS, NOT_APPLICABLE, FAULT = "pass", "FAIL", "xfail", "
 
 
 def _replay_one(
-    path: Path, trace: Any, adapter: Any, listed: bool, args: argparse.Namespace, out: TextIO
+    path: Path, trace: Trace, adapter: SomeAdapter, listed: bool, args: argparse.Namespace, out: TextIO
 ) -> tuple[int, str, str, str]:
     """Replay one trace and print its line; its exit status, how it ended for the tally and
     in replay's words, and what was printed of it besides."""
+    from leaseproof.conformance.boundary.protocols import Offering
     from leaseproof.conformance.harness.provision import ProvisioningError
     from leaseproof.conformance.traces.trace import TraceError, replay
 
-    offered = getattr(adapter, "operations", None)  # None: every operation of its machine
+    offered = adapter.operations if isinstance(adapter, Offering) else None  # None: every operation of its machine
     needed = {type(step.command).__name__ for step in trace.steps}
     if offered is not None and needed - offered:
         left_out = ", ".join(sorted(needed - offered))

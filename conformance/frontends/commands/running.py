@@ -13,9 +13,11 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO, TypeVar
 
-from leaseproof.conformance.boundary.protocols import DeliveryAdapter
+import attrs
+
+from leaseproof.conformance.boundary.protocols import NotAnAdapter, SomeAdapter, as_adapter
 from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
 from leaseproof.conformance.concurrent.stress import StressFault
 from leaseproof.conformance.frontends.commands.common import UsageError, worse
@@ -23,6 +25,7 @@ from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_USAGE
 from leaseproof.conformance.harness.databases import scratch_database
 from leaseproof.conformance.harness.provision import ProvisioningError, postgres_server, require_test_databases
 from leaseproof.conformance.harness.server import Server
+from leaseproof.conformance.lockstep.core import Lockstepped
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
 from leaseproof.conformance.lockstep.verify import MACHINES
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
@@ -37,9 +40,10 @@ from leaseproof.impl.mutants.race import RACE_MUTANTS
 # fault mutants (stress --terminate: invisible until a connection is cut).
 SEQUENTIAL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*MUTANTS, *LIFECYCLE_MUTANTS)
 ALL_MUTANTS: tuple[Mutant | LifecycleMutant, ...] = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
+A = TypeVar("A", bound=Lockstepped)  # what a command judges: an adapter, or a `ForkedAdapter`
 
 
-def load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
+def load_factory(spec: str) -> Callable[..., object]:
     """FACTORY of MODULE, MODULE found as `python -m` finds it: in the current folder first, then
     on sys.path (the installed `leaseproof` script does not put the current folder there itself)."""
     module_name, _, attribute = spec.partition(":")
@@ -49,7 +53,7 @@ def load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
     try:
-        factory: Callable[..., DeliveryAdapter] = getattr(importlib.import_module(module_name), attribute)
+        factory: Callable[..., object] = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--adapter {spec!r}: cannot load it: {exc}") from None
     if not callable(factory):
@@ -57,7 +61,7 @@ def load_factory(spec: str) -> Callable[..., DeliveryAdapter]:
     return factory
 
 
-def takes_dsn(factory: Callable[..., DeliveryAdapter]) -> bool:
+def takes_dsn(factory: Callable[..., object]) -> bool:
     try:
         return "dsn" in inspect.signature(factory).parameters
     except (TypeError, ValueError):  # no introspectable signature: call it bare
@@ -87,7 +91,7 @@ class Provisioned:
             self.stack.callback(self._child.close)
         return self._child
 
-    def release(self, adapter: Any) -> None:
+    def release(self, adapter: Lockstepped) -> None:
         """Close a machine's adapter once it is judged; the child stays for the next machine."""
         if adapter is not self._child:
             adapter.close()
@@ -125,11 +129,30 @@ def machines_named(args: argparse.Namespace, provisioned: Provisioned) -> list[s
     return [implied] if implied else list(MACHINES)
 
 
-def adapter_named(
-    args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO, lockstep: bool = False
-) -> Any:
-    """The adapter the arguments name for `machine`; the caller releases it (`Provisioned.release`).
-    `lockstep`: for `run_conformance` alone (the bundled implementation is then a `ForkedAdapter`)."""
+def adapter_named(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter:
+    """The adapter the arguments name for `machine`; the caller releases it (`Provisioned.release`)."""
+    chosen = _chosen(args, machine, provisioned, out)
+    return chosen.make() if isinstance(chosen, _Bundled) else chosen
+
+
+def lockstep_adapter_named(
+    args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO
+) -> SomeAdapter | ForkedAdapter:
+    """As `adapter_named`, for `run_conformance` alone: the bundled implementation is then a
+    `ForkedAdapter`, checked in a process of its own (conformance/lockstep/forked.py)."""
+    chosen = _chosen(args, machine, provisioned, out)
+    return ForkedAdapter(chosen.make, machine) if isinstance(chosen, _Bundled) else chosen
+
+
+@attrs.frozen
+class _Bundled:
+    """How to build the bundled implementation (or a mutant of it) on its scratch database."""
+
+    make: Callable[[], SomeAdapter]
+
+
+def _chosen(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter | _Bundled:
+    """The adapter the arguments name, or for the bundled implementation how to build it."""
     if args.mutant and (args.adapter is not None or args.adapter_cmd is not None):
         raise UsageError("--mutant applies to the bundled implementation, not to --adapter/--adapter-cmd")
     if args.adapter_cmd is not None:
@@ -143,34 +166,32 @@ def adapter_named(
             raise
         except Exception as exc:  # a broken factory is the user's adapter failing
             raise AdapterFault(f"--adapter {args.adapter}: the factory failed: {type(exc).__name__}: {exc}") from exc
-        lacking = [name for name in ("name", "reset", "execute", "snapshot", "close") if not hasattr(adapter, name)]
-        if lacking:
-            raise UsageError(f"--adapter {args.adapter}: the factory returned {adapter!r}, which lacks {lacking}")
-        return adapter
+        try:
+            return as_adapter(adapter)
+        except NotAnAdapter as exc:
+            raise UsageError(f"--adapter {args.adapter}: {exc}") from None
     mutant = mutant_named(args.mutant)
     if mutant is not None:
         out.write(f"mutant: {mutant.name} — {mutant.stands_for}\n")
     dsn = provisioned.database()
     assert provisioned.server is not None  # database() provisioned it
     require_test_databases(provisioned.server, "the bundled implementation")
-    bundled: Callable[[], Any]
+    bundled: Callable[[], SomeAdapter]
     if mutant is not None and mutant.machine == machine:
         bundled = lambda: mutant.adapter(dsn)  # noqa: E731
     elif machine == "lifecycle":
         bundled = lambda: PostgresLifecycleAdapter(dsn)  # noqa: E731
     else:
         bundled = lambda: PostgresDeliveryAdapter(dsn)  # noqa: E731
-    # verify's lockstep checks the bundled implementation in a process of its own
-    # (conformance/lockstep/forked.py); replay and stress call it directly.
-    return ForkedAdapter(bundled, machine) if lockstep else bundled()
+    return _Bundled(bundled)
 
 
 def each_machine(
     args: argparse.Namespace,
     out: TextIO,
     err: TextIO,
-    adapter_for: Callable[[argparse.Namespace, str, Provisioned, TextIO], Any],
-    judge: Callable[[Any, str, int], int],
+    adapter_for: Callable[[argparse.Namespace, str, Provisioned, TextIO], A],
+    judge: Callable[[A, str, int], int],
 ) -> int:
     """For every machine the arguments name: provision, build its adapter, judge
     it (`judge(adapter, machine, seed)` prints and returns an exit status), close it

@@ -21,6 +21,7 @@ from leaseproof.conformance.frontends.exits import EXIT_CONFORMS, EXIT_NONCONFOR
 from leaseproof.conformance.frontends.progress import ProgressLine
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.concurrent.stress import Progress as StressProgress
     from leaseproof.conformance.concurrent.stress import StressReport, Stuck
     from leaseproof.conformance.frontends.commands.running import Provisioned
@@ -120,7 +121,7 @@ class _StressProgress(ProgressLine):
         self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
 
 
-def stress_with_progress(err: TextIO, adapter: Any, **options: Any) -> StressReport:
+def stress_with_progress(err: TextIO, adapter: SomeAdapter, **options: Any) -> StressReport:
     """A stress run (`conformance/concurrent/stress.py`, with `options`) whose progress is shown on `err`."""
     from leaseproof.conformance.concurrent.stress import stress
 
@@ -161,7 +162,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "leaseproof: --terminate: stressing the delivery machine only (the lifecycle's fires pick run ids)\n"
             )
 
-    def judge(adapter: Any, machine: str, seed_value: int) -> int:
+    def judge(adapter: SomeAdapter, machine: str, seed_value: int) -> int:
         faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
         out.write(
             f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
@@ -186,7 +187,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _write_page(folder, report, adapter.name, out, err)
         return status
 
-    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter:
         adapter = _stress_adapter(args, machine, provisioned, out)
         announced = getattr(adapter, "databases", {}).get(machine)  # an adapter's hello may say (wire.py)
         databases[machine] = args.terminate_dsn or provisioned.last_database or announced
@@ -218,17 +219,19 @@ def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, e
     out.write(f"report: {path}\n")
 
 
-def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter:
+    from leaseproof.conformance.boundary.protocols import Concurrent
+    from leaseproof.conformance.boundary.wire import SubprocessAdapter
     from leaseproof.conformance.frontends.commands.running import adapter_named
 
     provisioned.last_database = None  # set again only if this adapter is given a database
     adapter = adapter_named(args, machine, provisioned, out)
-    if args.adapter_cmd is not None and not adapter.sessions:
+    if isinstance(adapter, SubprocessAdapter) and not adapter.sessions:
         raise UsageError(
             f"--adapter-cmd {args.adapter_cmd!r}: {adapter.name} cannot be run concurrently:"
             f" {adapter.why_no_sessions()}"
         )
-    if args.adapter is not None and not hasattr(adapter, "session"):
+    if args.adapter is not None and not isinstance(adapter, Concurrent):
         adapter.close()
         raise UsageError(f"--adapter {args.adapter}: {adapter.name} has no session(), so it cannot be run concurrently")
     return adapter
@@ -236,7 +239,7 @@ def _stress_adapter(args: argparse.Namespace, machine: str, provisioned: Provisi
 
 def _not_live(report: StressReport, stuck: Stuck, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The verdict on a run in which an operation waited for a stalled tenant it must not wait for."""
-    from leaseproof.conformance.concurrent.linearizability import write_history
+    from leaseproof.conformance.concurrent.history_file import write_history
     from leaseproof.conformance.concurrent.models import SPECS
     from leaseproof.conformance.concurrent.stalls import WAIT_BOUND
 
@@ -262,7 +265,8 @@ def _not_live(report: StressReport, stuck: Stuck, args: argparse.Namespace, out:
 
 
 def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from leaseproof.conformance.concurrent.linearizability import timeline, write_history
+    from leaseproof.conformance.concurrent.history_file import write_history
+    from leaseproof.conformance.concurrent.linearizability import timeline
     from leaseproof.conformance.concurrent.models import SPECS
     from leaseproof.conformance.traces.trace import SPECS as LOCKSTEP_SPECS
 

@@ -7,7 +7,7 @@ import contextlib
 import io
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from leaseproof.conformance.frontends.catalogue import MACHINES, SHRINK_ATTEMPTS, SHRINK_SECONDS
 from leaseproof.conformance.frontends.commands.common import (
@@ -29,7 +29,9 @@ from leaseproof.conformance.frontends.exits import (
 from leaseproof.conformance.frontends.progress import ProgressLine
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
+    from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.frontends.commands.running import Provisioned
+    from leaseproof.conformance.lockstep.core import Lockstepped
     from leaseproof.conformance.lockstep.delivery import Coverage
     from leaseproof.conformance.lockstep.verify import Verdict
 
@@ -203,33 +205,35 @@ def _summary(verdict: Verdict, out: TextIO, asked: int | None = None) -> None:
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from leaseproof.conformance.frontends.commands.running import adapter_named, each_machine
+    from leaseproof.conformance.frontends.commands.running import each_machine, lockstep_adapter_named
     from leaseproof.conformance.lockstep.core import ShrinkBound
-    from leaseproof.conformance.lockstep.verify import run_conformance
+    from leaseproof.conformance.lockstep.verify import Run, run_conformance
 
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
     written: set[Path] = set()  # the trace files written, one a machine
     runs: list[Provisioned] = []  # the run's provisioning, for the page's second adapter
 
-    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Any:
+    def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> Lockstepped:
         runs[:] = [provisioned]
-        return adapter_named(args, machine, provisioned, out, lockstep=True)
+        return lockstep_adapter_named(args, machine, provisioned, out)
 
-    def judge(adapter: Any, machine: str, seed_value: int) -> int:
+    def judge(adapter: Lockstepped, machine: str, seed_value: int) -> int:
         out.write(f"verifying the {machine} machine against {adapter.name}\n")
         out.flush()
         progress = _Progress(args.max_examples, err)
         try:
             verdict = run_conformance(
                 adapter,
-                machine=machine,
-                max_examples=args.max_examples,
-                seed_value=seed_value,
-                steps=args.steps,
-                shrink=not args.no_shrink,
-                scenarios=not args.no_scenarios,
-                shrink_bound=ShrinkBound(args.shrink_attempts, args.shrink_seconds),
-                on_example=progress,
+                Run(
+                    machine=machine,
+                    max_examples=args.max_examples,
+                    seed=seed_value,
+                    steps=args.steps,
+                    shrink=not args.no_shrink,
+                    scenarios=not args.no_scenarios,
+                    shrink_bound=ShrinkBound(args.shrink_attempts, args.shrink_seconds),
+                    on_example=progress,
+                ),
             )
         finally:
             progress.close()
@@ -245,7 +249,7 @@ def _write_page(
     folder: Path,
     verdict: Verdict,
     machine: str,
-    adapter: Any,
+    adapter: Lockstepped,
     provisioned: Provisioned,
     args: argparse.Namespace,
     out: TextIO,
@@ -282,22 +286,22 @@ def _write_page(
 def _page_adapter(
     verdict: Verdict,
     machine: str,
-    adapter: Any,
+    adapter: Lockstepped,
     provisioned: Provisioned,
     args: argparse.Namespace,
     stack: contextlib.ExitStack,
-) -> tuple[Any, str]:
+) -> tuple[SomeAdapter | None, str]:
     """The implementation the page runs the counterexample again on, directly (step by step,
     reading its rows), or None and why not. The lockstep checks the bundled implementation
     (or a mutant) in a process of its own (`ForkedAdapter`), which cannot be driven so: the
     page gets a second adapter of it, on a fresh database. An --adapter or --adapter-cmd
     implementation is called directly already: the page runs it again itself, reset."""
     from leaseproof.conformance.frontends.commands.running import adapter_named
-    from leaseproof.conformance.lockstep.forked import ForkedAdapter
+    from leaseproof.conformance.lockstep.core import ChecksItself
 
     if verdict.recorded is None:
         return None, "the verdict has no counterexample trace"
-    if not isinstance(adapter, ForkedAdapter):
+    if not isinstance(adapter, ChecksItself):
         return adapter, ""
     try:
         second = adapter_named(args, machine, provisioned, io.StringIO())  # its "mutant:" line said already

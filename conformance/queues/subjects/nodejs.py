@@ -10,6 +10,7 @@ the requests of several sessions run at once there.
 
 from __future__ import annotations
 
+import abc
 import fcntl
 import hashlib
 import json
@@ -24,7 +25,9 @@ from typing import IO, Any, ClassVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.queues.protocol import Held
 from leaseproof.conformance.queues.subjects import clock
+from leaseproof.model.queue import Answer
 
 SOURCE = Path(__file__).parent / "node"
 FILES = ("package.json", "package-lock.json", "lines.mjs", "pgboss.mjs", "graphile.mjs")
@@ -138,14 +141,24 @@ def connection(dsn: str) -> dict[str, Any]:
     return {key: value for key, value in config.items() if value is not None}
 
 
-class NodeSession:
-    """A client of a Node.js queue: its requests run at once with the others' in the same child."""
+class NodeSession(abc.ABC):
+    """A client of a Node.js queue: its requests run at once with the others' in the same child.
+    A subclass says what each act is, in the child's calls."""
 
     def __init__(self, child: Child) -> None:
         self.child = child
 
-    def close(self) -> None:
-        pass  # the child is the adapter's
+    @abc.abstractmethod
+    def fetch(self) -> Held | None: ...
+
+    @abc.abstractmethod
+    def complete(self, handle: Any, outcome: str) -> Answer | None: ...
+
+    @abc.abstractmethod
+    def rescue(self) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - a session holds nothing: the child is the adapter's
+        pass
 
 
 class NodeQueue:

@@ -316,5 +316,6 @@ def test_claims_carry_request_keys_only_to_an_adapter_of_protocol_3_or_in_proces
 
     from leaseproof.conformance.boundary.protocols import takes_request_keys
 
-    assert [takes_request_keys(types.SimpleNamespace(protocol=p)) for p in (1, 2, 3)] == [False, False, True]
-    assert takes_request_keys(object())  # an adapter in process has no protocol version
+    versioned = [types.SimpleNamespace(name="wire", protocol=p) for p in (1, 2, 3)]
+    assert [takes_request_keys(adapter) for adapter in versioned] == [False, False, True]
+    assert takes_request_keys(types.SimpleNamespace(name="in process"))  # it has no protocol version

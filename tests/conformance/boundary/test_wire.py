@@ -43,7 +43,7 @@ from leaseproof.conformance.lockstep.delivery import RunAborted, machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
 from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.delivery import MUTANTS
@@ -100,7 +100,7 @@ def test_the_bundled_server_conforms_over_the_wire(delivery_dsn: str) -> None:
     try:
         assert adapter.name.startswith("leaseproof bundled postgres:PostgresDeliveryStore / ")
         assert adapter.operations == ALL_OPERATIONS
-        verdict = run_conformance(adapter, max_examples=15, seed_value=SEED)
+        verdict = run_conformance(adapter, Run(max_examples=15, seed=SEED))
     finally:
         adapter.close()
     assert verdict.fault == "", verdict.fault
@@ -500,7 +500,7 @@ serve(Noisy(), implementation="noisy model", stdout=protocol)
     adapter = SubprocessAdapter(f"{command} guarded", reply_timeout=10)
     try:
         assert adapter.name == "noisy model"
-        verdict = run_conformance(adapter, max_examples=5, seed_value=SEED, steps=20)
+        verdict = run_conformance(adapter, Run(max_examples=5, seed=SEED, steps=20))
         assert "noise from execute" in adapter.stderr_tail()
     finally:
         adapter.close()
@@ -512,7 +512,7 @@ serve(Noisy(), implementation="noisy model", stdout=protocol)
 def test_a_fault_in_mid_run_stops_the_verdict_with_the_program_so_far(tmp_path: Path) -> None:
     adapter = SubprocessAdapter(script(tmp_path, "crash"), reply_timeout=5)
     try:
-        verdict = run_conformance(adapter, max_examples=5, seed_value=SEED)
+        verdict = run_conformance(adapter, Run(max_examples=5, seed=SEED))
     finally:
         adapter.close()
     assert not verdict.conforms

@@ -19,7 +19,7 @@ from leaseproof.conformance.concurrent.faults import Cut, Terminator
 from leaseproof.conformance.concurrent.stress import REOPEN_TRIES, Runner, stress
 from leaseproof.conformance.frontends.cli import main
 from leaseproof.conformance.harness.server import Server
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter, PostgresDeliverySession
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.faults import FAULT_MUTANTS
@@ -202,7 +202,7 @@ def test_a_fault_mutant_passes_the_sequential_lockstep(delivery_dsn: str, mutant
     cuts may still meet it: a tenant fenced between them refuses the second.)"""
     adapter = mutant.adapter(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=1, scenarios=True)
+        verdict = run_conformance(adapter, Run(machine="delivery", max_examples=20, seed=1, scenarios=True))
     finally:
         adapter.close()
     assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"

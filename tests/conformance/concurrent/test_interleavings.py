@@ -53,8 +53,8 @@ from leaseproof.conformance.concurrent.schedules import (
     SECOND,
     W1,
     C,
+    DeliveryRace,
     LifecycleRace,
-    Race,
     a_later_admission_exposes_a_stale_one,
     a_save_racing_the_revocation_of_its_authority,
     a_second_sweep_then_a_claim,
@@ -67,7 +67,7 @@ from leaseproof.conformance.concurrent.schedules import (
     save,
 )
 from leaseproof.conformance.lockstep import world as w
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.hooks.gate import (
@@ -101,6 +101,8 @@ from leaseproof.impl.mutants.race import (
 from leaseproof.model import delivery as d
 from leaseproof.model import lifecycle as lc
 
+MakeRace = Callable[[type], DeliveryRace]  # a maker of delivery races on a store class
+
 # -- the sequential suite cannot see them ---------------------------------------------------
 
 
@@ -108,7 +110,7 @@ from leaseproof.model import lifecycle as lc
 def test_delivery_race_mutant_passes_sequential_lockstep(delivery_dsn: str, name: str) -> None:
     adapter = PostgresDeliveryAdapter(delivery_dsn, store_class=DELIVERY_RACE_MUTANTS[name])
     try:
-        verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=1, scenarios=True)
+        verdict = run_conformance(adapter, Run(machine="delivery", max_examples=20, seed=1, scenarios=True))
     finally:
         adapter.close()
     assert verdict.conforms, (
@@ -120,7 +122,7 @@ def test_delivery_race_mutant_passes_sequential_lockstep(delivery_dsn: str, name
 def test_lifecycle_race_mutant_passes_sequential_lockstep(delivery_dsn: str, name: str) -> None:
     adapter = PostgresLifecycleAdapter(delivery_dsn, **LIFECYCLE_RACE_MUTANTS[name])
     try:
-        verdict = run_conformance(adapter, machine="lifecycle", max_examples=20, seed_value=1, scenarios=True)
+        verdict = run_conformance(adapter, Run(machine="lifecycle", max_examples=20, seed=1, scenarios=True))
     finally:
         adapter.close()
     assert verdict.conforms, (
@@ -142,7 +144,7 @@ def test_the_points_change_nothing_one_operation_at_a_time(delivery_dsn: str, ma
             delivery_dsn, store_class=store, engine_class=engine, resumer_class=resumer, communities_class=communities
         )
     try:
-        verdict = run_conformance(adapter, machine=machine, max_examples=20, seed_value=1, scenarios=True)
+        verdict = run_conformance(adapter, Run(machine=machine, max_examples=20, seed=1, scenarios=True))
     finally:
         adapter.close()
     assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}{verdict.fault}"
@@ -234,7 +236,7 @@ def test_a_point_is_at_every_statement_boundary_and_leaves_found_alone() -> None
     assert statements(functions()["lp_now"]) == ()  # a stable function cannot pause: it has none
 
 
-def test_a_point_inside_a_function_holds_what_the_call_took(delivery_race: Callable[[type], Race]) -> None:
+def test_a_point_inside_a_function_holds_what_the_call_took(delivery_race: MakeRace) -> None:
     """A claim parked right after it took its community's fence (shared): a change of the
     community's state waits for it; let go, the claim claims, then the change fences."""
     race = delivery_race(PostgresDeliveryStore)
@@ -252,7 +254,7 @@ def test_a_point_inside_a_function_holds_what_the_call_took(delivery_race: Calla
     race.judge("claimer operator", True)
 
 
-def test_a_point_rolled_back_cancels_the_call_which_writes_nothing(delivery_race: Callable[[type], Race]) -> None:
+def test_a_point_rolled_back_cancels_the_call_which_writes_nothing(delivery_race: MakeRace) -> None:
     race = delivery_race(PostgresDeliveryStore)
     race.setup(ONE_ROW)
     claimer, other = race.client("claimer"), race.client("other")
@@ -265,7 +267,7 @@ def test_a_point_rolled_back_cancels_the_call_which_writes_nothing(delivery_race
     race.judge("other", True)
 
 
-def test_a_call_of_its_own_is_held_before_its_commit(delivery_race: Callable[[type], Race]) -> None:
+def test_a_call_of_its_own_is_held_before_its_commit(delivery_race: MakeRace) -> None:
     """The gate sends a call that is its own transaction as BEGIN; call; COMMIT, and parks
     it before the COMMIT: nobody sees what it wrote until it is let go. A statement
     match names the database function: `SQL_CLAIM` matches the claim without an
@@ -318,7 +320,7 @@ def schedule(delivery_dsn: str) -> Iterator[Schedule]:
 
 
 @pytest.fixture
-def delivery_race(delivery_dsn: str, schedule: Schedule) -> Iterator[Callable[[type], Race]]:
+def delivery_race(delivery_dsn: str, schedule: Schedule) -> Iterator[MakeRace]:
     with delivery_races(delivery_dsn, schedule) as make:
         yield make
 
@@ -345,9 +347,7 @@ OUTCOME_PAIRS = {
     ],
     ids=lambda v: v.name if isinstance(v, Impl) else v,
 )
-def test_stale_holder_and_newer_holder_finish(
-    delivery_race: Callable[[type], Race], impl: Impl, paused: str, outcomes: str
-) -> None:
+def test_stale_holder_and_newer_holder_finish(delivery_race: MakeRace, impl: Impl, paused: str, outcomes: str) -> None:
     """Holder A starts finishing while its lease governs and is parked before its write
     (inside lp_finish: the bundled one before the statement that checks and settles, the
     check-then-act one between its check and its write); the lease expires and the
@@ -388,7 +388,7 @@ def test_stale_holder_and_newer_holder_finish(
 
 @pytest.mark.parametrize("outcomes", sorted(OUTCOME_PAIRS))
 @pytest.mark.parametrize("impl", [BUNDLED, caught(FinishCheckThenAct)], ids=impl_id)
-def test_same_holder_finishes_twice_at_once(delivery_race: Callable[[type], Race], impl: Impl, outcomes: str) -> None:
+def test_same_holder_finishes_twice_at_once(delivery_race: MakeRace, impl: Impl, outcomes: str) -> None:
     """An uncertain completion retried while the first attempt is still in flight:
     exactly one settles, the other is told the recorded terminal."""
     first_outcome, retry_outcome = OUTCOME_PAIRS[outcomes]
@@ -419,9 +419,7 @@ HOLDER_COMMANDS: dict[str, Callable[[d.Lease], d.Finish | d.Renew]] = {
 @pytest.mark.parametrize("operation", sorted(HOLDER_COMMANDS))
 @pytest.mark.parametrize("expired", [False, True], ids=["at-deadline", "past-deadline"])
 @pytest.mark.parametrize("paused", ["holder", "reaper"])
-def test_holder_races_the_reaper(
-    delivery_race: Callable[[type], Race], operation: str, expired: bool, paused: str
-) -> None:
+def test_holder_races_the_reaper(delivery_race: MakeRace, operation: str, expired: bool, paused: str) -> None:
     """At lease_until == now the lease still governs and the reaper must not take it;
     one second later the reaper takes it and the holder has lost it, whether the
     holder is parked before its write (inside its function, its fence held) while the
@@ -452,7 +450,7 @@ def test_holder_races_the_reaper(
     race.judge(implied, True)
 
 
-def test_reaper_passes_over_an_expired_row_another_transaction_holds(delivery_race: Callable[[type], Race]) -> None:
+def test_reaper_passes_over_an_expired_row_another_transaction_holds(delivery_race: MakeRace) -> None:
     """A claim (keyed: a transaction) takes the oldest of two expired-and-reaped rows and
     is parked before its COMMIT; meanwhile the other row's lease expires, and the
     reaper, whose snapshot shows the parked claim's row pending, reaps the other row
@@ -475,7 +473,7 @@ def test_reaper_passes_over_an_expired_row_another_transaction_holds(delivery_ra
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(FinishCheckThenAct)], ids=impl_id)
-def test_holder_checked_at_the_deadline_then_reaped(delivery_race: Callable[[type], Race], impl: Impl) -> None:
+def test_holder_checked_at_the_deadline_then_reaped(delivery_race: MakeRace, impl: Impl) -> None:
     """The holder's finish starts at lease_until == now and is parked before its write;
     the clock moves on and the reaper takes the lease. The write must then find the
     lease lost: a lease checked earlier is no authority now."""
@@ -499,7 +497,7 @@ def test_holder_checked_at_the_deadline_then_reaped(delivery_race: Callable[[typ
 
 @pytest.mark.parametrize("paused", ["before-write", "before-commit", "newer-claim-between"])
 @pytest.mark.parametrize("impl", [BUNDLED, caught(ReapReadThenUpdate)], ids=impl_id)
-def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+def test_two_reapers(delivery_race: MakeRace, impl: Impl, paused: str) -> None:
     """One expired claim, two reapers: it is reaped once (one generation bump). Reaper
     one is parked before its write (the other reaps meanwhile, and in one schedule a
     newer holder claims too), or before its COMMIT (the other must wait for it)."""
@@ -537,9 +535,7 @@ def test_two_reapers(delivery_race: Callable[[type], Race], impl: Impl, paused: 
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(SweepsOverlap)], ids=impl_id)
-def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(
-    delivery_race: Callable[[type], Race], impl: Impl
-) -> None:
+def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(delivery_race: MakeRace, impl: Impl) -> None:
     """The schedule `a_second_sweep_then_a_claim` (conformance/concurrent/schedules.py, where the
     kill matrix runs it too): a claim after two sweeps must take the oldest pending
     row. Found by `leaseproof stress`."""
@@ -554,7 +550,7 @@ def test_a_second_sweep_leaves_no_lock_on_the_oldest_pending_row(
 
 @pytest.mark.parametrize("paused", ["before-claim", "before-commit"])
 @pytest.mark.parametrize("impl", [BUNDLED, caught(ClaimReadThenUpdate)], ids=impl_id)
-def test_two_claimers_on_one_row(delivery_race: Callable[[type], Race], impl: Impl, paused: str) -> None:
+def test_two_claimers_on_one_row(delivery_race: MakeRace, impl: Impl, paused: str) -> None:
     """One pending row, two claimers: exactly one lease. The first is parked before the
     statement that claims (the bundled one's, which reads and writes; the check-then-act
     one's write, after its read), or before its COMMIT; the second claimer skips a row
@@ -599,9 +595,7 @@ class ClaimWithoutFence(PostgresDeliveryStore):
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, Impl("claim-without-fence", ClaimWithoutFence, False)], ids=impl_id)
-def test_a_claim_waits_for_a_change_of_its_community_in_flight(
-    delivery_race: Callable[[type], Race], impl: Impl
-) -> None:
+def test_a_claim_waits_for_a_change_of_its_community_in_flight(delivery_race: MakeRace, impl: Impl) -> None:
     """The community is fenced and its one delivery claimed. A transaction makes it active
     again (lp_set_community_state: the fence, held exclusively) and commits a new pending
     delivery in it, and is parked before its COMMIT. A claim starts: it takes the fence
@@ -634,7 +628,7 @@ def test_a_claim_waits_for_a_change_of_its_community_in_flight(
         assert claimed == d.CommunityNotWritable(C, d.CommunityState.FENCED)
 
 
-def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[type], Race]) -> None:
+def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: MakeRace) -> None:
     """Two pending rows of one target: while the oldest is held by an uncommitted
     claim (keyed: a transaction), a second claimer takes the next one, without waiting."""
     race = delivery_race(PostgresDeliveryStore)
@@ -657,7 +651,7 @@ def test_a_claimer_skips_a_locked_row_for_the_next_one(delivery_race: Callable[[
 M2 = w.MESSAGES["M2"]
 
 
-def test_deletions_of_one_community_take_turns(delivery_race: Callable[[type], Race]) -> None:
+def test_deletions_of_one_community_take_turns(delivery_race: MakeRace) -> None:
     """Deletions cascade into deliveries (a workflow's runs', a message's), in an order
     of their own: two at once could each lock a row the other needs, which stress
     found deadlocking. So a deletion waits for another of the same community to end
@@ -703,7 +697,7 @@ STEP_COMMITS = {
     ids=lambda v: v.name if isinstance(v, Impl) else v,
 )
 def test_producer_retries_race_for_the_identity_lock(
-    delivery_race: Callable[[type], Race], impl: Impl, paused: str, targets: str
+    delivery_race: MakeRace, impl: Impl, paused: str, targets: str
 ) -> None:
     """Two producers commit the same step at once: the rows exist once, and exactly one
     of them is told the identity did not exist yet (so only one signs a message). The
@@ -736,9 +730,7 @@ def test_producer_retries_race_for_the_identity_lock(
     [(BUNDLED, "fence"), (BUNDLED, "delete"), (caught(ReconcileOutsideTransaction), "delete")],
     ids=lambda v: v.name if isinstance(v, Impl) else v,
 )
-def test_reconciliation_races_a_community_change(
-    delivery_race: Callable[[type], Race], impl: Impl, change: str
-) -> None:
+def test_reconciliation_races_a_community_change(delivery_race: MakeRace, impl: Impl, change: str) -> None:
     """The schedule `reconciliation_races_a_community_change` (conformance/concurrent/schedules.py,
     where the kill matrix runs it too): the retry, parked before its reconciliation read,
     holds the community's fence, so the fence or deletion waits for it, and the retry is
@@ -854,7 +846,7 @@ def test_a_later_admission_exposes_a_stale_one(
 @pytest.mark.xfail(
     strict=True, raises=AssertionError, reason="finding: SKIP LOCKED misses a row whose claim then rolls back"
 )
-def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Callable[[type], Race]) -> None:
+def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: MakeRace) -> None:
     """Claimer one locks the only pending row and is parked before its COMMIT; claimer
     two skips the locked row and misses; claimer one's transaction then fails (a lost
     connection, say) and rolls back. The row was pending throughout, so the only serial
@@ -872,7 +864,7 @@ def test_finding_a_claimer_misses_a_row_whose_claim_rolls_back(delivery_race: Ca
     race.assert_linearizable()
 
 
-def test_a_claim_passes_over_what_its_snapshot_does_not_list(delivery_race: Callable[[type], Race]) -> None:
+def test_a_claim_passes_over_what_its_snapshot_does_not_list(delivery_race: MakeRace) -> None:
     """One pending row, d1, for T1. Claimer a is parked inside its claim's statement, at
     the clock's read: its snapshot is taken, no row is locked yet. A producer commits d2
     for T1, then claimer b claims T1 and takes d1, the oldest; a then meets d1 claimed,
@@ -906,7 +898,7 @@ class ClaimAlwaysMisses(PostgresDeliveryStore):
     FUNCTIONS = (Patch("lp_claim", "AND d.status = 'pending'", "AND d.status = 'pending' AND false"),)
 
 
-def test_a_claim_that_misses_a_listed_free_row_is_not_explained(delivery_race: Callable[[type], Race]) -> None:
+def test_a_claim_that_misses_a_listed_free_row_is_not_explained(delivery_race: MakeRace) -> None:
     """The allowance is no more than that: with d1 pending before the claim began, and
     nothing taking it, a miss overlapping a producer's commit of d2 is still judged
     wrong (the variant answers a miss for every claim that meets a row committed in the
@@ -926,7 +918,7 @@ def test_a_claim_that_misses_a_listed_free_row_is_not_explained(delivery_race: C
 @pytest.mark.xfail(
     strict=True, raises=AssertionError, reason="finding: a read is not linearizable with an in-flight claim"
 )
-def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: Callable[[type], Race]) -> None:
+def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race: MakeRace) -> None:
     """Claimer one locks the only pending row and is parked before its COMMIT; claimer two
     skips it and misses (as if it were claimed); then a reader still finds it pending (as
     if it were not); then claimer one commits. Its claim must come before the miss and
@@ -948,7 +940,7 @@ def test_finding_a_read_sees_pending_a_row_another_claimer_skipped(delivery_race
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a claim committed after its own lease expired")
-def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: Callable[[type], Race]) -> None:
+def test_finding_a_claim_commits_after_its_lease_expired(delivery_race: MakeRace) -> None:
     """A keyed claim computes its lease at the clock of its statement and is parked before
     its COMMIT (the gate holds its call open); the clock passes the lease's deadline and
     the reaper, to which the row is still pending, reaps nothing; then the claim commits

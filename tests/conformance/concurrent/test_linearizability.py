@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from leaseproof.conformance.concurrent.bench import Workload, simulate
 from leaseproof.conformance.concurrent.history import DROPPED, Barrier, History, Indeterminate, Operation, Stall
+from leaseproof.conformance.concurrent.history_file import read_history, write_history
 from leaseproof.conformance.concurrent.linearizability import (
     FORGOTTEN,
     LINEARIZABLE,
@@ -28,9 +29,7 @@ from leaseproof.conformance.concurrent.linearizability import (
     WRONG_END,
     check,
     exhaustive_check,
-    read_history,
     timeline,
-    write_history,
 )
 from leaseproof.conformance.concurrent.models import DELIVERY, LIFECYCLE
 from leaseproof.conformance.lockstep import world as w

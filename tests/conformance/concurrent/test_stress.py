@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from leaseproof.conformance.concurrent.history import History, Indeterminate
-from leaseproof.conformance.concurrent.linearizability import read_history, write_history
+from leaseproof.conformance.concurrent.history_file import read_history, write_history
 from leaseproof.conformance.concurrent.programs import GENERATORS, Finishing, Renewal
 from leaseproof.conformance.concurrent.schedules import INTERLEAVINGS, LIFECYCLE_INTERLEAVINGS
 from leaseproof.conformance.concurrent.stress import Runner, StressFault, stress
@@ -277,6 +277,9 @@ def test_a_transition_the_database_refuses_is_an_outcome_judged_not_a_fault(deli
 
         def execute(self, command: Any) -> Any:
             self.conn.execute(refusal)
+
+        def close(self) -> None:
+            self.conn.close()
 
     with psycopg.connect(delivery_dsn, autocommit=True) as conn:
         recorder = Recorder("delivery", d.initial_state(w.START))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, leaseproof
 
-from leaseproof.conformance.concurrent.linearizability import HistoryFileError, read_history
+from leaseproof.conformance.concurrent.history_file import HistoryFileError, read_history
 from leaseproof.conformance.frontends import cli
 
 # Imported now, not when a run names them: `as_nobody` runs a command as a user who

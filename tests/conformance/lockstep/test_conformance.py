@@ -13,7 +13,7 @@ import pytest
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
 from leaseproof.conformance.lockstep.delivery import Coverage, NonConformance, RunAborted, machine_for
 from leaseproof.conformance.lockstep.delivery_scenarios import SCENARIOS, run_scenarios
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS, Mutant
@@ -26,7 +26,7 @@ SEED = 20261129
 
 
 def test_bundled_implementation_conforms(adapter: PostgresDeliveryAdapter) -> None:
-    verdict = run_conformance(adapter, max_examples=40, seed_value=SEED)
+    verdict = run_conformance(adapter, Run(max_examples=40, seed=SEED))
     assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}"
     assert verdict.coverage.scenarios == len(SCENARIOS)
     assert verdict.coverage.generated >= 40
@@ -41,7 +41,7 @@ def test_a_run_lets_go_of_its_adapter_and_its_programs(delivery_dsn: str) -> Non
     adapter = PostgresDeliveryAdapter(delivery_dsn)
     watched = weakref.ref(adapter)
     try:
-        verdict = run_conformance(adapter, max_examples=5, seed_value=SEED, scenarios=False)
+        verdict = run_conformance(adapter, Run(max_examples=5, seed=SEED, scenarios=False))
     finally:
         adapter.close()
     assert verdict.conforms, verdict.failure
@@ -75,7 +75,7 @@ def test_scenarios_kill_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
 def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant) -> None:
     adapter = mutant.adapter(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, max_examples=SEARCH_BUDGET, seed_value=SEED, shrink=False, scenarios=False)
+        verdict = run_conformance(adapter, Run(max_examples=SEARCH_BUDGET, seed=SEED, shrink=False, scenarios=False))
     finally:
         adapter.close()
     assert not verdict.conforms, f"{mutant.name} survived {SEARCH_BUDGET} generated programs"
@@ -86,7 +86,7 @@ def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) 
     mutant = by_name(MUTANTS, "lease-target-unbound")
     adapter = mutant.adapter(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, max_examples=SEARCH_BUDGET, seed_value=SEED, scenarios=False)
+        verdict = run_conformance(adapter, Run(max_examples=SEARCH_BUDGET, seed=SEED, scenarios=False))
     finally:
         adapter.close()
     program = verdict.counterexample.splitlines()
@@ -122,7 +122,7 @@ class _CoreOnly:
 
 def test_operations_an_adapter_does_not_offer_are_never_sent(adapter: PostgresDeliveryAdapter) -> None:
     core_only = _CoreOnly(adapter)
-    verdict = run_conformance(core_only, max_examples=20, seed_value=SEED)
+    verdict = run_conformance(core_only, Run(max_examples=20, seed=SEED))
     assert verdict.conforms, verdict.failure
     assert core_only.sent == set(CORE_OPERATIONS)
     assert set(verdict.coverage.skipped) == set(ALL_OPERATIONS - CORE_OPERATIONS)
@@ -180,7 +180,7 @@ def test_answers_recorded_under_one_seed_do_not_pass_under_another(adapter: Post
     """Why every front end draws a fresh seed unless told one: with the seed they
     were recorded under, canned answers pass; with any other, they do not."""
     recorder = _Recorder(adapter)
-    assert run_conformance(recorder, max_examples=10, seed_value=SEED).conforms
-    assert run_conformance(_Canned(recorder.answers), max_examples=10, seed_value=SEED).conforms
-    verdict = run_conformance(_Canned(recorder.answers), max_examples=10, seed_value=SEED + 1, shrink=False)
+    assert run_conformance(recorder, Run(max_examples=10, seed=SEED)).conforms
+    assert run_conformance(_Canned(recorder.answers), Run(max_examples=10, seed=SEED)).conforms
+    verdict = run_conformance(_Canned(recorder.answers), Run(max_examples=10, seed=SEED + 1, shrink=False))
     assert not verdict.conforms and not verdict.fault

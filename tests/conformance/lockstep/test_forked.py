@@ -16,7 +16,7 @@ import pytest
 
 from leaseproof.conformance.lockstep.core import ShrinkBound
 from leaseproof.conformance.lockstep.forked import ForkedAdapter
-from leaseproof.conformance.lockstep.verify import Verdict, run_conformance
+from leaseproof.conformance.lockstep.verify import Run, Verdict, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants import by_name
@@ -33,7 +33,7 @@ def _both(factory: Callable[[], Any], machine: str, **run: Any) -> tuple[Verdict
     for adapter in (factory(), ForkedAdapter(factory, machine)):
         try:
             bound = ShrinkBound(seconds=math.inf)
-            verdicts.append(run_conformance(adapter, machine=machine, shrink_bound=bound, **run))
+            verdicts.append(run_conformance(adapter, Run(machine=machine, shrink_bound=bound, **run)))
         finally:
             adapter.close()
     return verdicts[0], verdicts[1]
@@ -60,7 +60,7 @@ def _same(inline: Verdict, forked: Verdict) -> None:
 
 
 def test_a_conforming_run_is_the_same_run_forked(delivery_dsn: str) -> None:
-    inline, forked = _both(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery", max_examples=15, seed_value=4)
+    inline, forked = _both(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery", max_examples=15, seed=4)
     assert inline.conforms, inline.failure
     _same(inline, forked)
 
@@ -74,16 +74,14 @@ def test_the_same_seed_prints_the_same_counterexample_forked(
     delivery_dsn: str, mutants: Any, name: str, machine: str, seed: int
 ) -> None:
     mutant = by_name(mutants, name)
-    inline, forked = _both(
-        lambda: mutant.adapter(delivery_dsn), machine, max_examples=300, seed_value=seed, scenarios=False
-    )
+    inline, forked = _both(lambda: mutant.adapter(delivery_dsn), machine, max_examples=300, seed=seed, scenarios=False)
     assert not inline.conforms and not inline.fault
     assert "state." in inline.counterexample
     _same(inline, forked)
 
 
 def test_the_lifecycle_scenarios_pass_forked(delivery_dsn: str) -> None:
-    inline, forked = _both(lambda: PostgresLifecycleAdapter(delivery_dsn), "lifecycle", max_examples=5, seed_value=2)
+    inline, forked = _both(lambda: PostgresLifecycleAdapter(delivery_dsn), "lifecycle", max_examples=5, seed=2)
     assert inline.conforms, inline.failure
     _same(inline, forked)
 
@@ -100,7 +98,7 @@ class _RaisesOnFinish(PostgresDeliveryAdapter):
 
 
 def test_an_adapter_that_raises_is_the_same_fault_forked(delivery_dsn: str) -> None:
-    inline, forked = _both(lambda: _RaisesOnFinish(delivery_dsn), "delivery", max_examples=50, seed_value=1)
+    inline, forked = _both(lambda: _RaisesOnFinish(delivery_dsn), "delivery", max_examples=50, seed=1)
     assert inline.fault == "RuntimeError: the finish broke"
     assert inline.fault_program and inline.fault_program[-1].startswith("Finish(")
     _same(inline, forked)
@@ -113,7 +111,7 @@ def test_an_exception_that_cannot_travel_keeps_its_name(delivery_dsn: str) -> No
     class Raises(_RaisesOnFinish):
         error = staticmethod(lambda: LocalError("only here"))
 
-    inline, forked = _both(lambda: Raises(delivery_dsn), "delivery", max_examples=50, seed_value=1)
+    inline, forked = _both(lambda: Raises(delivery_dsn), "delivery", max_examples=50, seed=1)
     assert inline.fault == "LocalError: only here"
     _same(inline, forked)
 
@@ -128,7 +126,7 @@ class _DiesOnFinish(PostgresDeliveryAdapter):
 def test_a_child_that_dies_is_a_fault_not_a_verdict(delivery_dsn: str) -> None:
     adapter = ForkedAdapter(lambda: _DiesOnFinish(delivery_dsn), "delivery")
     try:
-        verdict = run_conformance(adapter, max_examples=50, seed_value=1)
+        verdict = run_conformance(adapter, Run(max_examples=50, seed=1))
     finally:
         adapter.close()
     assert not verdict.conforms
@@ -157,7 +155,7 @@ def test_a_forked_adapter_serves_only_its_machine(delivery_dsn: str) -> None:
     adapter = ForkedAdapter(lambda: PostgresDeliveryAdapter(delivery_dsn), "delivery")
     try:
         with pytest.raises(ValueError, match="built for the delivery machine"):
-            run_conformance(adapter, machine="lifecycle", max_examples=1, seed_value=1)
+            run_conformance(adapter, Run(machine="lifecycle", max_examples=1, seed=1))
     finally:
         adapter.close()
     assert not adapter._process.is_alive()

@@ -9,7 +9,7 @@ from leaseproof.conformance.lockstep.core import Coverage, NonConformance, RunAb
 from leaseproof.conformance.lockstep.delivery_scenarios import run_scenarios
 from leaseproof.conformance.lockstep.lifecycle import lifecycle_machine_for
 from leaseproof.conformance.lockstep.lifecycle_scenarios import LIFECYCLE_SCENARIOS
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.lifecycle.adapter import PostgresLifecycleAdapter
 from leaseproof.impl.mutants.lifecycle import LIFECYCLE_MUTANTS, LifecycleMutant
 
@@ -18,7 +18,7 @@ SEED = 20261129
 
 
 def test_bundled_lifecycle_conforms(lifecycle_adapter: PostgresLifecycleAdapter) -> None:
-    verdict = run_conformance(lifecycle_adapter, machine="lifecycle", max_examples=40, seed_value=SEED)
+    verdict = run_conformance(lifecycle_adapter, Run(machine="lifecycle", max_examples=40, seed=SEED))
     assert verdict.conforms, f"{verdict.failure}\n{verdict.counterexample}"
     assert verdict.coverage.scenarios == len(LIFECYCLE_SCENARIOS)
 
@@ -47,7 +47,7 @@ def test_lifecycle_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Lif
     adapter = mutant.adapter(delivery_dsn)
     try:
         verdict = run_conformance(
-            adapter, machine="lifecycle", max_examples=SEARCH_BUDGET, seed_value=SEED, shrink=False, scenarios=False
+            adapter, Run(machine="lifecycle", max_examples=SEARCH_BUDGET, seed=SEED, shrink=False, scenarios=False)
         )
     finally:
         adapter.close()

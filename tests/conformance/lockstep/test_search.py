@@ -29,7 +29,7 @@ from leaseproof.conformance.lockstep.swarm import (
     weighted,
     without_local_constants,
 )
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
@@ -205,7 +205,7 @@ def test_verify_draws_every_program_afresh(pg_server: Server) -> None:
         assert hooked  # the installed Hypothesis has the hook this relies on
     programs: list[list[Any]] = []
     verdict = run_conformance(
-        _Model(), max_examples=100, seed_value=1, scenarios=False, on_example=lambda c: programs.append(c.last_commands)
+        _Model(), Run(max_examples=100, seed=1, scenarios=False, on_example=lambda c: programs.append(c.last_commands))
     )
     assert verdict.conforms, verdict.failure
     distinct = {tuple(map(repr, program)) for program in programs}
@@ -253,7 +253,7 @@ class _Recording(PostgresDeliveryAdapter):
 def test_a_program_that_repeats_one_already_sent_is_not_sent_again(delivery_dsn: str) -> None:
     adapter = _Recording(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, max_examples=120, seed_value=1, scenarios=False)
+        verdict = run_conformance(adapter, Run(max_examples=120, seed=1, scenarios=False))
     finally:
         adapter.close()
     assert verdict.conforms, verdict.failure
@@ -322,7 +322,7 @@ def test_shrinking_stops_at_its_attempt_budget_and_says_so(delivery_dsn: str) ->
     adapter = by_name(MUTANTS, "reconcile-unfenced").adapter(delivery_dsn)
     try:
         verdict = run_conformance(
-            adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(attempts=5)
+            adapter, Run(max_examples=300, seed=3, scenarios=False, shrink_bound=ShrinkBound(attempts=5))
         )
     finally:
         adapter.close()
@@ -337,7 +337,7 @@ def test_shrinking_stops_at_its_time_bound_and_says_the_program_may_differ(deliv
     adapter = by_name(MUTANTS, "claim-newest-first").adapter(delivery_dsn)  # found by the search at once
     try:
         verdict = run_conformance(
-            adapter, max_examples=300, seed_value=3, scenarios=False, shrink_bound=ShrinkBound(seconds=1e-9)
+            adapter, Run(max_examples=300, seed=3, scenarios=False, shrink_bound=ShrinkBound(seconds=1e-9))
         )
     finally:
         adapter.close()
@@ -370,7 +370,7 @@ def test_the_same_seed_prints_the_same_counterexample_in_two_processes(pg_server
 def test_a_mismatch_report_shows_the_clock_and_the_rows_in_claim_order_with_their_ids(delivery_dsn: str) -> None:
     adapter = by_name(MUTANTS, "claim-newest-first").adapter(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, max_examples=1, seed_value=2)
+        verdict = run_conformance(adapter, Run(max_examples=1, seed=2))
     finally:
         adapter.close()
     failure = verdict.failure
@@ -421,7 +421,7 @@ def test_a_seed_draws_the_same_programs_whatever_modules_are_loaded(
     def programs() -> list[str]:
         sent: list[list[Any]] = []  # each program's commands, filled as it runs
         verdict = run_conformance(
-            _Model(), max_examples=40, seed_value=5, scenarios=False, on_example=lambda c: sent.append(c.last_commands)
+            _Model(), Run(max_examples=40, seed=5, scenarios=False, on_example=lambda c: sent.append(c.last_commands))
         )
         assert verdict.conforms, verdict.failure
         return [repr(commands) for commands in sent]

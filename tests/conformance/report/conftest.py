@@ -18,7 +18,7 @@ from leaseproof.conformance.concurrent.programs import GENERATORS
 from leaseproof.conformance.concurrent.stress import Runner, StressReport, stress
 from leaseproof.conformance.harness.databases import scratch_database
 from leaseproof.conformance.harness.server import Server
-from leaseproof.conformance.lockstep.verify import Verdict, run_conformance
+from leaseproof.conformance.lockstep.verify import Run, Verdict, run_conformance
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 from leaseproof.impl.mutants import by_name
 from leaseproof.impl.mutants.delivery import MUTANTS
@@ -41,7 +41,7 @@ def counterexample(report_dsn: str) -> Verdict:
     """`leaseproof verify --mutant reconcile-unfenced --seed SEED`'s verdict, in process."""
     adapter = by_name(MUTANTS, SEQUENTIAL_MUTANT).adapter(report_dsn)
     try:
-        verdict = run_conformance(adapter, machine="delivery", max_examples=20, seed_value=SEED)
+        verdict = run_conformance(adapter, Run(machine="delivery", max_examples=20, seed=SEED))
     finally:
         adapter.close()
     assert not verdict.conforms and verdict.recorded is not None, verdict.failure

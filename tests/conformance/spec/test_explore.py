@@ -284,6 +284,9 @@ class ModelAdapter:
     def snapshot(self) -> Any:
         return self.state
 
+    def close(self) -> None:
+        pass  # nothing held
+
 
 def test_a_violation_writes_a_trace_that_replays(tmp_path: Path) -> None:
     broken = _broken(ex.DELIVERY_EXPLORATION, _claim_keeps_the_generation)

@@ -14,7 +14,7 @@ from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.lockstep.lifecycle import CONTENTS
-from leaseproof.conformance.lockstep.verify import run_conformance
+from leaseproof.conformance.lockstep.verify import Run, run_conformance
 from leaseproof.conformance.traces.trace import (
     Divergence,
     Trace,
@@ -282,7 +282,7 @@ def test_a_lifecycle_counterexample_trace_fails_its_mutant_and_passes_the_bundle
 ) -> None:
     buggy = _lifecycle_adapter(delivery_dsn, mutant)
     try:
-        verdict = run_conformance(buggy, machine="lifecycle", max_examples=1, seed_value=SEED)
+        verdict = run_conformance(buggy, Run(machine="lifecycle", max_examples=1, seed=SEED))
     finally:
         buggy.close()
     recorded = trace_of(verdict.recorded)
@@ -301,7 +301,7 @@ def test_a_searched_and_shrunk_lifecycle_counterexample_is_a_trace(delivery_dsn:
     mutant = by_name(LIFECYCLE_MUTANTS, "cache-never-expires")
     buggy = _lifecycle_adapter(delivery_dsn, mutant)
     try:
-        verdict = run_conformance(buggy, machine="lifecycle", max_examples=300, seed_value=SEED, scenarios=False)
+        verdict = run_conformance(buggy, Run(machine="lifecycle", max_examples=300, seed=SEED, scenarios=False))
     finally:
         buggy.close()
     trace = trace_of(verdict.recorded)
