@@ -1,46 +1,17 @@
 """The nemesis: the bundled delivery store used as a service uses it, under faults.
 
-`leaseproof nemesis --seed N --duration S` (its options: conformance/frontends/commands/nemesis.py)
-runs worker processes that claim, renew and finish deliveries of several
-tenants on the database's real clock with short leases, and a reaper
-process that sweeps expired leases, while a seeded schedule injects faults:
-
-- `kill`: SIGKILL of a worker (it is started again);
-- `terminate`: the server ends a worker's backend (`pg_terminate_backend`);
-- `pause`: SIGSTOP of a worker for longer than its lease, then SIGCONT;
-- `stall`: a client takes the row locks of every claimed delivery of the
-  first tenant ("the stalled tenant") inside a transaction and does nothing
-  for a while, as a worker paused between its UPDATE and its COMMIT would;
-  and, so that the liveness clause has something to judge while it lasts, a
-  holder of a healthy tenant's delivery dies with its lease (the run claims
-  one and abandons it: it expires halfway through the stall);
-- `restart`: the server is restarted, a fast shutdown or an immediate one
-  (a crash, recovered at the next start), only on a server leaseproof
-  started itself. The run's database commits synchronously (`prepare`
-  says why), and a lease's reap delay counts from when the server was back;
-- network faults, between the workers and the server (they connect through a
-  loopback proxy, conformance/harness/proxy.py, when the run has any; the
-  reaper does not, so that its sweeps' delay is the liveness clause's
-  measure): `lose-answer`, the next answer to a statement the server
-  committed is lost and the connection closed; `reset`, the next request is
-  sent and the connection reset before its answer; `delay`, answers come
-  DELAY_SECONDS late for a second; `blackhole`, nothing passes either way for
-  BLACKHOLE_SECONDS (both in conformance/concurrent/faults.py, which arms them).
-
-Every worker appends what the store answered it to a log of its own (a line
-is written whole, so a killed worker leaves whole lines). Afterwards an audit
-judges the logs and the rows: no committed delivery lost, none settled twice,
-no completion accepted from a stale holder (the accepted finish's generation
-is the row's), no two claims handed the same generation, every row in a
-state the model allows; and liveness per tenant: the longest a healthy
-tenant's expired lease waited for the reaper, against a stated bound, while
-the stalled tenant was stalled.
-
-The figures (cycles, faults of each kind, lost, double, stale, worst reap
-delay) are printed, and the exit status is 0 only if every safety check and
-the liveness bound hold. The seed fixes the schedule (which fault, which
-worker, each round of decisions taking every kind once, in a seeded order);
-the timing is the real clock's, so two runs of one seed differ in detail.
+`leaseproof nemesis` runs worker processes that claim, renew and finish
+deliveries of several tenants on the database's real clock with short leases,
+and a reaper process that sweeps expired leases, while a seeded schedule
+injects faults (FAULTS: kills, ended backends, pauses, a stalled tenant, server
+restarts, network faults through a loopback proxy). Every worker logs what the
+store answered it, and the database keeps a trail of the claims it handed out.
+Afterwards an audit judges logs, trail and rows: nothing lost, settled twice,
+accepted stale, claimed twice at one generation, left unprocessed or orphaned;
+and liveness: the longest a healthy tenant's expired lease waited for the
+reaper, against REAP_BOUND, whatever the stalled tenant's client did. The exit
+status is 0 only if all hold. Each fault and clause, and why the run's database
+commits synchronously, is in docs/nemesis.md.
 """
 
 from __future__ import annotations

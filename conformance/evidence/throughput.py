@@ -1,36 +1,14 @@
 """How many deliveries a second the bundled store moves, against the bare floor and two peers.
 
-    leaseproof throughput [--workers 8] [--jobs 2000] [--rounds 3] [--subjects floor,store,...] [--dsn DSN]
-
-One *job* is the whole life of a unit of work: enqueued (one commit by a
-producer), then claimed under a lease and finished by a worker. Each subject
-runs `--jobs` of them with `--workers` worker processes, each with its own
-connection: first every process enqueues its share, one job per commit, then
-every process claims and finishes until nothing is left. The figure is jobs
-per second over both phases.
-
-Subjects:
-
-- `floor`: the least a lease queue on PostgreSQL can do, as bare SQL on one
-  table, each statement its own (autocommit) transaction: an INSERT; a claim
-  (`UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1)`, a
-  generation bumped, a lease set); a finish fenced by id and generation. Three
-  round trips a job, no tenancy, no checks.
-- `store`: the bundled delivery store (`PostgresDeliveryStore`), as a
-  service uses it: `CommitDeliveries` (one delivery, its own step), `Claim`
-  and `Finish`, through `execute()`, with its bounded waits, in one community
-  and for one target.
-- `procrastinate`, `pgqueuer`, `pgqueuer-1`: the libraries through their public
-  APIs (`throughput_peers.py`, which says how each is driven), when the `bench`
-  extra is installed (`pip install -e '.[bench]'`; without it the default set
-  measures the rest and says in one line what it left out). `pgqueuer` dequeues
-  and completes in batches of ten, its default; `pgqueuer-1` one job a dequeue,
-  as every other subject.
-
-Each round runs every subject once, in an order that rotates from round to
-round, each on a fresh database; the table gives each subject's median over
-the rounds and its ratio to the floor's median; the per-round figures follow.
-Nothing here asserts a speed: it measures.
+`leaseproof throughput` runs `--jobs` jobs of each subject with `--workers`
+processes, each on its own connection: every process enqueues its share, one
+job a commit, then claims and finishes until nothing is left; the figure is
+jobs a second over both phases. `floor` is the least a lease queue on
+PostgreSQL can do (three bare statements a job), `store` the bundled store
+through `execute()`, and the peers are `throughput_peers.py`'s. Each round runs
+every subject on a fresh database, in an order that rotates from round to
+round; the table gives each subject's median and its ratio to the floor's.
+Nothing here asserts a speed: it measures (docs/throughput.md).
 """
 
 from __future__ import annotations

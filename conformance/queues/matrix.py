@@ -1,29 +1,15 @@
 """`leaseproof guarantees`: which lease guarantees each queue gives, as a matrix.
 
-    leaseproof guarantees [--subjects leaseproof,procrastinate,...] [--examples N] [--races N]
-                          [--terminate RATE] [--seed S] [--traces DIR] [--json FILE] [--dsn DSN]
-    leaseproof guarantees --replay TRACE [--dsn DSN]
-
 Each subject (a queue, `subjects/`) is judged on a scratch database of its own
-by the lease-queue profile (`leaseproof.model.queue`), in three ways: the fixed
-scenario of each guarantee; `--examples` generated programs (seeded, shrunk
-when they break something); and `--races` rounds of each race of two or three
-clients, each followed by a drain that every job must survive. In a `--terminate`
-share of the race rounds (seeded) a connection is cut: one busy backend of the
-queue's database is ended while the clients run, as a killed pooler or a
-failover would (the faults `stress --terminate` injects); the row says how many
-were cut. A cell of the matrix is
-
-- `violated`: some program broke the guarantee; the shortest one found is
-  written to a trace file that `--replay` runs again;
-- `holds`: every scenario, program and race ran, nothing broke it, and the
-  profile could follow the queue throughout;
-- `inconclusive`: nothing broke it, but some program did something the profile
-  cannot explain (a `Divergence`, or the queue raised), so the search was cut
-  short there, or nothing judged it at all (no scenario the queue can run, and
-  `--examples 0`; a race-only guarantee and `--races 0`): no claim either way;
-- `n/a`: the queue's API lacks what the guarantee needs (a heartbeat, a
-  deadline, a rescue); said so, never counted as a pass.
+by the lease-queue profile (`leaseproof.model.queue`): the fixed scenario of
+each guarantee, `--examples` generated programs (seeded, shrunk when they break
+something), and `--races` rounds of each race of two or three clients, each
+followed by a drain every job must survive; in a `--terminate` share of the
+race rounds a busy backend of the queue's database is ended. A cell is
+`violated` (the shortest program found goes to a trace file that `--replay`
+runs again), `holds`, `inconclusive` (a run the profile could not follow, or
+nothing judged it) or `n/a` (the queue's API lacks what the guarantee needs,
+never counted as a pass). docs/queues.md says more.
 """
 
 from __future__ import annotations
