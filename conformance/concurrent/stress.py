@@ -1,24 +1,14 @@
 """The concurrent runner: many clients against one implementation, judged by the model.
 
-Each client is a thread with its own session (its own database
-connection). For every program (conformance/concurrent/programs.py) the runner resets
-the implementation, runs the prefix, then each round's branches truly
-concurrently, and records every invocation and response in one history
-(conformance/concurrent/history.py). Between rounds the coordinator waits until no
-operation is in flight, reads the implementation's full state (a barrier),
-and may move the controlled clock, so every transaction sees one instant,
-as PostgreSQL's `now()` does. The history is then checked for
-linearizability against the model.
-
-Each program runs `repeats` times from the same start, so a failure can be
-told apart: a *race* fails in some repetitions and passes in others, a
-*logic bug* fails in all of them.
-
-Fires with an expired replica cache are avoided by design: after every
-clock move the coordinator refreshes each replica whose cache has expired.
-A fire that reloads its cache does so in one transaction and admits in
-another, which the model (one atomic fire) cannot express; see
-specs/lifecycle.md.
+Each client is a thread with its own session. For every program (programs.py)
+the runner resets the implementation, runs the prefix, then each round's branches
+truly concurrently, recording every invocation and response in one history
+(history.py). Between rounds it waits until nothing is in flight, reads the
+implementation's state (a barrier) and may move the controlled clock, so every
+transaction sees one instant, as `now()` does. Each program runs `repeats`
+times from the same start: a race fails in some repetitions, a logic bug in all.
+After every clock move each replica whose cache expired is refreshed, so no fire
+reloads its cache mid-admission, which the model's atomic fire cannot express.
 """
 
 from __future__ import annotations

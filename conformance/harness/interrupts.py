@@ -1,21 +1,13 @@
 """Signals that end a run as Ctrl-C does, and an interrupt that is never lost.
 
-SIGINT, SIGTERM and SIGHUP (what a terminal, `timeout`, CI cancellation and
-a container stop send) raise KeyboardInterrupt in the main thread, so a run
-unwinds through every `with`: scratch databases dropped, workers stopped, an
-embedded server shut down. The first signal is the one that counts: the
-handlers then ignore further signals, so a second one cannot cut short the
-cleanup the first started.
-
-Python runs a signal handler wherever the main thread happens to be,
-including places whose exceptions it prints and drops ("Exception ignored
-in …"): a garbage-collector callback (Hypothesis installs one), an object's
-finalizer. An interrupt raised there would be lost, and with the handlers
-now ignoring signals the run would go on as if never asked to stop (seen:
-about one SIGTERM in ten, inside Hypothesis's gc callback). So while
-`interruptible()` is active, a KeyboardInterrupt that Python drops is
-delivered again (by SIGALRM, a millisecond later, when the main thread has
-left the place that dropped it), until it is raised somewhere it propagates.
+SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, so a run
+unwinds through every `with` (scratch databases dropped, workers stopped, an
+embedded server shut down); the first signal counts and later ones are ignored,
+so they cannot cut the clean-up short. Python drops an exception raised in a
+garbage-collector callback or a finalizer ("Exception ignored in ..."), and an
+interrupt raised there would be lost; so while `interruptible()` is active a
+dropped KeyboardInterrupt is delivered again (by SIGALRM, a millisecond later)
+until it is raised where it propagates.
 """
 
 from __future__ import annotations

@@ -421,15 +421,10 @@ class LockstepMachine(RuleBasedStateMachine):
     are checked against the model's; a disagreement fails the program at its
     end (`settle`, in the teardown), whichever executor checked it.
 
-    A program's steps are held back from the implementation while they repeat a
-    program already sent in this run (Hypothesis often draws other choices that
-    make the same commands): the model alone takes them. At the first step no
-    program sent before took, the implementation is reset and is sent the held
-    steps, each checked as ever, then the rest. A program that ends without
-    leaving one sent before is never sent: each of its steps got the same
-    answers before, and an implementation whose answers depend on more than the
-    commands is not one a seed can replay anyway. Only a program that passed
-    joins the programs sent."""
+    Steps that repeat a program already sent in this run (Hypothesis often draws
+    other choices that make the same commands) are held back and taken by the
+    model alone; at the first new step the implementation is reset and sent the
+    held steps, then the rest. Only a program that passed joins those sent."""
 
     spec: MachineSpec
     adapter: Lockstepped

@@ -1,23 +1,14 @@
 """Language-neutral traces: a program with the outcomes and states it must produce.
 
-A trace file is JSON lines in the canonical encoding (`codec`):
+A trace file is JSON lines in the canonical encoding (`codec`): a header
+`{"trace": 1, "machine": ..., "start": ..., "name": ...}` that names the machine
+and pins the clock, then one `{"step": n, "command": ..., "outcome": ...,
+"state": ...}` a step, from the machine's initial state. "state" may be left out
+(a history recorded by another system): then only the outcome is checked.
 
-    {"trace": 1, "machine": "delivery", "start": "2026-01-01T00:00:00.000000Z", "name": "..."}
-    {"step": 1, "command": {...}, "outcome": {...}, "state": {...}}
-    ...
-
-The header names the machine ("delivery" or "lifecycle") and pins the
-clock; the program starts from that machine's initial state (for the
-lifecycle, the replicas of the conformance world, r1 and r2, with empty
-caches loaded at the start). Each step gives a command, the outcome the model
-returns for it and the model's full state after it. "state" may be omitted
-(for example in a history recorded by another system), and then only the
-outcome is checked.
-
-`replay` drives any adapter through a trace and reports the first step
-where the implementation diverges from the model. `check` runs the model
-alone over a recorded history and reports the first step where the model
-disagrees with what was recorded.
+`replay` drives any adapter through a trace and reports the first step where
+the implementation diverges from the model; `check` runs the model alone over a
+recorded history and reports the first step where the model disagrees with it.
 """
 
 from __future__ import annotations
