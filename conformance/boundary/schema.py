@@ -25,8 +25,8 @@ from typing import Any
 import attrs
 
 from leaseproof.conformance.boundary import codec
+from leaseproof.conformance.boundary.serving import _PARAMS
 from leaseproof.conformance.boundary.wire import (
-    _PARAMS,
     DATABASES_SINCE,
     MACHINES,
     PROTOCOL_VERSION,

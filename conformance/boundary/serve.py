@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.boundary.serving import serve, stdout_for_protocol
 from leaseproof.conformance.harness.databases import databases_named, drop_database, process_alive, scratch_database
 from leaseproof.conformance.harness.interrupts import interruptible
 from leaseproof.conformance.harness.provision import postgres_server

@@ -23,13 +23,13 @@ import pytest
 from helpers import REPO, leaseproof
 
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS
+from leaseproof.conformance.boundary.serving import serve
 from leaseproof.conformance.boundary.wire import (
     LIFECYCLE_OPERATIONS,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     AdapterFault,
     SubprocessAdapter,
-    serve,
 )
 from leaseproof.conformance.lockstep import world as w
 from leaseproof.conformance.traces.trace import record
@@ -98,7 +98,7 @@ for line in sys.stdin:
 # (commands of all sessions run one at a time under a lock). It logs each start.
 VERSION_2 = """
 import sys, threading
-from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.boundary.serving import serve, stdout_for_protocol
 from leaseproof.model import delivery as m
 from leaseproof.model import lifecycle as lc
 

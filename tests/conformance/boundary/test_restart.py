@@ -18,7 +18,8 @@ import psycopg
 import pytest
 from helpers import MODEL_CLASS
 
-from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, _check_hello, serve
+from leaseproof.conformance.boundary.serving import serve
+from leaseproof.conformance.boundary.wire import AdapterFault, SessionLost, SubprocessAdapter, _check_hello
 from leaseproof.conformance.harness.databases import databases_named, process_alive
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.lockstep import world as w
@@ -35,7 +36,7 @@ A, T1 = w.COMMUNITIES["A"], w.TARGETS["T1"]
 MODEL_IN_A_DATABASE = (
     """
 import os, sys, threading, time
-from leaseproof.conformance.boundary import wire
+from leaseproof.conformance.boundary import serving
 from leaseproof.model import delivery as m
 
 LOG, MODE = sys.argv[1], sys.argv[2]
@@ -64,11 +65,11 @@ class Session:
     + """
 
 log(f"start {os.getpid()}")
-original = wire._request
-wire._request = lambda line, served: (lambda parsed: (log(parsed[1]), parsed)[1])(original(line, served))
+original = serving._request
+serving._request = lambda line, served: (lambda parsed: (log(parsed[1]), parsed)[1])(original(line, served))
 dsn = "dbname=lp_fixed" if MODE == "fixed" else f"dbname=lp_{os.getpid()}"
 attach = {"delivery": lambda asked: (log(f"attached {asked}"), Model(asked))[1]} if MODE == "attaching" else None
-wire.serve(Model(dsn), implementation="the model in a database", stdout=wire.stdout_for_protocol(), attach=attach)
+serving.serve(Model(dsn), implementation="the model in a database", stdout=serving.stdout_for_protocol(), attach=attach)
 """
 )
 
@@ -180,7 +181,7 @@ def test_an_adapter_that_announces_no_database_cannot_be_restarted(tmp_path: Pat
     script = tmp_path / "plain.py"
     script.write_text(
         "import sys\n"
-        "from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol\n"
+        "from leaseproof.conformance.boundary.serving import serve, stdout_for_protocol\n"
         f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[2])!r}]\n"  # it, and helpers
         "from test_restart import _InADatabase\n"
         "adapter = _InADatabase()\n"
@@ -279,7 +280,7 @@ SLOW_WRITER = (
     """
 import sys, threading, time
 import psycopg
-from leaseproof.conformance.boundary import wire
+from leaseproof.conformance.boundary import serving
 from leaseproof.model import delivery as m
 
 LOG, DSN = sys.argv[1], sys.argv[2]
@@ -305,7 +306,7 @@ class Session:
     + MODEL_CLASS
     + """
 
-wire.serve(Model(DSN), implementation="a slow writer", stdout=wire.stdout_for_protocol())
+serving.serve(Model(DSN), implementation="a slow writer", stdout=serving.stdout_for_protocol())
 """
 )
 

@@ -17,7 +17,7 @@ OWN = ["tests/test_x.py::test_x", "tests/test_x.py::test_y"]
 DELIVERY_ONLY = """\
 import sys
 
-from leaseproof.conformance.boundary.wire import serve, stdout_for_protocol
+from leaseproof.conformance.boundary.serving import serve, stdout_for_protocol
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 
 serve(PostgresDeliveryAdapter(sys.argv[1]), implementation="delivery alone", stdout=stdout_for_protocol())
