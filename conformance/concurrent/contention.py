@@ -7,7 +7,7 @@ after it, inside its function (an `instrumented` variant, impl/hooks/gate.py), t
 before its COMMIT, on a fixed scene, while each operation of the catalogue runs
 beside it on another connection. Judged: some serial order of the model explains the
 outcomes and the final state (`Race.judgement`), and no operation waits where the
-spec says it does not (pairs the spec names as known disagreements are not run).
+spec says it does not. Every pair of the catalogue is run.
 Nothing here names a mutant: the statements are found in the shipped functions
 (`locking_statements`), and a variant is parked at the same statement of its own.
 docs/search-power.md ("Contention schedules") says what waits for what, and who runs them.
@@ -57,13 +57,12 @@ class Machine:
     # The operations by name, from the scene's outcomes, for the client `role` (PARKED or BESIDE).
     catalogue: Callable[[list[Any] | None, str], dict[str, Any]]
     names: tuple[str, ...]
-    excluded: Callable[[str, str], bool]  # a pair the spec names as a known disagreement
     may_wait: Callable[[str, str], bool]  # whether the second may wait for the first, parked
     adapter: Callable[..., Bundled]  # (dsn, **role classes) -> the bundled adapter running them
     race: Callable[[Any, Schedule], Race[Any]]  # a race on the adapter, reset and its world set up
     client: Callable[[Race[Any], str, Any], Client]  # the client that runs a command, by its name
     observers: tuple[str, ...] = ()  # the catalogue's reads, run third where `beside` finished
-    # Whether (parked, beside, observer) is run: not a known disagreement, and a connection for each.
+    # Whether (parked, beside, observer) is run: a connection for each.
     may_observe: Callable[[str, str, str], bool] = lambda parked, beside, observer: True
 
 
@@ -85,7 +84,6 @@ DELIVERY_SCENE = (
 
 _ANY_LEASE = d.Lease(C, s.D1, w.TARGETS["T1"], 1, w.START)
 _COMMUNITY_CHANGES = frozenset({"fence", "quiesce", "delete community"})
-_DELETIONS = frozenset({"delete community", "delete run", "delete workflow", "delete message"})
 
 
 def delivery_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[str, Any]:
@@ -112,20 +110,6 @@ def delivery_catalogue(outcomes: list[Any] | None, role: str = PARKED) -> dict[s
     }
 
 
-def excluded(parked: str, beside: str) -> bool:
-    """A delivery pair the spec names as a known disagreement (a claim beside a deletion or a read)."""
-    pair = {parked, beside}
-    return bool(pair & {"claim", "keyed claim"}) and bool(pair & (_DELETIONS | {"read"}))
-
-
-def _sweep_beside_deletion(parked: str, beside: str) -> bool:
-    """A sweep beside an in-flight deletion, which a read then observes: a known
-    disagreement (the sweep skips the expired rows the deletion holds, and the read,
-    after the sweep, still sees them expired; specs/delivery.md, "Concurrency")."""
-    pair = {parked, beside}
-    return "reap" in pair and bool(pair & _DELETIONS)
-
-
 def may_wait(parked: str, beside: str) -> bool:
     """Whether delivery's `beside` may wait for `parked`: always, unless it is a claim or a
     sweep. A claim waits for a change of its community's state (a keyed claim for another
@@ -145,15 +129,11 @@ DELIVERY = Machine(
     DELIVERY_SCENE,
     delivery_catalogue,
     tuple(delivery_catalogue(None)),
-    excluded,
     may_wait,
     PostgresDeliveryAdapter,
     s.delivery_race,
     lambda race, name, command: race.client(name),
     ("read",),
-    lambda parked, beside, observer: (
-        not (excluded(parked, observer) or excluded(beside, observer) or _sweep_beside_deletion(parked, beside))
-    ),
 )
 
 # -- the lifecycle machine -------------------------------------------------------------------
@@ -199,7 +179,6 @@ LIFECYCLE = Machine(
     LIFECYCLE_SCENE,
     lifecycle_catalogue,
     tuple(lifecycle_catalogue(None)),
-    lambda parked, beside: False,
     lambda parked, beside: beside != "refresh",  # a refresh reads, and waits for nothing
     PostgresLifecycleAdapter,
     s.lifecycle_race,
@@ -390,8 +369,6 @@ def _schedules(
         for parked in spec.names:
             for where in WHERE:
                 for beside in spec.names:
-                    if spec.excluded(parked, beside):
-                        continue
                     placement = _Placement(name, parked, beside, where, point)
                     verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
                     if not verdicts:
@@ -405,8 +382,6 @@ def _schedules(
                     break
     for parked in spec.names:
         for beside in reachers:
-            if spec.excluded(parked, beside):
-                continue
             placement = _Placement(name, parked, beside, "before commit", None)
             verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
             if not verdicts:

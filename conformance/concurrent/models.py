@@ -220,15 +220,63 @@ def _behaviour(decide: Callable[[Any, Any], Decision[Any]], variant: Callable[[A
 class Passed:
     """What one claim may have passed over. `unlisted`: ids of deliveries that overlapping
     commits created, which its snapshot may not list; `reaped`: whether a reaped candidate
-    may be unlisted too; `held`: how many of the listed candidates, oldest first, it may
-    have found held by a transaction that then rolled back (None: any)."""
+    may be unlisted too; `holders`: what overlapping operations that committed may have
+    held locked when it looked (`holds`); `held`: how many more of the listed candidates,
+    oldest first, it may have found held by a transaction that then rolled back (None: any)."""
 
     unlisted: frozenset[uuid.UUID] = frozenset()
     reaped: bool = False
     held: int | None = 0
+    holders: frozenset[Holder] = frozenset()
 
     def listed(self, candidate: d.Delivery) -> bool:
         return candidate.id not in self.unlisted and not (self.reaped and candidate.lease_generation > 0)
+
+    def free(self, candidate: d.Delivery) -> bool:
+        """Listed, and held by none of the operations that overlapped the claim."""
+        return self.listed(candidate) and not holds(self.holders, candidate)
+
+
+# What an operation may hold locked while it runs, as (kind, community, which): a row
+# ("row", community, delivery id) or every row a deletion removes ("run", "workflow",
+# "event": the deliveries it names; "community": all of them).
+Holder = tuple[str, uuid.UUID, Any]
+
+
+def holds(holders: AbstractSet[Holder], row: d.Delivery) -> bool:
+    """Whether one of `holders` may hold `row` locked."""
+    community, binding = row.key[0], row.binding
+    return any(
+        (kind, cid, which) in holders
+        for kind, cid, which in (
+            ("row", community, row.id),
+            ("run", community, binding.run_id),
+            ("workflow", community, binding.workflow_id),
+            ("event", community, binding.message_event_id),
+            ("community", community, None),
+        )
+    )
+
+
+def _holders(op: Operation) -> frozenset[Holder]:
+    """What `op` may hold locked while it runs, if it commits: the row a claim took, the
+    row of the lease a renew or a finish names, the rows a deletion removes. (Reads take
+    no lock; a commit locks no delivery it does not insert; a sweep's rows are the
+    `reaped` rule's.)"""
+    c, seen = op.command, op.outcome
+    if isinstance(c, d.Claim) and isinstance(seen, d.Claimed):
+        return frozenset({("row", seen.lease.community_id, seen.lease.delivery_id)})
+    if isinstance(c, d.Renew | d.Finish):
+        return frozenset({("row", c.lease.community_id, c.lease.delivery_id)})
+    if isinstance(c, d.DeleteRun):
+        return frozenset({("run", c.community_id, c.run_id)})
+    if isinstance(c, d.DeleteWorkflow):
+        return frozenset({("workflow", c.community_id, c.workflow_id)})
+    if isinstance(c, d.DeleteEvent):
+        return frozenset({("event", c.community_id, c.event_id)})
+    if isinstance(c, d.DeleteCommunity):
+        return frozenset({("community", c.community_id, None)})
+    return frozenset()
 
 
 def _may_have_rolled_back(op: Operation) -> bool:
@@ -241,34 +289,46 @@ _HOLD_EVERY_ROW = (d.DeleteRun, d.DeleteWorkflow, d.DeleteEvent)
 
 
 def _overlaps(op: Operation, x: Operation) -> bool:
-    """`op` was in flight at some moment while `x` ran (x has returned)."""
-    assert x.returned is not None
-    return op.invoked < x.returned and (op.returned is None or op.returned > x.invoked)
+    """`op` was in flight at some moment while `x` ran (an `x` that never returned runs on)."""
+    return (x.returned is None or op.invoked < x.returned) and (op.returned is None or op.returned > x.invoked)
 
 
 @attrs.frozen
 class Swept:
-    """What one sweep may have left unreaped: the expired leases of these stalled tenants."""
+    """What one sweep may have left unreaped: the expired leases of these stalled tenants,
+    and those that overlapping operations may have held locked (`holds`)."""
 
-    stalled: frozenset[uuid.UUID]
+    stalled: frozenset[uuid.UUID] = frozenset()
+    holders: frozenset[Holder] = frozenset()
+
+    def left(self, row: d.Delivery) -> bool:
+        return row.key[0] in self.stalled or holds(self.holders, row)
 
 
 SUBSETS_LIMIT = 1024  # the choices of held leases a sweep is tried with, at most
 
 
 def _delivery_allowances(ops: Sequence[Operation], stalls: Sequence[Stall] = ()) -> dict[int, Passed | Swept]:
-    """For each answered claim that overlaps a commit of a candidate, a sweep, an operation
-    that may have held a candidate and rolled back, or a stall of its tenant: what it may
-    have passed over; for each sweep that overlaps a stall, what it may have left."""
+    """For each answered claim and each sweep, what it may have passed over: rows that
+    overlapping operations held locked (skip locked: it passes over them, as a correct
+    implementation does), candidates that overlapping commits or sweeps made after its
+    snapshot, candidates an operation that may have rolled back held, and a stalled
+    tenant's rows."""
     allowed: dict[int, Passed | Swept] = {}
     for x in ops:
         claim = x.command
-        if isinstance(claim, d.Reap) and (stalled := frozenset(st.key for st in stalls if st.overlaps(x))):
-            allowed[x.id] = Swept(stalled)
-        if not isinstance(claim, d.Claim) or x.returned is None:
+        if not isinstance(claim, d.Claim | d.Reap):
+            continue
+        during = [op for op in ops if op is not x and _overlaps(op, x)]
+        holders = frozenset().union(*(_holders(op) for op in during if not _may_have_rolled_back(op)))
+        if isinstance(claim, d.Reap):
+            swept = Swept(frozenset(st.key for st in stalls if st.overlaps(x)), holders)
+            if swept != Swept():
+                allowed[x.id] = swept
+            continue
+        if x.returned is None:
             continue
         mine = (claim.community_id, claim.target_pubkey)
-        during = [op for op in ops if op is not x and _overlaps(op, x)]
         unlisted = frozenset(
             new.id
             for op in during
@@ -285,7 +345,7 @@ def _delivery_allowances(ops: Sequence[Operation], stalls: Sequence[Stall] = ())
             held = None
         if any(st.key == claim.community_id and st.overlaps(x) for st in stalls):
             held = None
-        passed = Passed(unlisted, reaped, held)
+        passed = Passed(unlisted, reaped, held, frozenset(h for h in holders if h[1] == claim.community_id))
         if passed != Passed():
             allowed[x.id] = passed
     return allowed
@@ -309,7 +369,7 @@ def _swept(s: d.DeliverySystem, c: Any, seen: Any, swept: Swept) -> list[tuple[d
     held = [
         row
         for row in s.deliveries.values()
-        if row.key[0] in swept.stalled and after.deliveries.get(row.key) != row  # the sweep reaped it
+        if swept.left(row) and after.deliveries.get(row.key) != row  # the sweep reaped it
     ]
     # How many it left: as its count says, if it answered; any number, if not.
     wanted = [outcome.count - seen.count] if isinstance(seen, d.Reaped) else range(1, len(held) + 1)
@@ -340,7 +400,7 @@ def _passed(s: d.DeliverySystem, c: Any, seen: Any, passed: Passed) -> tuple[d.D
     if (took is not None and took not in ids) or not isinstance(seen, d.Claimed | d.ClaimMiss):
         return after, outcome
     before = order[: ids.index(took)] if took is not None else order
-    if passed.held is None or sum(passed.listed(candidate) for candidate in before) <= passed.held:
+    if passed.held is None or sum(passed.free(candidate) for candidate in before) <= passed.held:
         return (s, seen) if took is None else d.step(s, attrs.evolve(c, delivery_id=took))
     return after, outcome
 

@@ -676,8 +676,10 @@ def test_a_malformed_history_file_names_its_line(tmp_path: Any) -> None:
 def test_the_behaviours_counted_are_those_of_the_order_that_explained_the_history() -> None:
     # Invoked miss-first, but only claim-then-miss explains it: the miss is counted as
     # none-pending, in the order found, and the claim as the rule that claimed.
+    # (Judged with every claim one moment: skip locked would let the miss pass over the row
+    # the overlapping claim held, in the invocation order.)
     h = history(PENDING, op(1, "w2", claim(), d.ClaimMiss(), 1, 4), op(2, "w1", claim(), CLAIMED, 2, 3))
-    result = check(h, DELIVERY)
+    result = check(h, attrs.evolve(DELIVERY, allowances=None, step_allowed=None))
     assert result.verdict == LINEARIZABLE
     assert result.behaviours == {("Claim", "oldest-pending", "Claimed"): 1, ("Claim", "none-pending", "ClaimMiss"): 1}
     refused = history(
@@ -777,3 +779,86 @@ def test_a_stall_out_of_order_or_across_a_barrier_is_refused(stall: Stall, says:
     h = History("delivery", EXPIRED_TWO, (sweep,), (Barrier(6, EXPIRED_TWO),), (stall,))
     with pytest.raises(ValueError, match=says):
         check(h, DELIVERY)
+
+
+# -- what overlapping operations hold (skip locked) ---------------------------------------
+
+
+def test_a_read_may_see_pending_the_row_an_overlapping_claim_held_when_another_missed() -> None:
+    # w1's claim takes d1 and commits last; w2 skipped d1 (w1 held it) and missed; the reader,
+    # after w2's miss, still read d1 pending. One moment a claim explains none of it.
+    pending = outcome_of(PENDING, d.GetDelivery(A, D1))
+    h = history(
+        PENDING,
+        op(1, "w1", claim(), CLAIMED, 1, 8),
+        op(2, "w2", claim(), d.ClaimMiss(), 2, 3),
+        op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
+    )
+    assert verdicts(h) == (LINEARIZABLE,) * 2
+    one_moment = attrs.evolve(DELIVERY, allowances=None, step_allowed=None)
+    assert verdicts(h, one_moment) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_claim_passes_over_only_what_was_held_not_a_free_younger_row() -> None:
+    # d1 and d2 pending for T1: w1 takes d1; w2, overlapping it, may pass over d1 but not d2,
+    # which nobody held: its miss is wrong whatever the order.
+    first = outcome_of(TWO_PENDING, claim())
+    miss = history(TWO_PENDING, op(1, "w1", claim(), first, 1, 4), op(2, "w2", claim(), d.ClaimMiss(), 2, 3))
+    assert verdicts(miss) == (NOT_LINEARIZABLE,) * 2
+    # Taking d2 while w1 held d1 is explained (and by claim order too: w1 first).
+    second = outcome_of(run(TWO_PENDING, claim()), claim())
+    took = history(TWO_PENDING, op(1, "w1", claim(), first, 1, 4), op(2, "w2", claim(), second, 2, 3))
+    assert verdicts(took) == (LINEARIZABLE,) * 2
+
+
+def test_a_claim_may_pass_over_the_rows_an_overlapping_deletion_removes() -> None:
+    # d1 of run R1 pending; a deletion of R1 holds it while w1's claim runs: w1 misses, and a
+    # read after the miss, before the deletion commits, still finds d1.
+    pending = outcome_of(PENDING, d.GetDelivery(A, D1))
+    delete = d.DeleteRun(A, w.RUNS["R1"])
+    h = history(
+        PENDING,
+        op(1, "deleter", delete, outcome_of(PENDING, delete), 1, 8),
+        op(2, "w1", claim(), d.ClaimMiss(), 2, 3),
+        op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
+    )
+    assert verdicts(h) == (LINEARIZABLE,) * 2
+    # A deletion of another run holds nothing of R1's.
+    other = d.DeleteRun(A, w.RUNS["R2"])
+    h = history(
+        PENDING,
+        op(1, "deleter", other, outcome_of(PENDING, other), 1, 8),
+        op(2, "w1", claim(), d.ClaimMiss(), 2, 3),
+        op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
+    )
+    assert verdicts(h) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_sweep_may_leave_the_expired_lease_an_overlapping_deletion_holds() -> None:
+    # d1 and d2 claimed and expired; the deletion of R1 holds them; the sweep reaps none, and a
+    # read after it still finds d1 claimed; then the deletion removes both.
+    delete = d.DeleteRun(A, w.RUNS["R1"])
+    seen = outcome_of(EXPIRED_TWO, d.GetDelivery(A, D1))
+    h = history(
+        EXPIRED_TWO,
+        op(1, "deleter", delete, outcome_of(EXPIRED_TWO, delete), 1, 8),
+        op(2, "reaper", d.Reap(), d.Reaped(0), 2, 3),
+        op(3, "reader", d.GetDelivery(A, D1), seen, 4, 5),
+    )
+    assert verdicts(h) == (LINEARIZABLE,) * 2
+    # With nothing held, the sweep had to reap both.
+    bare = history(EXPIRED_TWO, op(2, "reaper", d.Reap(), d.Reaped(0), 2, 3))
+    assert verdicts(bare) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_sweep_may_leave_the_lease_an_overlapping_finish_holds_but_not_another() -> None:
+    lease = CLAIMED.lease  # d1's, expired in EXPIRED_TWO
+    finish = d.Finish(lease, d.Status.FINISHED)
+    refused = outcome_of(EXPIRED_TWO, finish)
+    left_d1 = op(2, "reaper", d.Reap(), d.Reaped(1), 2, 3)
+    h = history(EXPIRED_TWO, op(1, "holder", finish, refused, 1, 8), left_d1)
+    end = _reaped_but(EXPIRED_TWO, (A, D1))
+    assert verdicts(attrs.evolve(h, barriers=(Barrier(9, end),))) == (LINEARIZABLE,) * 2
+    # It held d1, not d2: a sweep that left d2 is wrong.
+    end = _reaped_but(EXPIRED_TWO, (A, D2))
+    assert verdicts(attrs.evolve(h, barriers=(Barrier(9, end),))) == (NOT_LINEARIZABLE,) * 2

@@ -138,28 +138,22 @@ def test_programs_are_fixed_by_the_seed_and_collide(machine: str) -> None:
     assert len(commands) >= 8
 
 
-_PARENTS = (d.DeleteRun, d.CreateRun, d.DeleteWorkflow, d.CreateWorkflow, d.DeleteEvent, d.PublishEvent, d.GetDelivery)
+_DELETIONS = (d.DeleteRun, d.DeleteWorkflow, d.DeleteEvent)
 
 
-def test_delivery_programs_race_deletions_and_reads_only_where_no_claimer_runs() -> None:
-    """Claims are linearizable only beside claims (specs/delivery.md, "Concurrency"):
-    a program's rounds hold claims or deletions and reads, never both; and beside
-    deletions, a sweep or reads, never both (a read after a sweep that skipped what an
-    in-flight deletion holds is a known disagreement). Every kind occurs."""
-    kinds = dict.fromkeys(("claims", "parents", "sweeps beside deletions", "reads beside deletions"), 0)
+def test_delivery_programs_race_claims_beside_reads_deletions_and_sweeps() -> None:
+    """The checker explains what skip locked lets a claim or a sweep pass over
+    (specs/delivery.md, "Concurrency"), so a round may hold every kind of operation:
+    claims beside reads and deletions, sweeps beside deletions and reads."""
+    kinds = dict.fromkeys(("claim beside a read", "claim beside a deletion", "sweep, deletion and read"), 0)
     for seed in range(60):
         program = GENERATORS["delivery"](random.Random(seed), 4)
-        sent = [type(c) for r in program.rounds for b in r.branches for c in b]
-        claims, parents = d.Claim in sent, any(t in _PARENTS for t in sent)
-        assert not (claims and parents), f"seed {seed}: a claim raced a deletion or a read"
-        sweeps, reads = d.Reap in sent, d.GetDelivery in sent
-        assert claims or not (sweeps and reads), f"seed {seed}: a read raced a sweep beside deletions"
-        kinds["claims"] += claims
-        kinds["parents"] += parents
-        kinds["sweeps beside deletions"] += parents and sweeps
-        kinds["reads beside deletions"] += parents and reads
-    assert kinds["claims"] >= 25 and kinds["parents"] >= 10, kinds
-    assert kinds["sweeps beside deletions"] >= 3 and kinds["reads beside deletions"] >= 3, kinds
+        for sent in ({type(c) for b in r.branches for c in b} for r in program.rounds):
+            deletion = any(t in _DELETIONS for t in sent)
+            kinds["claim beside a read"] += d.Claim in sent and d.GetDelivery in sent
+            kinds["claim beside a deletion"] += d.Claim in sent and deletion
+            kinds["sweep, deletion and read"] += d.Reap in sent and deletion and d.GetDelivery in sent
+    assert min(kinds.values()) >= 5, kinds
 
 
 @pytest.mark.evidence  # stress's timing is not the seed's: CI kills this mutant with contention schedules
