@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
+from leaseproof.model import delivery as m
 from leaseproof.model.delivery import AdvanceClock, Ok, Rejection
 from leaseproof.model.errors import InvalidValue
 
@@ -168,6 +169,32 @@ class _FailsToReap(PostgresDeliveryAdapter):
 def fails_to_reap(dsn):
     return _FailsToReap(dsn)
 """
+
+
+class ModelAdapter:
+    """The model itself behind the adapter boundary: it conforms by construction."""
+
+    name = "the model"
+
+    def __init__(self) -> None:
+        self.state: m.DeliverySystem | None = None
+
+    def reset(self, start: dt.datetime) -> None:
+        self.state = m.initial_state(start)
+
+    def execute(self, command: m.Command) -> m.Outcome:
+        if self.state is None:
+            raise RuntimeError("execute before reset")
+        self.state, outcome = m.step(self.state, command)
+        return outcome
+
+    def snapshot(self) -> m.DeliverySystem:
+        if self.state is None:
+            raise RuntimeError("snapshot before reset")
+        return self.state
+
+    def close(self) -> None:
+        pass
 
 
 # The delivery model, in memory, as the class `Model(dsn)` of an adapter script, whose own

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import ModelAdapter
 
 from leaseproof.conformance.boundary import codec, serving, wire
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS, CORE_OPERATIONS
@@ -22,32 +23,6 @@ from leaseproof.model.errors import InvalidValue
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 COMMUNITY = uuid.UUID("00000000-0000-4000-8000-00000000000c")
-
-
-class ModelAdapter:
-    """The model itself behind the adapter boundary: it conforms by construction."""
-
-    name = "the model"
-
-    def __init__(self) -> None:
-        self.state: m.DeliverySystem | None = None
-
-    def reset(self, start: dt.datetime) -> None:
-        self.state = m.initial_state(start)
-
-    def execute(self, command: m.Command) -> m.Outcome:
-        if self.state is None:
-            raise RuntimeError("execute before reset")
-        self.state, outcome = m.step(self.state, command)
-        return outcome
-
-    def snapshot(self) -> m.DeliverySystem:
-        if self.state is None:
-            raise RuntimeError("snapshot before reset")
-        return self.state
-
-    def close(self) -> None:
-        pass
 
 
 # -- requests and replies -------------------------------------------------------------------------

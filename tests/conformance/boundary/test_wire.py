@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import leaseproof
+from helpers import ModelAdapter, leaseproof
 
 from leaseproof.conformance.boundary.protocols import ALL_OPERATIONS
 from leaseproof.conformance.boundary.wire import (
@@ -58,32 +58,6 @@ CLI_WITHIN = 15.0
 def serve_command(dsn: str, mutant: str | None = None) -> str:
     command = f"{PYTHON} -m leaseproof.conformance.boundary.serve --dsn {shlex.quote(dsn)}"
     return command + (f" --mutant {shlex.quote(mutant)}" if mutant else "")
-
-
-class ModelAdapter:
-    """The model itself behind the adapter boundary: it conforms by construction."""
-
-    name = "the model"
-
-    def __init__(self) -> None:
-        self.state: m.DeliverySystem | None = None
-
-    def reset(self, start: dt.datetime) -> None:
-        self.state = m.initial_state(start)
-
-    def execute(self, command: m.Command) -> m.Outcome:
-        if self.state is None:
-            raise RuntimeError("execute before reset")
-        self.state, outcome = m.step(self.state, command)
-        return outcome
-
-    def snapshot(self) -> m.DeliverySystem:
-        if self.state is None:
-            raise RuntimeError("snapshot before reset")
-        return self.state
-
-    def close(self) -> None:
-        pass
 
 
 # -- the bundled server over the wire ---------------------------------------------------------
