@@ -454,6 +454,22 @@ def reconciliation_races_a_community_change(race: DeliveryRace, change: str) -> 
     return Forced(implied="retry operator" if waited == "blocked" else "operator retry", waited=waited)
 
 
+def a_read_while_a_claim_holds_the_row(race: DeliveryRace) -> Forced:
+    """d1 pending. A keyed claim (a transaction) takes it and is parked before its COMMIT,
+    holding the row; a read of d1 runs. The bundled read takes no lock and finds d1
+    pending, before the claim in the order; a read that skips locked rows answers
+    NotFound, which no order explains (d1 exists before the claim and after it)."""
+    race.setup(ONE_ROW)
+    claimer, reader = race.client("claimer"), race.client("reader")
+    at_commit = claimer.gate.pause_before_commit(ran=race.adapter.store_class.SQL_CLAIM)
+    race.start(claimer, attrs.evolve(CLAIM, request_key="held"))
+    at_commit.wait_parked()
+    race.run(reader, d.GetDelivery(C, D1))
+    at_commit.release()
+    race.result(claimer)
+    return Forced(intervals={"claimer": (1, 4), "reader": (2, 3)})
+
+
 def a_second_sweep_then_a_claim(race: DeliveryRace) -> Forced:
     """Community A (fenced) has an expired claim, x; community B an expired claim, d1
     (claimed after x, for longer: a sweep meets x first), and a younger pending row, d2.
@@ -590,6 +606,7 @@ INTERLEAVINGS: dict[str, Interleaving] = {
         functools.partial(reconciliation_races_a_community_change, change="delete"),
     ),
     "sweeps-overlap": Interleaving("a second sweep, then a claim", a_second_sweep_then_a_claim),
+    "read-skips-locked": Interleaving("a read while a claim holds the row", a_read_while_a_claim_holds_the_row),
 }
 LIFECYCLE_INTERLEAVINGS: dict[str, Interleaving] = {
     "admission-without-row-lock": Interleaving(

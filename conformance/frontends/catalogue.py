@@ -23,7 +23,7 @@ SEQUENTIAL_MUTANTS = (
 RACE_MUTANTS = (
     "claim-read-then-update", "finish-check-then-act", "reconcile-outside-transaction",
     "commit-without-identity-lock", "reap-read-then-update", "sweeps-overlap", "admission-without-row-lock",
-    "authority-check-unlocked", "resumes-interleave",
+    "authority-check-unlocked", "resumes-interleave", "read-skips-locked",
 )  # fmt: skip
 FAULT_MUTANTS = ("claim-then-deadline",)
 ALL_MUTANTS = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)

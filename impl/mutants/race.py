@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from leaseproof.impl.delivery.store import PostgresDeliveryStore
 from leaseproof.impl.lifecycle.store import LifecycleStore, ReplicaEngine, RunResumer
-from leaseproof.impl.migrate import Patch, functions
+from leaseproof.impl.migrate import Addition, Patch, functions
 from leaseproof.impl.mutants.delivery import Mutant, edits
 from leaseproof.impl.mutants.lifecycle import LifecycleMutant
 
@@ -258,6 +258,39 @@ class AuthorityCheckUnlocked(LifecycleStore):
     )
 
 
+# -- lp_get_delivery: a read that skips what others hold -----------------------------------
+
+_FREE = """
+CREATE FUNCTION lp_test_free(p_community uuid, p_delivery uuid) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    PERFORM FROM workflow_agent_deliveries d
+    WHERE d.community_id = p_community AND d.id = p_delivery
+    FOR KEY SHARE SKIP LOCKED;
+    RETURN FOUND;
+END
+$$
+"""
+
+
+class ReadSkipsLocked(Store):
+    """A read that borrows the claim's pattern: a pending delivery is looked up with
+    `FOR KEY SHARE SKIP LOCKED` (`lp_test_free`, a function this variant adds), so a row
+    a claimer holds locked reads as not found. One operation at a time no lock is held
+    and every read is right; only a read that overlaps a claim of the row sees the
+    wrong answer (and a claim that overlaps the read skips the row it holds)."""
+
+    FUNCTIONS = edits(
+        Patch(
+            "lp_get_delivery",
+            "LEFT JOIN workflow_agent_deliveries d ON d.community_id = p_community AND d.id = p_delivery;",
+            "LEFT JOIN workflow_agent_deliveries d ON d.community_id = p_community AND d.id = p_delivery\n"
+            "        AND (d.status <> 'pending' OR lp_test_free(d.community_id, d.id));",
+        ),
+        Addition(_FREE),
+    )
+
+
 DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "claim-read-then-update": ClaimReadThenUpdate,
     "finish-check-then-act": FinishCheckThenAct,
@@ -265,6 +298,7 @@ DELIVERY_RACE_MUTANTS: dict[str, type[PostgresDeliveryStore]] = {
     "commit-without-identity-lock": CommitWithoutIdentityLock,
     "reap-read-then-update": ReapReadThenUpdate,
     "sweeps-overlap": SweepsOverlap,
+    "read-skips-locked": ReadSkipsLocked,
 }
 
 
@@ -291,6 +325,7 @@ RACE_FINDINGS: dict[str, str] = {
     "reap-read-then-update": "check-then-act reaper: two reapers both reap one expired claim, or steal a newer holder's claim",
     "admission-without-row-lock": "admission without the row lock: a concurrent update, disable or delete commits between match and insert",
     "sweeps-overlap": "overlapping reapers: the loser keeps a reaped row locked, and a claimer skips the oldest candidate",
+    "read-skips-locked": "a read that skips locked rows: a pending delivery a claimer holds reads as not found",
     "resumes-interleave": "unserialized resumes: two resumes of one run interleave their actions in the sink",
     "authority-check-unlocked": "unlocked authority check: a save or deletion by a revoked author lands after the revocation",
 }

@@ -56,6 +56,7 @@ from leaseproof.conformance.concurrent.schedules import (
     DeliveryRace,
     LifecycleRace,
     a_later_admission_exposes_a_stale_one,
+    a_read_while_a_claim_holds_the_row,
     a_save_racing_the_revocation_of_its_authority,
     a_second_sweep_then_a_claim,
     delete,
@@ -94,6 +95,7 @@ from leaseproof.impl.mutants.race import (
     ClaimReadThenUpdate,
     CommitWithoutIdentityLock,
     FinishCheckThenAct,
+    ReadSkipsLocked,
     ReapReadThenUpdate,
     ReconcileOutsideTransaction,
     SweepsOverlap,
@@ -532,6 +534,17 @@ def test_two_reapers(delivery_race: MakeRace, impl: Impl, paused: str) -> None:
         at_write.release()
         race.result(one)
     race.judge(implied, impl.conforms)
+
+
+@pytest.mark.parametrize("impl", [BUNDLED, caught(ReadSkipsLocked)], ids=impl_id)
+def test_a_read_while_a_claim_holds_the_row_finds_it(delivery_race: MakeRace, impl: Impl) -> None:
+    """The schedule `a_read_while_a_claim_holds_the_row` (the kill matrix runs it too): a
+    read of a pending row a claim holds, before the claim commits, finds it; a read that
+    skips locked rows answers NotFound, in no order. Only a read beside a claim sees it."""
+    race = delivery_race(impl.cls)
+    forced = a_read_while_a_claim_holds_the_row(race)
+    assert forced.intervals is not None
+    race.judge_in_real_time(forced.intervals, impl.conforms)
 
 
 @pytest.mark.parametrize("impl", [BUNDLED, caught(SweepsOverlap)], ids=impl_id)

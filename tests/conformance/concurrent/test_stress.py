@@ -91,6 +91,7 @@ CAUGHT_ONLY_BY_FORCED_INTERLEAVING = {
     "sweeps-overlap",
     "admission-without-row-lock",
     "authority-check-unlocked",
+    "read-skips-locked",
 }
 
 

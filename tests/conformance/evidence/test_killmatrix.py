@@ -54,6 +54,7 @@ def test_every_shipped_mutant_is_in_the_matrix_once_with_its_checks() -> None:
     assert forced == set(INTERLEAVINGS) | set(LIFECYCLE_INTERLEAVINGS)
     assert forced == {
         "reconcile-outside-transaction", "sweeps-overlap", "admission-without-row-lock", "authority-check-unlocked",
+        "read-skips-locked",
     }  # fmt: skip
     assert {s.machine for s in km.SUBJECTS if s.interleaving is not None} == {"delivery", "lifecycle"}
     for subject in km.SUBJECTS:
