@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from leaseproof.conformance.boundary import codec
-from leaseproof.conformance.concurrent.history import Barrier, History, Indeterminate, Operation, Stall
+from leaseproof.conformance.concurrent.history import (
+    Barrier,
+    History,
+    Indeterminate,
+    Operation,
+    RefusedByTheDatabase,
+    Stall,
+)
 from leaseproof.conformance.concurrent.linearizability import split_epochs
 from leaseproof.model import delivery as delivery_model
 from leaseproof.model import lifecycle as lifecycle_model
@@ -36,7 +43,7 @@ def write_history(path: str | Path, history: History) -> None:
     ]
     events: list[tuple[int, dict[str, Any]]] = []
     for op in history.operations:
-        outcome = {"indeterminate": op.outcome.reason} if op.indeterminate else codec.encode(op.outcome)
+        outcome = _encoded_outcome(op)
         record = {"kind": "operation", "id": op.id, "client": op.client, "command": codec.encode(op.command)}
         events.append((op.invoked, {**record, "outcome": outcome, "invoked": op.invoked, "returned": op.returned}))
     for barrier in history.barriers:
@@ -80,11 +87,7 @@ def read_history(path: str | Path) -> History:
                     raise HistoryFileError(f'{where}: expected the initial state ("kind": "initial")')
                 initial = codec.decode_state(line["state"], "state", state_class)
             elif kind == "operation":
-                raw = line["outcome"]
-                if isinstance(raw, dict) and set(raw) == {"indeterminate"}:
-                    outcome: Any = Indeterminate(raw["indeterminate"])
-                else:
-                    outcome = codec.decode(raw, object, "outcome")
+                outcome = _decoded_outcome(line["outcome"])
                 command = codec.decode(line["command"], object, "command")
                 if type(command) not in commands:
                     raise HistoryFileError(f"{where}: command: {type(command).__name__} is not a {machine} command")
@@ -142,3 +145,25 @@ def _member(line: dict[str, Any], name: str, kind: type, nullable: bool = False)
         return value
     wanted = f"{kind.__name__}{' or null' if nullable else ''}"
     raise ValueError(f"{name}: expected {wanted}, got {json.dumps(value)}")
+
+
+def _encoded_outcome(op: Operation) -> Any:
+    """An operation's outcome in a history file: the codec's encoding of a model value, or
+    what only a history holds (an unknown outcome, a refusal by the database's guards)."""
+    if isinstance(op.outcome, Indeterminate):
+        return {"indeterminate": op.outcome.reason}
+    if isinstance(op.outcome, RefusedByTheDatabase):
+        return {"refused_by_the_database": op.outcome.constraint}
+    return codec.encode(op.outcome)
+
+
+def _decoded_outcome(raw: Any) -> Any:
+    """The outcome `_encoded_outcome` wrote."""
+    if isinstance(raw, dict) and set(raw) == {"indeterminate"}:
+        return Indeterminate(raw["indeterminate"])
+    if isinstance(raw, dict) and set(raw) == {"refused_by_the_database"}:
+        constraint = raw["refused_by_the_database"]
+        if not isinstance(constraint, str):
+            raise ValueError(f"outcome.refused_by_the_database: expected a string, got {json.dumps(constraint)}")
+        return RefusedByTheDatabase(constraint)
+    return codec.decode(raw, object, "outcome")

@@ -17,7 +17,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from leaseproof.conformance.concurrent.bench import Workload, simulate
-from leaseproof.conformance.concurrent.history import DROPPED, Barrier, History, Indeterminate, Operation, Stall
+from leaseproof.conformance.concurrent.history import (
+    DROPPED,
+    Barrier,
+    History,
+    Indeterminate,
+    Operation,
+    RefusedByTheDatabase,
+    Stall,
+)
 from leaseproof.conformance.concurrent.history_file import read_history, write_history
 from leaseproof.conformance.concurrent.linearizability import (
     FORGOTTEN,
@@ -862,3 +870,13 @@ def test_a_sweep_may_leave_the_lease_an_overlapping_finish_holds_but_not_another
     # It held d1, not d2: a sweep that left d2 is wrong.
     end = _reaped_but(EXPIRED_TWO, (A, D2))
     assert verdicts(attrs.evolve(h, barriers=(Barrier(9, end),))) == (NOT_LINEARIZABLE,) * 2
+
+
+def test_a_history_keeps_a_refusal_by_the_database_in_its_file(tmp_path: Any) -> None:
+    # What stress records when the database's guards refuse a write: the file must read back
+    # (it once wrote it as a model value, which check-history refused to read).
+    refused = op(1, "w1", claim(), RefusedByTheDatabase("delivery_terminal_once"), 1, 2)
+    h = history(PENDING, refused)
+    write_history(tmp_path / "h.jsonl", h)
+    assert read_history(tmp_path / "h.jsonl") == h
+    assert check(read_history(tmp_path / "h.jsonl"), DELIVERY).verdict == NOT_LINEARIZABLE
