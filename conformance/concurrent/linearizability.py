@@ -34,6 +34,7 @@ UNTOUCHED = "no operation touched these keys, yet the recorded state differs fro
 
 DEFAULT_BUDGET = 200_000  # configurations per partition
 SHRINK_BUDGET = 5_000  # configurations per attempt while shrinking a violation
+SHRINK_TOTAL = 25_000  # configurations of every attempt of one shrink: it stops there, with what it has
 DEFAULT_MAX_END_STATES = 256  # possible states carried across a barrier that recorded none
 EXHAUSTIVE_LIMIT = 10  # operations the reference checker accepts
 FORGOTTEN = "outcome not needed"
@@ -559,11 +560,18 @@ def _shrink(
         return History(machine, failure.start, tuple(chosen), barriers, within)
 
     # Every forgotten outcome can double the search, so each attempt gets a
-    # small budget: one that runs out shows nothing, and the operation stays.
-    attempt = min(budget, SHRINK_BUDGET)
+    # small budget: one that runs out shows nothing, and the operation stays. And
+    # the attempts share one budget (a count, so the same history shrinks the same
+    # everywhere): once it is spent, what is not yet tried stays as it is.
+    left = [SHRINK_TOTAL]
 
     def violated(ids: Iterable[int], forget: set[int], end: Any) -> bool:
-        return _judge(piece(ids, forget, end), spec, attempt, max_end_states)[0] == NOT_LINEARIZABLE
+        attempt = min(budget, SHRINK_BUDGET, left[0])
+        if attempt <= 0:
+            return False
+        verdict, _, tally, _ = _judge(piece(ids, forget, end), spec, attempt, max_end_states)
+        left[0] -= tally.configurations
+        return verdict == NOT_LINEARIZABLE
 
     kept = set(ops)
     if want is not None and violated(kept, forgotten, None):

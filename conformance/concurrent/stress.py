@@ -101,7 +101,10 @@ class Progress:
 
     @property
     def rate(self) -> float:
-        return self.operations / self.seconds if self.seconds else 0.0
+        """Operations a second of the run alone: the checker's time (`check_seconds`,
+        printed apart) left out."""
+        running = self.seconds - self.check_seconds
+        return self.operations / running if running > 0 else 0.0
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from leaseproof.conformance.concurrent import linearizability as lz
 from leaseproof.conformance.concurrent.bench import Workload, simulate
 from leaseproof.conformance.concurrent.history import (
     DROPPED,
@@ -415,6 +416,25 @@ def test_the_minimal_piece_drops_what_is_not_needed_and_keeps_needed_context() -
     assert violation.forgotten == {1}
     assert violation.piece.operations[0].outcome == Indeterminate("outcome not needed")
     assert violation.operations[0].outcome == ops[0].outcome  # as recorded
+    assert check(violation.piece, DELIVERY).verdict == NOT_LINEARIZABLE
+
+
+def test_the_shrink_stops_when_its_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The history above, its shrink given no configurations at all: the piece is the whole
+    # violating partition, as recorded, and still a violation.
+    start = founded(A)
+    made = commit("A", D1)
+    claimed = outcome_of(run(start, made), claim())
+    ops = (
+        op(1, "producer", made, outcome_of(start, made), 1, 2),
+        op(2, "w1", claim(), claimed, 3, 8),
+        op(3, "w2", claim(), claimed, 4, 7),
+        op(4, "w3", d.GetDelivery(A, D2), d.NotFound("delivery", A, D2), 5, 6),
+    )
+    monkeypatch.setattr(lz, "SHRINK_TOTAL", 0)
+    violation = check(history(start, *ops), DELIVERY).violation
+    assert violation is not None and [o.id for o in violation.operations] == [1, 2, 3, 4]
+    assert not violation.forgotten
     assert check(violation.piece, DELIVERY).verdict == NOT_LINEARIZABLE
 
 

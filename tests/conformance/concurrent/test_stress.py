@@ -281,3 +281,11 @@ def test_a_transition_the_database_refuses_is_an_outcome_judged_not_a_fault(deli
         _Client("w1", Refusing(conn)).run(recorder, d.Reap(), lambda: False)
         (op,) = recorder.history().operations
     assert op.outcome == RefusedByTheDatabase("delivery_terminal_once") and op.returned is not None
+
+
+def test_the_operations_a_second_are_the_run_s_alone() -> None:
+    # The checker's time is printed apart ("checker:"), and left out of the rate.
+    from leaseproof.conformance.concurrent.stress import Progress
+
+    assert Progress(seconds=10.0, check_seconds=6.0, operations=400).rate == 100.0
+    assert Progress(seconds=1.0, check_seconds=1.0, operations=5).rate == 0.0
