@@ -397,16 +397,21 @@ def test_too_many_possible_states_across_a_barrier_is_unknown() -> None:
 # -- the minimal piece and the timeline --------------------------------------------------
 
 
-def test_the_minimal_piece_drops_what_is_not_needed_and_keeps_needed_context() -> None:
+def _double_claim_and_a_read() -> tuple[d.DeliverySystem, tuple[Operation, ...]]:
+    """A commit, two claims that both took its row, and an irrelevant read."""
     start = founded(A)
     made = commit("A", D1)
     claimed = outcome_of(run(start, made), claim())
-    ops = (
+    return start, (
         op(1, "producer", made, outcome_of(start, made), 1, 2),
         op(2, "w1", claim(), claimed, 3, 8),
         op(3, "w2", claim(), claimed, 4, 7),
         op(4, "w3", d.GetDelivery(A, D2), d.NotFound("delivery", A, D2), 5, 6),
     )
+
+
+def test_the_minimal_piece_drops_what_is_not_needed_and_keeps_needed_context() -> None:
+    start, ops = _double_claim_and_a_read()
     result = check(history(start, *ops), DELIVERY)
     violation = result.violation
     assert violation is not None and violation.partition_size == 4
@@ -422,15 +427,7 @@ def test_the_minimal_piece_drops_what_is_not_needed_and_keeps_needed_context() -
 def test_the_shrink_stops_when_its_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
     # The history above, its shrink given no configurations at all: the piece is the whole
     # violating partition, as recorded, and still a violation.
-    start = founded(A)
-    made = commit("A", D1)
-    claimed = outcome_of(run(start, made), claim())
-    ops = (
-        op(1, "producer", made, outcome_of(start, made), 1, 2),
-        op(2, "w1", claim(), claimed, 3, 8),
-        op(3, "w2", claim(), claimed, 4, 7),
-        op(4, "w3", d.GetDelivery(A, D2), d.NotFound("delivery", A, D2), 5, 6),
-    )
+    start, ops = _double_claim_and_a_read()
     monkeypatch.setattr(lz, "SHRINK_TOTAL", 0)
     violation = check(history(start, *ops), DELIVERY).violation
     assert violation is not None and [o.id for o in violation.operations] == [1, 2, 3, 4]
