@@ -22,8 +22,8 @@ SEQUENTIAL_MUTANTS = (
 # impl/mutants/race.py and impl/mutants/faults.py: what only stress shows.
 RACE_MUTANTS = (
     "claim-read-then-update", "finish-check-then-act", "reconcile-outside-transaction",
-    "commit-without-identity-lock", "reap-read-then-update", "sweeps-overlap", "admission-without-row-lock",
-    "authority-check-unlocked", "resumes-interleave", "read-skips-locked",
+    "commit-without-identity-lock", "reap-read-then-update", "sweeps-overlap", "read-skips-locked",
+    "admission-without-row-lock", "authority-check-unlocked", "resumes-interleave",
 )  # fmt: skip
 FAULT_MUTANTS = ("claim-then-deadline",)
 ALL_MUTANTS = (*SEQUENTIAL_MUTANTS, *RACE_MUTANTS, *FAULT_MUTANTS)
