@@ -5,7 +5,7 @@ capability protocols name what is optional, and the harness asks for each with
 `isinstance` (they are runtime-checkable) instead of probing attributes. The
 bundled stores, the forked and wire adapters and the examples are checked
 against these types by mypy (tests/conformance/boundary/test_protocols.py); an
-adapter loaded at run time is checked by `lacking`, with the same names.
+adapter loaded at run time is checked by `as_adapter`, with the same names.
 """
 
 from __future__ import annotations
@@ -83,7 +83,6 @@ LifecycleAdapter: TypeAlias = Adapter[lc.Command, lc.Outcome, lc.LifecycleSystem
 # An adapter of a machine chosen at run time: the harness sends it commands the
 # machine's model drew, and compares what comes back with the model's.
 SomeAdapter: TypeAlias = Adapter[Any, object, object]
-DeliveryAdapterFactory = Callable[[], DeliveryAdapter]
 
 
 @runtime_checkable

@@ -7,9 +7,9 @@ parks one client at a named point (around a call, or inside a function of the
 on, and returns what it fixed (`Forced`): the serial order it implies, or the
 real-time intervals of its operations. The history is judged by every serial order
 of the model (each client's operations in program order), or by the
-linearizability checker on those intervals. Two race mutants are caught only this
-way (random scheduling does not meet their window), so their schedules live here
-(`INTERLEAVINGS`), where the kill matrix runs them.
+linearizability checker on those intervals. The race mutants that random
+scheduling does not meet reliably have their schedules here (`INTERLEAVINGS`,
+`LIFECYCLE_INTERLEAVINGS`), where the kill matrix runs them.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class Run:
         if self.machine not in MACHINES:
             raise ValueError(f"no machine {self.machine!r}: the machines are {sorted(MACHINES)}")
 
-    def settings(self) -> settings:
+    def hypothesis(self) -> settings:
         """The Hypothesis settings of the generated programs."""
         if self.hypothesis_settings is None:
             phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if self.shrink else [])
@@ -176,7 +176,6 @@ def run_conformance(adapter: Lockstepped, run: Run) -> Verdict:
     spec = MACHINES[run.machine]
     bound = seed(run.seed)(spec.bind(adapter, coverage, run.on_example))
     bound.shrink_bound = shrink_bound = run.shrink_bound if run.shrink_bound is not None else ShrinkBound()
-    seed_value = run.seed
     started = time.monotonic()
     try:
         if run.scenarios:
@@ -189,13 +188,13 @@ def run_conformance(adapter: Lockstepped, run: Run) -> Verdict:
                 independent_programs(),
                 without_local_constants(),
             ):
-                run_state_machine_as_test(bound, settings=run.settings())
+                run_state_machine_as_test(bound, settings=run.hypothesis())
     except RunAborted as aborted:
         return Verdict(
             conforms=False,
             coverage=coverage,
             seconds=time.monotonic() - started,
-            seed=seed_value,
+            seed=run.seed,
             fault=f"{fault_name(aborted.fault)}: {aborted.fault}",
             fault_program=tuple(getattr(aborted, "__notes__", [])) + tuple(aborted.program),
         )
@@ -212,15 +211,15 @@ def run_conformance(adapter: Lockstepped, run: Run) -> Verdict:
             conforms=False,
             coverage=coverage,
             seconds=time.monotonic() - started,
-            seed=seed_value,
+            seed=run.seed,
             counterexample="\n".join(failing_program(exc)),
             failure=failure,
-            recorded=_recorded(spec, f"counterexample against {adapter.name}, seed {seed_value}", coverage),
+            recorded=_recorded(spec, f"counterexample against {adapter.name}, seed {run.seed}", coverage),
             shrink_stopped=shrink_bound.stopped,
         )
     finally:
         release(bound)
-    return Verdict(True, coverage, time.monotonic() - started, seed_value)
+    return Verdict(True, coverage, time.monotonic() - started, run.seed)
 
 
 def _recorded(machine: Machine, name: str, coverage: Coverage) -> Recorded | None:

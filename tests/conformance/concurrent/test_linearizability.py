@@ -840,23 +840,18 @@ def test_a_claim_may_pass_over_the_rows_an_overlapping_deletion_removes() -> Non
     # d1 of run R1 pending; a deletion of R1 holds it while w1's claim runs: w1 misses, and a
     # read after the miss, before the deletion commits, still finds d1.
     pending = outcome_of(PENDING, d.GetDelivery(A, D1))
-    delete = d.DeleteRun(A, w.RUNS["R1"])
-    h = history(
-        PENDING,
-        op(1, "deleter", delete, outcome_of(PENDING, delete), 1, 8),
-        op(2, "w1", claim(), d.ClaimMiss(), 2, 3),
-        op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
-    )
-    assert verdicts(h) == (LINEARIZABLE,) * 2
+
+    def beside(delete: d.DeleteRun) -> History:
+        return history(
+            PENDING,
+            op(1, "deleter", delete, outcome_of(PENDING, delete), 1, 8),
+            op(2, "w1", claim(), d.ClaimMiss(), 2, 3),
+            op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
+        )
+
+    assert verdicts(beside(d.DeleteRun(A, w.RUNS["R1"]))) == (LINEARIZABLE,) * 2
     # A deletion of another run holds nothing of R1's.
-    other = d.DeleteRun(A, w.RUNS["R2"])
-    h = history(
-        PENDING,
-        op(1, "deleter", other, outcome_of(PENDING, other), 1, 8),
-        op(2, "w1", claim(), d.ClaimMiss(), 2, 3),
-        op(3, "reader", d.GetDelivery(A, D1), pending, 4, 5),
-    )
-    assert verdicts(h) == (NOT_LINEARIZABLE,) * 2
+    assert verdicts(beside(d.DeleteRun(A, w.RUNS["R2"]))) == (NOT_LINEARIZABLE,) * 2
 
 
 def test_a_sweep_may_leave_the_expired_lease_an_overlapping_deletion_holds() -> None:
