@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Generic, TypeVar, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class FrozenMap(Mapping[K, V], Generic[K, V]):
@@ -26,6 +27,27 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    # The Mapping mixins would reach the dict through __getitem__ and __iter__, a Python
+    # call per key: the model's steps and the explorer look keys up millions of times.
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V | T, /) -> V | T: ...
+    def get(self, key: K, default: object = None, /) -> object:
+        return self._items.get(key, default)
+
+    def keys(self) -> KeysView[K]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[V]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[K, V]:
+        return self._items.items()
 
     def __hash__(self) -> int:
         if self._hash is None:

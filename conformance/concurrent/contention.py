@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -308,7 +309,13 @@ class _Placement:
 
 
 def schedules(
-    dsn: str, machine: str, classes: Mapping[str, type], where: str, *, stop_at_first: bool = False
+    dsn: str,
+    machine: str,
+    classes: Mapping[str, type],
+    where: str,
+    *,
+    stop_at_first: bool = False,
+    every: int = 1,
 ) -> Iterator[Verdict]:
     """Every schedule of the locking statements `where` names (a function of `machine`:
     each of its locking statements; or one, `lp_claim:7`), run against the adapter's role
@@ -318,14 +325,21 @@ def schedules(
     then before its call commits, while each operation runs beside it (one that does not
     run the statement is skipped). Then each operation is parked before its first call
     that writes commits, holding everything it took, while each operation that runs the
-    statement runs beside it: where the statement waits shows there."""
+    statement runs beside it: where the statement waits shows there.
+
+    `every`: a fixed sample, one placement in `every` in that order (the first of each
+    parked operation always runs, since whether it gets there decides what follows)."""
+    if every < 1:
+        raise ValueError(f"every: one schedule in {every}? give 1 or more")
     roles = _instrumented(machine, classes)
+    sample = itertools.count()
     points = points_of(*roles.values())
     with _adapter(dsn, machine, roles) as (spec, adapter):  # one for all the schedules: each resets it
         for name in _named(machine, where):
             statement = points.named(name)
             failed = False
-            for verdict in _schedules(dsn, spec, adapter, name, statement.after, stop_at_first):
+            chosen = _Sample(every, sample)
+            for verdict in _schedules(dsn, spec, adapter, name, statement.after, stop_at_first, chosen):
                 failed = failed or not verdict.ok
                 yield verdict
             if stop_at_first and failed:
@@ -361,14 +375,34 @@ def _adapter(dsn: str, machine: str, classes: Mapping[str, type]) -> Iterator[tu
         adapter.close()
 
 
+@attrs.define
+class _Sample:
+    """Which placements a sampled run of the schedules runs: one in `every`, counted over
+    the run (`count`), besides the first of each parked operation at each stage."""
+
+    every: int
+    count: Iterator[int]
+
+    def runs(self, first: bool) -> bool:
+        return first or next(self.count) % self.every == 0
+
+
 def _schedules(
-    dsn: str, spec: Machine, adapter: Bundled, name: str, point: str | None, stop_at_first: bool
+    dsn: str,
+    spec: Machine,
+    adapter: Bundled,
+    name: str,
+    point: str | None,
+    stop_at_first: bool,
+    sample: _Sample,
 ) -> Iterator[Verdict]:
     reachers: list[str] = []
     if point is not None:
         for parked in spec.names:
             for where in WHERE:
                 for beside in spec.names:
+                    if not sample.runs(first=parked not in reachers):
+                        continue
                     placement = _Placement(name, parked, beside, where, point)
                     verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
                     if not verdicts:
@@ -381,7 +415,9 @@ def _schedules(
                 if parked not in reachers:
                     break
     for parked in spec.names:
-        for beside in reachers:
+        for i, beside in enumerate(reachers):
+            if not sample.runs(first=i == 0):
+                continue
             placement = _Placement(name, parked, beside, "before commit", None)
             verdicts = list(_observed(dsn, spec, adapter, placement, stop_at_first))
             if not verdicts:

@@ -15,6 +15,7 @@ the queue's database is ended (`conformance/concurrent/faults.py`). specs/guaran
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -369,9 +370,11 @@ def search(
     examples: int,
     max_steps: int = 24,
     progress: Callable[[int], None] = lambda done: None,
+    until: Callable[[frozenset[Guarantee]], bool] = lambda broken: False,
 ) -> tuple[dict[Guarantee, Found], list[tuple[Program, Divergence]], int]:
     """Generated programs: the first violation met of each guarantee (shrunk), the programs
-    the profile could not follow, and how many programs ran."""
+    the profile could not follow, and how many programs ran; the search ends early once
+    `until` says the guarantees broken so far are enough."""
     found: dict[Guarantee, Program] = {}
     diverged: list[tuple[Program, Divergence]] = []
     count = 0
@@ -399,13 +402,20 @@ def search(
             found.setdefault(violation.guarantee, program)
         if ran.divergence is not None and len(diverged) < 5:
             diverged.append((program, ran.divergence))
+        if until(frozenset(found)):
+            raise _Enough
 
-    explore()
+    with contextlib.suppress(_Enough):
+        explore()
     shrunk = {}
     for guarantee, program in found.items():
         small, ran = shrink(queue, program, guarantee)
         shrunk[guarantee] = Found(small, ran)
     return shrunk, diverged, count
+
+
+class _Enough(Exception):
+    """Ends a search whose `until` is met."""
 
 
 # -- races of two or three clients ---------------------------------------------------------

@@ -55,6 +55,25 @@ def _assert_passes(dsn: str, machine: str, statement: str) -> None:
     assert not failed, "\n".join(f"{v.parked} ({v.where}) | {v.beside} | {v.observer}: {v.why}" for v in failed)
 
 
+def test_a_sample_of_the_schedules_keeps_the_first_of_each_parked_operation_and_one_in_every(
+    delivery_dsn: str,
+) -> None:
+    """The fast subset's equivalence claims run a fixed sample (`every`): each parked
+    operation's first placement, which decides whether it gets there, then one in `every`."""
+
+    def placed(every: int) -> list[tuple[str, str, str, str | None, bool]]:
+        verdicts = ct.schedules(delivery_dsn, "lifecycle", BUNDLED["lifecycle"], "lp_admit:6", every=every)
+        return [(v.parked, v.where, v.beside, v.observer, v.ran) for v in verdicts]
+
+    full, sample = placed(1), placed(4)
+    assert len(set(full)) == len(full) and set(sample) < set(full) and len(sample) < len(full) / 1.5
+    firsts = {p[0]: (*p[:3], None, p[4]) for p in reversed(full)}
+    assert set(firsts.values()) <= set(sample)
+    assert [p for p in full if p in sample] == sample  # in the same order
+    with pytest.raises(ValueError, match="give 1 or more"):
+        next(ct.schedules(delivery_dsn, "lifecycle", BUNDLED["lifecycle"], "lp_admit:6", every=0))
+
+
 @pytest.mark.evidence
 @pytest.mark.parametrize(("machine", "statement"), STATEMENTS)
 def test_the_bundled_implementation_passes_every_schedule(delivery_dsn: str, machine: str, statement: str) -> None:

@@ -74,10 +74,13 @@ def test_the_fast_plan_keeps_every_equivalence_claim_and_a_stride_of_the_rest() 
     assert {t.examples for t in search if t.mutant not in EQUIVALENT} == {ms.FAST_EXAMPLES}
     stress = [t for t in plan.tasks if t.check == ms.STRESS]
     assert all(t.mutant in EQUIVALENT and t.examples == ms.FAST_EQUIVALENT_EXAMPLES for t in stress)
-    # a race mutant listed as equivalent passes stress on a small budget, and every contention schedule
+    # a race mutant listed as equivalent passes stress on a small budget, and a fixed sample of
+    # the contention schedules; the others' contention runs every schedule until one kills
     claimed = {m.name for m in generated_mutants() if m.name in EQUIVALENT and m.kind == "race"}
-    contention = {t.mutant for t in plan.tasks if t.check == ms.CONTENTION}
-    assert claimed <= {t.mutant for t in stress} & contention
+    contention = {t.mutant: t.every for t in plan.tasks if t.check == ms.CONTENTION}
+    assert claimed <= {t.mutant for t in stress} & contention.keys()
+    assert {every for name, every in contention.items() if name in claimed} == {ms.FAST_STRIDE}
+    assert {every for name, every in contention.items() if name not in claimed} == {1}
 
 
 def test_a_plan_of_unknown_names_or_of_the_wrong_machine_is_refused() -> None:

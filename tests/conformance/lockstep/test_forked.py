@@ -67,7 +67,7 @@ def test_a_conforming_run_is_the_same_run_forked(delivery_dsn: str) -> None:
 
 @pytest.mark.parametrize(
     ("mutants", "name", "machine", "seed"),
-    [(MUTANTS, "claim-scope-unchecked", "delivery", 3), (LIFECYCLE_MUTANTS, "admission-ignores-hash", "lifecycle", 1)],
+    [(MUTANTS, "claim-scope-unchecked", "delivery", 3), (LIFECYCLE_MUTANTS, "admission-by-id", "lifecycle", 3)],
     ids=["delivery", "lifecycle"],
 )
 def test_the_same_seed_prints_the_same_counterexample_forked(
