@@ -132,7 +132,7 @@ class RoundFault:
 INJECTOR = "leaseproof-fault-injector"  # the application name of the injectors' own connections
 
 
-def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
+def connect_injector(dsn: str) -> psycopg.Connection[dict[str, Any]]:
     """A connection of an injector to the implementation's database (named INJECTOR, so that
     no injector counts it as the implementation's)."""
     try:
@@ -164,7 +164,7 @@ class Terminator(RoundFault):
     def __init__(self, dsn: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.dsn = dsn
-        self.conn = _connect(dsn)
+        self.conn = connect_injector(dsn)
 
     def strike(self, cut: Cut) -> bool:
         """End a busy backend, if one is, and wait until it has exited."""
@@ -210,7 +210,7 @@ class Killer(RoundFault):
     def __init__(self, adapter: Restartable, dsn: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.adapter = adapter
-        self.conn = _connect(dsn)
+        self.conn = connect_injector(dsn)
 
     def _settle(self) -> None:
         """Until the killed process's backends are gone."""
@@ -315,7 +315,7 @@ class Staller(RoundFault):
         if not tenants:
             raise ValueError("a stall needs tenants to stall")
         self.tenants = list(tenants)
-        self.conn = _connect(dsn)
+        self.conn = connect_injector(dsn)
         self.columns = [(r["schema"], r["table"], r["column"]) for r in self.conn.execute(_TENANT_COLUMNS)]
         self.rows = 0  # rows held, over every stall
         self._held: tuple[Any, int] | None = None  # the tenant held, and the tick taken before

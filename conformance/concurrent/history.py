@@ -59,6 +59,9 @@ class Operation:
         return self.returned is not None and self.returned < other.invoked
 
 
+STALL_KINDS = ("stall", "contention")  # who held a stall's locks (`Stall.by`)
+
+
 @attrs.frozen
 class Stall:
     """A tenant whose rows a connection of the harness's own held locked (a stalled client),
@@ -67,13 +70,16 @@ class Stall:
     taken as it starts to let them go: an operation in flight from before `patient` until
     after `letting_go` was kept waiting at least that long. Not an operation of the
     implementation: what it held lets others skip rows (the checker's allowances), and who
-    waited for it is judged apart (conformance/concurrent/stalls.py)."""
+    waited for it is judged apart (conformance/concurrent/stalls.py). A hold of the
+    contention injector (`by`, conformance/concurrent/contend.py) is recorded the same
+    way, but operations are meant to wait for it: only its allowances apply."""
 
     key: Any  # the tenant: a community id
     began: int
     patient: int
     letting_go: int
     ended: int
+    by: str = attrs.field(default="stall", validator=attrs.validators.in_(STALL_KINDS))
 
     def overlaps(self, op: Operation) -> bool:
         """`op` was in flight at some moment while the locks may have been held."""

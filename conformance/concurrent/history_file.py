@@ -15,6 +15,7 @@ from typing import Any
 
 from leaseproof.conformance.boundary import codec
 from leaseproof.conformance.concurrent.history import (
+    STALL_KINDS,
     Barrier,
     History,
     Indeterminate,
@@ -51,7 +52,8 @@ def write_history(path: str | Path, history: History) -> None:
         events.append((barrier.at, {"kind": "barrier", "at": barrier.at, "state": state}))
     for stall in history.stalls:
         ticks = {name: getattr(stall, name) for name in _STALL_TICKS}
-        events.append((stall.began, {"kind": "stall", "key": codec.encode(stall.key), **ticks}))
+        by = {} if stall.by == "stall" else {"by": stall.by}
+        events.append((stall.began, {"kind": "stall", "key": codec.encode(stall.key), **ticks, **by}))
     lines += [event for _, event in sorted(events, key=lambda e: e[0])]
     Path(path).write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
 
@@ -102,8 +104,12 @@ def read_history(path: str | Path) -> History:
                 state = None if line["state"] is None else codec.decode_state(line["state"], "state", state_class)
                 barriers.append(Barrier(at, state))
             elif kind == "stall":
-                ticks = (_member(line, name, int) for name in _STALL_TICKS)
-                stalls.append(Stall(codec.decode(line["key"], uuid.UUID, "key"), *ticks))
+                began, patient, letting_go, ended = (_member(line, name, int) for name in _STALL_TICKS)
+                by = line.get("by", "stall")
+                if by not in STALL_KINDS:
+                    raise HistoryFileError(f"{where}: a stall by {by!r}: one of {', '.join(STALL_KINDS)}")
+                key = codec.decode(line["key"], uuid.UUID, "key")
+                stalls.append(Stall(key, began, patient, letting_go, ended, by=by))
             else:
                 raise HistoryFileError(f"{where}: unexpected line of kind {kind!r}")
         except HistoryFileError:

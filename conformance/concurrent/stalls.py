@@ -65,6 +65,7 @@ def waited(history: History) -> Sequence[Waited]:
     return [
         Waited(op, stall)
         for stall in history.stalls
+        if stall.by == "stall"  # the contention injector's holds are there to be waited for
         for op in history.operations
         if op.invoked < stall.patient
         and op.returned is not None

@@ -22,6 +22,7 @@ from leaseproof.conformance.frontends.progress import ProgressLine
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
     from leaseproof.conformance.boundary.protocols import SomeAdapter
+    from leaseproof.conformance.concurrent.contend import Contender
     from leaseproof.conformance.concurrent.stress import Progress as StressProgress
     from leaseproof.conformance.concurrent.stress import StressReport, Stuck
     from leaseproof.conformance.frontends.commands.running import Provisioned
@@ -64,10 +65,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs (pg_terminate_backend: a connection cut mid-operation; the delivery machine; default: 0)",
     )
     parser.add_argument(
+        "--contend",
+        type=share,
+        default=0.0,
+        metavar="P",
+        help="in this fraction of rounds, hold locks the implementation's statements take (learned from pg_locks "
+        "while rounds run: rows, tables, advisory keys) from leaseproof's own connections, and let them go one at a "
+        "time, in a seeded order, once its statements wait: races forced at the database, for any implementation "
+        "(default: 0)",
+    )
+    parser.add_argument(
+        "--database-dsn",
         "--terminate-dsn",
+        dest="database_dsn",
         metavar="DSN",
-        help="the database whose backends --terminate ends (default: the one leaseproof gave the implementation; "
-        "needed for --adapter-cmd, which picks its own)",
+        help="the implementation's database, where --terminate ends backends and --contend holds locks (default: "
+        "the one leaseproof gave the implementation, else the one its hello announces)",
     )
     parser.add_argument(
         "--budget", type=positive, default=CHECKER_BUDGET, help="checker configurations per partition before 'unknown'"
@@ -142,10 +155,16 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from leaseproof.conformance.concurrent.faults import FaultError
     from leaseproof.conformance.frontends.commands.running import each_machine, mutant_named
 
-    databases: dict[str, str | None] = {}  # machine -> the DSN whose backends --terminate ends
+    databases: dict[str, str | None] = {}  # machine -> the DSN where --terminate or --contend works
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
-    if args.terminate_dsn is not None and not args.terminate:
-        err.write("leaseproof: --terminate-dsn names where --terminate ends backends; give --terminate P too\n")
+    if args.database_dsn is not None and not (args.terminate or args.contend):
+        err.write(
+            "leaseproof: --database-dsn names where --terminate ends backends or --contend holds locks;"
+            " give one of them too\n"
+        )
+        return EXIT_USAGE
+    if args.terminate and args.contend:
+        err.write("leaseproof: give --terminate or --contend, not both: one fault a round\n")
         return EXIT_USAGE
     if args.terminate:
         mutant = mutant_named(args.mutant)
@@ -163,7 +182,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
 
     def judge(adapter: SomeAdapter, machine: str, seed_value: int) -> int:
+        from leaseproof.conformance.concurrent.contend import Contender
+
         faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
+        contender = None
+        if args.contend and (database := databases.get(machine)) is not None:
+            faults = f", holding locks its statements take in {args.contend:g} of rounds"
+            contender = Contender(database, args.contend, seed_value)
         out.write(
             f"stressing the {machine} machine against {adapter.name}: {args.workers} workers, "
             f"{args.duration:g}s, each program {args.repeats} times, seed {seed_value}{faults}\n"
@@ -181,8 +206,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             budget=args.budget,
             terminate=args.terminate,
             database=databases.get(machine),
+            faults=contender,
         )
-        status = _stress_report(report, args, out, err)
+        status = _stress_report(report, args, out, err, contender)
         if folder is not None:
             _write_page(folder, report, adapter.name, out, err)
         return status
@@ -190,12 +216,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def adapter_for(args: argparse.Namespace, machine: str, provisioned: Provisioned, out: TextIO) -> SomeAdapter:
         adapter = _stress_adapter(args, machine, provisioned, out)
         announced = getattr(adapter, "databases", {}).get(machine)  # an adapter's hello may say (wire.py)
-        databases[machine] = args.terminate_dsn or provisioned.last_database or announced
-        if args.terminate and databases[machine] is None:
+        databases[machine] = args.database_dsn or provisioned.last_database or announced
+        if (args.terminate or args.contend) and databases[machine] is None:
             provisioned.release(adapter)
+            option = "--terminate" if args.terminate else "--contend"
             raise UsageError(
-                "--terminate: leaseproof did not give this implementation its database, and its hello announces "
-                "none, so it cannot tell whose backends to end; name the database it uses with --terminate-dsn DSN"
+                f"{option}: leaseproof did not give this implementation its database, and its hello announces "
+                "none, so it cannot tell where to work; name the database it uses with --database-dsn DSN"
             )
         return adapter
 
@@ -264,7 +291,18 @@ def _not_live(report: StressReport, stuck: Stuck, args: argparse.Namespace, out:
     return EXIT_NONCONFORMING
 
 
-def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _contention_line(contender: Contender, out: TextIO) -> None:
+    c, learned = contender.counts, contender.map
+    out.write(
+        f"contention: locks held in {c.ended:,} rounds ({c.missed:,} more found nothing to hold), statements seen"
+        f" waiting at a release {contender.waiting:,}; learned {len(learned.tables):,} tables and"
+        f" {len(learned.advisory):,} advisory keys\n"
+    )
+
+
+def _stress_report(
+    report: StressReport, args: argparse.Namespace, out: TextIO, err: TextIO, contender: Contender | None = None
+) -> int:
     from leaseproof.conformance.concurrent.history_file import write_history
     from leaseproof.conformance.concurrent.linearizability import timeline
     from leaseproof.conformance.concurrent.models import SPECS
@@ -285,9 +323,11 @@ def _stress_report(report: StressReport, args: argparse.Namespace, out: TextIO, 
             # Asked for cuts, and none landed: what was asked was not checked.
             err.write(
                 "leaseproof: --terminate ended no backend: none of the database's backends was busy while the rounds "
-                "ran, so the implementation's sessions use another database; name theirs with --terminate-dsn\n"
+                "ran, so the implementation's sessions use another database; name theirs with --database-dsn\n"
             )
             return EXIT_USAGE
+    if contender is not None:
+        _contention_line(contender, out)
     each = p.check_seconds / p.histories * 1000 if p.histories else 0.0
     out.write(f"checker: {p.check_seconds:.2f}s for {p.histories:,} histories ({each:.1f} ms each)\n")
     sent = {operation for operation, _, _ in p.behaviours}

@@ -164,7 +164,9 @@ def test_stress_terminate_finds_the_database_an_adapter_child_announces(
     [
         (["--terminate", "0.5", "--machine", "lifecycle"], "to the delivery machine, not the lifecycle"),
         (["--terminate", "0.5", "--mutant", "admission-ignores-hash"], "--terminate applies to the delivery machine"),
-        (["--terminate-dsn", "postgresql:///x"], "give --terminate P too"),
+        (["--terminate-dsn", "postgresql:///x"], "give one of them too"),
+        (["--database-dsn", "postgresql:///x"], "give one of them too"),
+        (["--terminate", "0.5", "--contend", "0.5"], "give --terminate or --contend, not both"),
     ],
 )
 def test_stress_terminate_refuses_what_it_cannot_do_before_starting_anything(
@@ -190,7 +192,7 @@ def test_stress_terminate_says_so_when_no_backend_it_may_end_was_ever_busy(
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert "faults: backends ended 0 " in captured.out
-    assert "--terminate ended no backend" in captured.err and "--terminate-dsn" in captured.err
+    assert "--terminate ended no backend" in captured.err and "--database-dsn" in captured.err
 
 
 # -- a fault mutant: invisible until a connection is cut -------------------------------------

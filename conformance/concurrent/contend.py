@@ -1,0 +1,324 @@
+"""Contention at the database, for any implementation: the harness holds the locks the
+implementation's statements take, and lets them go when the statements have piled up.
+
+`leaseproof stress --contend P` drives an implementation it knows only through its
+sessions and the database it announces. While rounds run, the `Contender` watches that
+database's `pg_locks` and `pg_stat_activity` and learns what the implementation's backends
+lock: tables (by the mode a statement takes on them) and advisory keys. In a seeded
+fraction `P` of rounds, before the round starts, it takes one or two of those locks from
+connections of its own, each in a mode that makes the implementation's statements wait:
+
+- a row of a table they lock or write (`FOR KEY SHARE`, `FOR SHARE` or `FOR UPDATE`),
+- a table they write (`LOCK TABLE ... IN SHARE MODE`, or `EXCLUSIVE`, which a `FOR
+  UPDATE` waits for too),
+- an advisory key they take (exclusive, or shared, which an exclusive taker waits for).
+
+Then the round runs. Statements that need what is held wait; reads go on. When no
+statement of the implementation is left running, only waiting (or the round is over, or
+HOLD_SECONDS have passed), the holds go, one at a time in a seeded order, each once the
+last release has settled. So a claim that read a row and then writes it, a check and the
+act that trusts it, two writers of one key: they meet at the release, where they
+re-check, or fail to, all at once. Seen from the client, that is only a delay.
+
+The injector never waits itself (`SKIP LOCKED`, `NOWAIT`, `pg_try_advisory_xact_lock`, and
+a `lock_timeout` of moments for a table's own lock), so it is in no deadlock and takes
+nothing a backend already holds. What it holds can
+still be seen: a claim passes over a row it holds (`SKIP LOCKED`), a sweep over a tenant
+whose fence key it holds. Its holds are recorded in the history as stalls of every tenant
+(`Stall(by="contention")`), so the checker allows exactly that, while they last, and does
+not call the waits a finding. docs/stress.md says more.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from leaseproof.conformance.concurrent.faults import INJECTOR, Cut, FaultError, RoundFault, connect_injector
+from leaseproof.conformance.concurrent.history import Stall
+from leaseproof.conformance.lockstep import world as w
+
+HOLD_SECONDS = 1.0  # the longest a hold waits for the round's statements to pile up behind it
+SETTLE_POLL = 0.001  # seconds between looks at the implementation's backends
+SETTLED_LOOKS = 3  # consecutive looks with nothing running: the statements have piled up
+LEARN_POLL = 0.002  # seconds between looks at pg_locks in a round without holds
+
+# Locks held by the implementation's backends (every client of the database but the
+# injectors'): relation locks on user tables, and advisory locks.
+_SEEN = """
+    SELECT l.locktype, l.mode, l.classid, l.objid, l.objsubid, n.nspname AS schema, c.relname AS table
+    FROM pg_locks l
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN pg_class c ON l.locktype = 'relation' AND c.oid = l.relation
+    LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE a.datname = current_database() AND a.backend_type = 'client backend'
+      AND a.pid <> pg_backend_pid() AND a.application_name IS DISTINCT FROM %(injector)s
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND (l.locktype = 'advisory'
+           OR (l.locktype = 'relation' AND c.relkind IN ('r', 'p')
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'))
+"""
+# How many of the implementation's backends run a statement without waiting for a lock,
+# and how many wait for one.
+_RUNNING = """
+    SELECT count(*) FILTER (WHERE state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock') AS running,
+           count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_type = 'client backend'
+      AND pid <> pg_backend_pid() AND application_name IS DISTINCT FROM %(injector)s
+"""
+_PRIMARY_KEY = """
+    SELECT a.attname AS column
+    FROM pg_index i
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+    WHERE i.indrelid = %(table)s::regclass AND i.indisprimary
+    ORDER BY array_position(i.indkey::int2[], a.attnum)
+"""
+# The modes a statement that locks rows, or writes them, takes on its table.
+_ROW_LOCKING = frozenset({"RowShareLock", "RowExclusiveLock"})
+_WRITING = frozenset({"RowExclusiveLock"})
+ROW_MODES = ("KEY SHARE", "SHARE", "UPDATE")
+TABLE_MODES = ("SHARE", "EXCLUSIVE")
+ADVISORY_MODES = ("exclusive", "shared")
+
+
+@attrs.frozen
+class Held:
+    """One lock the injector held in a round: what (`kind`: row, table or advisory), which
+    (`target`), in which `mode`, released `order`-th, with `waiting` of the implementation's
+    statements waiting for a lock when it was let go."""
+
+    kind: str
+    target: str
+    mode: str
+    order: int = 0
+    waiting: int = 0
+
+
+Key = tuple[int, int, int]  # an advisory key as pg_locks names it: classid, objid, objsubid
+
+
+@attrs.define
+class LockMap:
+    """What the implementation's backends were seen to lock, and how often: tables by the
+    modes taken on them, and advisory keys. A hold is drawn in proportion to how often its
+    lock was seen: what the implementation locks most is where its statements meet."""
+
+    tables: dict[str, collections.Counter[str]] = attrs.Factory(dict)
+    advisory: collections.Counter[Key] = attrs.Factory(collections.Counter)
+
+    def learn(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["locktype"] == "advisory":
+                self.advisory[(row["classid"], row["objid"], row["objsubid"])] += 1
+            else:
+                self.tables.setdefault(f"{row['schema']}.{row['table']}", collections.Counter())[row["mode"]] += 1
+
+    def row_tables(self) -> dict[str, int]:
+        """The tables whose rows statements lock or write, each with how often."""
+        return self._tables(_ROW_LOCKING)
+
+    def written_tables(self) -> dict[str, int]:
+        return self._tables(_WRITING)
+
+    def keys(self) -> dict[Key, int]:
+        return dict(sorted(self.advisory.items()))
+
+    def _tables(self, modes: frozenset[str]) -> dict[str, int]:
+        seen = {table: sum(n for mode, n in taken.items() if mode in modes) for table, taken in self.tables.items()}
+        return {table: n for table, n in sorted(seen.items()) if n}
+
+
+def weighted(choices: random.Random, seen: dict[Any, int]) -> Any:
+    """One of `seen`'s keys, drawn in proportion to its count (in the keys' order: seeded)."""
+    return choices.choices(list(seen), weights=list(seen.values()))[0]
+
+
+def advisory_arguments(key: Key) -> tuple[int, ...]:
+    """The arguments of pg_advisory_xact_lock that take the key pg_locks shows as `key`: one
+    bigint (objsubid 1: its high and low halves), or two integers (objsubid 2)."""
+    classid, objid, objsubid = key
+    if objsubid == 1:
+        whole = (classid << 32) | objid
+        return (whole - (1 << 64) if whole >= 1 << 63 else whole,)
+    return tuple(half - (1 << 32) if half >= 1 << 31 else half for half in (classid, objid))
+
+
+class Contender(RoundFault):
+    """Holds locks the implementation takes, in a `rate` fraction of rounds (see the module)."""
+
+    kind = "contend"
+
+    def __init__(self, dsn: str, rate: float, seed: int, holders: int = 2) -> None:
+        super().__init__(rate, seed)
+        self.choices = random.Random(seed ^ 0xC0DE)
+        self.watch = connect_injector(dsn)
+        self.conns = [connect_injector(dsn) for _ in range(holders)]
+        for conn in self.conns:
+            # A table's own lock, which taking a row of it needs, may be held (by another
+            # holder, or a statement of the implementation): then that hold is not taken.
+            conn.execute("SET lock_timeout = '20ms'")
+        self.map = LockMap()
+        self.held: list[tuple[psycopg.Connection[Any], Held]] = []
+        self.began: int | None = None
+        self.rounds: list[tuple[Held, ...]] = []  # what each contended round of the last program held
+        self.waiting = 0  # statements seen waiting at a release, over the run
+        self._pk: dict[str, list[str]] = {}
+
+    def due(self) -> Cut | None:
+        # Every round is watched (a round without holds teaches the map); `kind` says which hold.
+        cut = super().due()
+        return cut if cut is not None else Cut(0.0, 0.0, "learn")
+
+    def record_into(self, recorder: Any) -> None:
+        super().record_into(recorder)
+        self.rounds = []
+
+    def before_round(self, cut: Cut) -> None:
+        if cut.kind == "learn" or self.recorder is None:
+            return
+        self.began = self.recorder.tick()
+        wanted = 1 + self.choices.randrange(len(self.conns))
+        for conn in self.conns[:wanted]:
+            held = self._take(conn)
+            if held is not None:
+                self.held.append((conn, held))
+
+    def during_round(self, done: threading.Event, cut: Cut) -> bool:
+        if cut.kind == "learn":
+            while not done.is_set():
+                self._learn()
+                done.wait(LEARN_POLL)
+            return False
+        self.counts.rounds_faulted += 1
+        if not self.held:
+            self.counts.missed += 1
+            self._learn()
+            return False
+        order = list(range(len(self.held)))
+        self.choices.shuffle(order)
+        released = []
+        for turn, index in enumerate(order):
+            waiting = self._settle(done)
+            conn, held = self.held[index]
+            self._release(conn)
+            self.waiting += waiting
+            released.append(attrs.evolve(held, order=turn + 1, waiting=waiting))
+        self.held = []
+        self._record(released)
+        self.counts.ended += 1
+        return True
+
+    def close(self) -> None:
+        for conn in (self.watch, *self.conns):
+            conn.close()
+
+    # -- the steps -------------------------------------------------------------------------
+
+    def _learn(self) -> None:
+        try:
+            self.map.learn(self.watch.execute(_SEEN, {"injector": INJECTOR}).fetchall())
+        except psycopg.Error as exc:
+            raise FaultError(f"could not read the database's locks: {exc}") from exc
+
+    def _take(self, conn: psycopg.Connection[Any]) -> Held | None:
+        """One lock the map knows of, chosen by the seed, taken without waiting: None if there
+        is none yet, or what was chosen is held by someone else."""
+        kinds = [k for k, known in (("row", self.map.row_tables()), ("table", self.map.written_tables()),
+                                    ("advisory", self.map.keys())) if known]  # fmt: skip
+        if not kinds:
+            return None
+        kind = self.choices.choice(kinds)
+        try:
+            conn.execute("BEGIN")
+            take = {"row": self._take_row, "table": self._take_table, "advisory": self._take_advisory}[kind]
+            held = take(conn)
+        except psycopg.errors.LockNotAvailable:
+            held = None
+        except psycopg.Error as exc:
+            raise FaultError(f"could not take a lock the implementation takes: {exc}") from exc
+        if held is None:
+            conn.execute("ROLLBACK")
+        return held
+
+    def _take_row(self, conn: psycopg.Connection[Any]) -> Held | None:
+        table = weighted(self.choices, self.map.row_tables())
+        mode = self.choices.choice(ROW_MODES)
+        pick = self.choices.random()
+        relation = sql.Identifier(*table.split(".", 1))
+        count = conn.execute(sql.SQL("SELECT count(*) AS n FROM {}").format(relation)).fetchone()
+        if count is None or not count["n"]:
+            return None
+        order = sql.SQL(", ").join(sql.Identifier(c) for c in self._primary_key(conn, table)) or sql.SQL("ctid")
+        row = conn.execute(
+            sql.SQL("SELECT to_jsonb(t) AS row FROM {} t ORDER BY {} OFFSET %s LIMIT 1 FOR {} SKIP LOCKED").format(
+                relation, order, sql.SQL(mode)
+            ),
+            (int(pick * count["n"]),),
+        ).fetchone()
+        return None if row is None else Held("row", f"{table} {row['row']}", f"FOR {mode}")
+
+    def _take_table(self, conn: psycopg.Connection[Any]) -> Held:
+        table = weighted(self.choices, self.map.written_tables())
+        mode = self.choices.choice(TABLE_MODES)
+        relation = sql.Identifier(*table.split(".", 1))
+        conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE NOWAIT").format(relation, sql.SQL(mode)))
+        return Held("table", table, f"{mode} MODE")
+
+    def _take_advisory(self, conn: psycopg.Connection[Any]) -> Held | None:
+        key = weighted(self.choices, self.map.keys())
+        mode = self.choices.choice(ADVISORY_MODES)
+        arguments = advisory_arguments(key)
+        function = "pg_try_advisory_xact_lock" + ("_shared" if mode == "shared" else "")
+        placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in arguments)
+        got = conn.execute(sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders), arguments)
+        row = got.fetchone()
+        return Held("advisory", "key " + ", ".join(map(str, arguments)), mode) if row and row["got"] else None
+
+    def _primary_key(self, conn: psycopg.Connection[Any], table: str) -> list[str]:
+        if table not in self._pk:
+            rows = conn.execute(_PRIMARY_KEY, {"table": table}).fetchall()
+            self._pk[table] = [r["column"] for r in rows]
+        return self._pk[table]
+
+    def _settle(self, done: threading.Event) -> int:
+        """Until the implementation's statements have piled up (some waiting for a lock and none
+        running, over SETTLED_LOOKS looks), the round is over, or HOLD_SECONDS have passed: how
+        many wait. (Nothing running and nothing waiting is a round not started yet, or between
+        statements: it goes on.)"""
+        deadline = time.monotonic() + HOLD_SECONDS
+        piled, waiting = 0, 0
+        while piled < SETTLED_LOOKS and not done.is_set() and time.monotonic() < deadline:
+            try:
+                row = self.watch.execute(_RUNNING, {"injector": INJECTOR}).fetchone()
+            except psycopg.Error as exc:
+                raise FaultError(f"could not watch the implementation's backends: {exc}") from exc
+            assert row is not None
+            waiting = row["waiting"]
+            piled = piled + 1 if waiting and not row["running"] else 0
+            done.wait(SETTLE_POLL)
+        return waiting
+
+    def _release(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error as exc:
+            raise FaultError(f"could not let a held lock go: {exc}") from exc
+
+    def _record(self, released: list[Held]) -> None:
+        """The round's holds, into the history: one stall of every tenant, from before the
+        first was taken to after the last went (what a hold lets others see is anyone's)."""
+        recorder, began = self.recorder, self.began
+        assert recorder is not None and began is not None
+        patient, letting_go = recorder.tick(), recorder.tick()
+        ended = recorder.tick()
+        for tenant in w.COMMUNITIES.values():
+            recorder.stalled(Stall(tenant, began, patient, letting_go, ended, by="contention"))
+        self.rounds.append(tuple(released))
