@@ -209,7 +209,7 @@ class SweepsOverlap(Store):
 # -- the lifecycle machine ------------------------------------------------------------------------
 
 # The current runtime row an admission matches its selected record against (the shipped guard).
-_MATCH = _span("lp_admit", "SELECT d.* FROM definition_runtime d", "\n        FOR SHARE")
+_MATCH = _span("lp_admit", "SELECT d.* FROM channel_authority a", "\n        FOR SHARE")
 _RECORD = "community_id, workflow_id, owner, channel_id, hash, enabled, incarnation, actions, revision"
 
 
