@@ -1,13 +1,14 @@
 -- Admission and resume lock the author's channel authority before the definition's runtime
--- row, as a save does. Both took them in one `FOR SHARE` over a join, which locks each
--- result's rows in the order of its FROM list: the runtime row, then the authority. A save
--- takes the authority (FOR SHARE) and then writes the runtime row, and a change of
--- authority deletes the authority row: so a resume (or an admission) holding the runtime
--- row and queued for the authority behind the change, the change waiting for the save's
--- share of the authority, and the save waiting for the resume's runtime row were a cycle,
--- which the server broke by rolling one of them back (40P01, an error for the caller).
--- `leaseproof stress --machine lifecycle --contend 0.5` met it on seeds 1-3 within 60 s.
--- The join's FROM list now names the authority first; nothing else changes.
+-- row, as a save does. Both took the two in one `FOR SHARE` over a join, which locks each
+-- result's rows in the order of its FROM list: the runtime row first. Under
+-- `leaseproof stress --machine lifecycle --contend 0.5` (seeds 1-3, within 60 s) the server
+-- broke a deadlock of three (40P01, an error for the caller): a resume or an admission at
+-- that join waited for a row's tuple lock held by a change of authority, the change waited
+-- for a save's transaction, and the save waited for the resume's (or admission's). With
+-- the authority named first the same runs are linearizable. (How the resume came to wait
+-- behind the change, rather than share the save's lock at once, is not yet shown by a
+-- forced schedule.) The join's FROM list now names the authority first; nothing else
+-- changes.
 
 CREATE OR REPLACE FUNCTION lp_admit(p_community uuid, p_workflow uuid, p_door text, p_owner lp_key, p_channel uuid,
     p_hash lp_key, p_incarnation timestamptz,
