@@ -192,15 +192,14 @@ class Contender(RoundFault):
                 self.held.append((conn, held))
 
     def during_round(self, done: threading.Event, cut: Cut) -> bool:
-        if cut.kind == "learn":
+        if cut.kind != "learn":
+            self.counts.rounds_faulted += 1
+        if cut.kind == "learn" or not self.held:
+            if cut.kind != "learn":
+                self.counts.missed += 1  # nothing learned yet, or all of it held by others
             while not done.is_set():
                 self._learn()
                 done.wait(LEARN_POLL)
-            return False
-        self.counts.rounds_faulted += 1
-        if not self.held:
-            self.counts.missed += 1
-            self._learn()
             return False
         order = list(range(len(self.held)))
         self.choices.shuffle(order)
@@ -303,6 +302,7 @@ class Contender(RoundFault):
             assert row is not None
             waiting = row["waiting"]
             piled = piled + 1 if waiting and not row["running"] else 0
+            self._learn()  # what the waiting statements hold and ask for
             done.wait(SETTLE_POLL)
         return waiting
 
