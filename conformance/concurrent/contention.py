@@ -332,14 +332,13 @@ def schedules(
     if every < 1:
         raise ValueError(f"every: one schedule in {every}? give 1 or more")
     roles = _instrumented(machine, classes)
-    sample = itertools.count()
+    sample = _Sample(every, itertools.count())
     points = points_of(*roles.values())
     with _adapter(dsn, machine, roles) as (spec, adapter):  # one for all the schedules: each resets it
         for name in _named(machine, where):
             statement = points.named(name)
             failed = False
-            chosen = _Sample(every, sample)
-            for verdict in _schedules(dsn, spec, adapter, name, statement.after, stop_at_first, chosen):
+            for verdict in _schedules(dsn, spec, adapter, name, statement.after, stop_at_first, sample):
                 failed = failed or not verdict.ok
                 yield verdict
             if stop_at_first and failed:

@@ -392,6 +392,10 @@ def search(
     @hypothesis.given(programs(queue.capabilities, max_steps))
     def explore(program: Program) -> None:
         nonlocal count
+        if until(frozenset(found)):
+            # Raised before anything runs: Hypothesis's replay of the example that raised
+            # runs nothing either, and `count` is the programs that ran.
+            raise _Enough
         count += 1
         progress(count)
         ran = run(queue, program)
@@ -402,8 +406,6 @@ def search(
             found.setdefault(violation.guarantee, program)
         if ran.divergence is not None and len(diverged) < 5:
             diverged.append((program, ran.divergence))
-        if until(frozenset(found)):
-            raise _Enough
 
     with contextlib.suppress(_Enough):
         explore()
