@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from leaseproof.conformance.concurrent.faults import INJECTOR, Cut, FaultError, RoundFault, connect_injector
 from leaseproof.conformance.concurrent.history import Stall
@@ -92,14 +93,59 @@ ADVISORY_MODES = ("exclusive", "shared")
 @attrs.frozen
 class Held:
     """One lock the injector held in a round: what (`kind`: row, table or advisory), which
-    (`target`), in which `mode`, released `order`-th, with `waiting` of the implementation's
-    statements waiting for a lock when it was let go."""
+    (`target`, for people), in which `mode`, released `order`-th, with `waiting` of the
+    implementation's statements waiting for a lock when it was let go. How to take it again
+    (a replay): a row by `table` and `key` (its primary key's columns and values, or the whole
+    row where the table has none, matched with jsonb `@>`), a table by `table`, an advisory
+    key by the `arguments` of pg_advisory_xact_lock."""
 
     kind: str
     target: str
     mode: str
     order: int = 0
     waiting: int = 0
+    table: str = ""
+    key: Any = None
+    arguments: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        taken = {"row": {"table": self.table, "key": self.key}, "table": {"table": self.table}}
+        how = taken.get(self.kind, {"arguments": list(self.arguments)})
+        fields = {"kind": self.kind, "target": self.target, "mode": self.mode, "order": self.order}
+        return {**fields, "waiting": self.waiting, **how}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Held:
+        """The hold `to_json` wrote; ValueError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a hold is an object, not {type(data).__name__}")
+        kind, mode, order = data.get("kind"), data.get("mode"), data.get("order")
+        modes = {"row": [f"FOR {m}" for m in ROW_MODES], "table": [f"{m} MODE" for m in TABLE_MODES],
+                 "advisory": list(ADVISORY_MODES)}  # fmt: skip
+        if kind not in modes or mode not in modes[kind]:
+            raise ValueError(f"a hold's kind and mode: {kind!r} {mode!r} is none of {modes}")
+        if not isinstance(order, int) or isinstance(order, bool) or order < 1:
+            raise ValueError(f"a hold's order is a positive integer, not {order!r}")
+        waiting = data.get("waiting", 0)
+        if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 0:
+            raise ValueError(f"a hold's waiting is a count, not {waiting!r}")
+        table, arguments = data.get("table", ""), data.get("arguments", [])
+        if kind != "advisory" and (not isinstance(table, str) or table.count(".") < 1):
+            raise ValueError(f"a {kind} hold names its table as schema.table, not {table!r}")
+        if kind == "row" and not isinstance(data.get("key"), dict):
+            raise ValueError("a row hold names its row by an object of column values (key)")
+        if kind == "advisory" and (
+            not isinstance(arguments, list) or len(arguments) not in (1, 2)
+            or not all(isinstance(a, int) and not isinstance(a, bool) for a in arguments)
+        ):  # fmt: skip
+            raise ValueError(f"an advisory hold's arguments are one or two integers, not {arguments!r}")
+        target = data.get("target", "")
+        return cls(kind, str(target), mode, order, waiting, table if kind != "advisory" else "", data.get("key"),
+                   tuple(arguments))  # fmt: skip
+
+
+Schedule = tuple[tuple[Held, ...], ...]
+"""What the injector held in each round of one run of a program (an empty tuple: nothing)."""
 
 
 Key = tuple[int, int, int]  # an advisory key as pg_locks names it: classid, objid, objsubid
@@ -152,12 +198,17 @@ def advisory_arguments(key: Key) -> tuple[int, ...]:
 
 
 class Contender(RoundFault):
-    """Holds locks the implementation takes, in a `rate` fraction of rounds (see the module)."""
+    """Holds locks the implementation takes, in a `rate` fraction of rounds (see the module);
+    or, given a `script` (the schedule of a run, as `schedule()` gave it), exactly those holds
+    in exactly those rounds, let go in their recorded order: a replay."""
 
     kind = "contend"
 
-    def __init__(self, dsn: str, rate: float, seed: int, holders: int = 2) -> None:
+    def __init__(self, dsn: str, rate: float, seed: int, holders: int = 2, script: Schedule | None = None) -> None:
         super().__init__(rate, seed)
+        self.script = script
+        if script is not None:
+            holders = max([holders, *(len(holds) for holds in script)])
         self.choices = random.Random(seed ^ 0xC0DE)
         self.watch = connect_injector(dsn)
         self.conns = [connect_injector(dsn) for _ in range(holders)]
@@ -168,11 +219,20 @@ class Contender(RoundFault):
         self.map = LockMap()
         self.held: list[tuple[psycopg.Connection[Any], Held]] = []
         self.began: int | None = None
-        self.rounds: list[tuple[Held, ...]] = []  # what each contended round of the last program held
+        self.rounds: list[tuple[Held, ...]] = []  # what each round of the last run held
+        self.untaken: list[str] = []  # holds of the script that could not be taken again
         self.waiting = 0  # statements seen waiting at a release, over the run
         self._pk: dict[str, list[str]] = {}
 
+    def schedule(self) -> Schedule:
+        """What each round of the last run held, in the order they were let go: a replay's script."""
+        return tuple(self.rounds)
+
     def due(self) -> Cut | None:
+        self.rounds.append(())
+        if self.script is not None:
+            turn = len(self.rounds) - 1
+            return Cut(0.0, 0.0, self.kind) if turn < len(self.script) and self.script[turn] else None
         # Every round is watched (a round without holds teaches the map); `kind` says which hold.
         cut = super().due()
         return cut if cut is not None else Cut(0.0, 0.0, "learn")
@@ -185,6 +245,14 @@ class Contender(RoundFault):
         if cut.kind == "learn" or self.recorder is None:
             return
         self.began = self.recorder.tick()
+        if self.script is not None:
+            for conn, again in zip(self.conns, self.script[len(self.rounds) - 1], strict=False):
+                held = self._take_again(conn, again)
+                if held is None:
+                    self.untaken.append(f"round {len(self.rounds)}: {again.kind} {again.target} ({again.mode})")
+                else:
+                    self.held.append((conn, held))
+            return
         wanted = 1 + self.choices.randrange(len(self.conns))
         for conn in self.conns[:wanted]:
             held = self._take(conn)
@@ -202,10 +270,15 @@ class Contender(RoundFault):
                 done.wait(LEARN_POLL)
             return False
         order = list(range(len(self.held)))
-        self.choices.shuffle(order)
+        if self.script is None:
+            self.choices.shuffle(order)
+        else:
+            order.sort(key=lambda index: self.held[index][1].order)
         released = []
         for turn, index in enumerate(order):
-            waiting = self._settle(done)
+            # A replay lets a hold go once as many statements wait for a lock as did when it
+            # went in the run it replays (or the round is over, or HOLD_SECONDS have passed).
+            waiting = self._settle(done, self.held[index][1].waiting if self.script is not None else 1)
             conn, held = self.held[index]
             self._release(conn)
             self.waiting += waiting
@@ -262,14 +335,18 @@ class Contender(RoundFault):
             ),
             (int(pick * count["n"]),),
         ).fetchone()
-        return None if row is None else Held("row", f"{table} {row['row']}", f"FOR {mode}")
+        if row is None:
+            return None
+        primary = self._primary_key(conn, table)
+        key = {column: row["row"][column] for column in primary} if primary else row["row"]
+        return Held("row", f"{table} {row['row']}", f"FOR {mode}", table=table, key=key)
 
     def _take_table(self, conn: psycopg.Connection[Any]) -> Held:
         table = weighted(self.choices, self.map.written_tables())
         mode = self.choices.choice(TABLE_MODES)
         relation = sql.Identifier(*table.split(".", 1))
         conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE NOWAIT").format(relation, sql.SQL(mode)))
-        return Held("table", table, f"{mode} MODE")
+        return Held("table", table, f"{mode} MODE", table=table)
 
     def _take_advisory(self, conn: psycopg.Connection[Any]) -> Held | None:
         key = weighted(self.choices, self.map.keys())
@@ -279,7 +356,37 @@ class Contender(RoundFault):
         placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in arguments)
         got = conn.execute(sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders), arguments)
         row = got.fetchone()
-        return Held("advisory", "key " + ", ".join(map(str, arguments)), mode) if row and row["got"] else None
+        got_it = row is not None and row["got"]
+        return Held("advisory", "key " + ", ".join(map(str, arguments)), mode, arguments=arguments) if got_it else None
+
+    def _take_again(self, conn: psycopg.Connection[Any], held: Held) -> Held | None:
+        """The hold a script names, taken without waiting: None if it is not there to take (no
+        such row, or someone holds it)."""
+        try:
+            conn.execute("BEGIN")
+            if held.kind == "advisory":
+                function = "pg_try_advisory_xact_lock" + ("_shared" if held.mode == "shared" else "")
+                placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in held.arguments)
+                query = sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders)
+                row = conn.execute(query, held.arguments).fetchone()
+                taken = row is not None and bool(row["got"])
+            elif held.kind == "table":
+                relation = sql.Identifier(*held.table.split(".", 1))
+                conn.execute(sql.SQL("LOCK TABLE {} IN {} NOWAIT").format(relation, sql.SQL(held.mode)))
+                taken = True
+            else:
+                relation = sql.Identifier(*held.table.split(".", 1))
+                query = sql.SQL("SELECT 1 FROM {} t WHERE to_jsonb(t) @> %s LIMIT 1 {} NOWAIT").format(
+                    relation, sql.SQL(held.mode)
+                )
+                taken = conn.execute(query, (Jsonb(held.key),)).fetchone() is not None
+        except psycopg.errors.LockNotAvailable:
+            taken = False
+        except psycopg.Error as exc:
+            raise FaultError(f"could not take the hold the schedule names ({held.target}): {exc}") from exc
+        if not taken:
+            conn.execute("ROLLBACK")
+        return held if taken else None
 
     def _primary_key(self, conn: psycopg.Connection[Any], table: str) -> list[str]:
         if table not in self._pk:
@@ -287,11 +394,11 @@ class Contender(RoundFault):
             self._pk[table] = [r["column"] for r in rows]
         return self._pk[table]
 
-    def _settle(self, done: threading.Event) -> int:
-        """Until the implementation's statements have piled up (some waiting for a lock and none
-        running, over SETTLED_LOOKS looks), the round is over, or HOLD_SECONDS have passed: how
-        many wait. (Nothing running and nothing waiting is a round not started yet, or between
-        statements: it goes on.)"""
+    def _settle(self, done: threading.Event, enough: int = 1) -> int:
+        """Until the implementation's statements have piled up (at least `enough` waiting for a
+        lock and none running, over SETTLED_LOOKS looks), the round is over, or HOLD_SECONDS have
+        passed: how many wait. (Nothing running and nothing waiting is a round not started yet,
+        or between statements: it goes on.)"""
         deadline = time.monotonic() + HOLD_SECONDS
         piled, waiting = 0, 0
         while piled < SETTLED_LOOKS and not done.is_set() and time.monotonic() < deadline:
@@ -301,7 +408,7 @@ class Contender(RoundFault):
                 raise FaultError(f"could not watch the implementation's backends: {exc}") from exc
             assert row is not None
             waiting = row["waiting"]
-            piled = piled + 1 if waiting and not row["running"] else 0
+            piled = piled + 1 if waiting >= max(enough, 1) and not row["running"] else 0
             self._learn()  # what the waiting statements hold and ask for
             done.wait(SETTLE_POLL)
         return waiting
@@ -321,4 +428,4 @@ class Contender(RoundFault):
         ended = recorder.tick()
         for tenant in w.COMMUNITIES.values():
             recorder.stalled(Stall(tenant, began, patient, letting_go, ended, by="contention"))
-        self.rounds.append(tuple(released))
+        self.rounds[-1] = tuple(released)

@@ -125,6 +125,11 @@ class RoundFault:
     def before_round(self, cut: Cut) -> None:
         """The round `cut` faults is about to start (for a fault already in place as it does)."""
 
+    def schedule(self) -> Any:
+        """What the fault forced in each round of the last run, for a replay to force again;
+        None: nothing a replay can force (where a cut lands is the clock's)."""
+        return None
+
     def close(self) -> None:
         """Release what the injector holds."""
 

@@ -69,6 +69,9 @@ class Finding:
     repeats: int
     result: CheckResult  # the first violating repetition's check
     history: History
+    index: int = 0  # the program's place among the seed's programs (from 0): a replay draws it again
+    rounds: int = 2  # the rounds each program of the run had
+    schedule: Any = None  # what the fault injector forced in the failing repetition's rounds, if it can be
 
     @property
     def kind(self) -> str:
@@ -115,6 +118,7 @@ class StressReport:
     progress: Progress
     finding: Finding | None
     stuck: Stuck | None = None
+    subject: str = ""  # the implementation, as its adapter names itself
 
     @property
     def verdict(self) -> str:
@@ -321,35 +325,105 @@ def stress(
     if faults is not None:
         progress.faults = faults.counts
     runner = Runner(adapter, machine, workers, lose=lose, seed=seed, faults=faults)
+    judged = _Judging(runner, spec, repeats, budget, progress, on_progress, started)
     try:
         while time.monotonic() - started < duration and (max_programs is None or progress.programs < max_programs):
             program = generate(rng, workers, rounds=rounds, **options)
-            failed, first, stuck = 0, None, None
-            for _ in range(repeats):
-                history = runner.run(program)
-                ticked = time.monotonic()
-                result = check(history, spec, budget=budget)
-                progress.check_seconds += time.monotonic() - ticked
-                progress.histories += 1
-                progress.operations += len(history)
-                progress.largest = max(progress.largest, len(history))
-                progress.indeterminate += sum(isinstance(op.outcome, Indeterminate) for op in history)
-                progress.behaviours.update(result.behaviours)
-                if result.verdict == UNKNOWN:
-                    progress.unknown += 1
-                elif result.verdict == NOT_LINEARIZABLE:
-                    failed += 1
-                    first = first or (result, history)
-                if stuck is None and (late := waited(history)):
-                    stuck = Stuck(program, history, tuple(late))
-                progress.seconds = time.monotonic() - started
-                if on_progress is not None:
-                    on_progress(progress)
+            failed, first, stuck = judged.runs(program)
             progress.programs += 1
             if first is not None or stuck is not None:
-                finding = Finding(program, failed, repeats, *first) if first is not None else None
-                return StressReport(machine, workers, seed, progress, finding, stuck)
+                finding = None
+                if first is not None:
+                    index = progress.programs - 1
+                    finding = Finding(program, failed, repeats, *first[:2], index, rounds, first[2])
+                return StressReport(machine, workers, seed, progress, finding, stuck, adapter.name)
     finally:
         runner.close()
     progress.seconds = time.monotonic() - started
-    return StressReport(machine, workers, seed, progress, None)
+    return StressReport(machine, workers, seed, progress, None, None, adapter.name)
+
+
+def program_at(machine: str, seed: int, index: int, workers: int, rounds: int, adapter: SomeAdapter) -> Program:
+    """The `index`-th program (from 0) a stress run of `seed` draws for `adapter`."""
+    options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
+    rng = random.Random(seed)
+    for _ in range(index):
+        GENERATORS[machine](rng, workers, rounds=rounds, **options)
+    return GENERATORS[machine](rng, workers, rounds=rounds, **options)
+
+
+def replay(
+    adapter: SomeAdapter,
+    program: Program,
+    *,
+    seed: int,
+    workers: int,
+    repeats: int,
+    lose: float = 0.0,
+    budget: int = DEFAULT_BUDGET,
+    on_progress: Callable[[Progress], None] | None = None,
+    faults: RoundFault | None = None,
+) -> StressReport:
+    """Run one program `repeats` times (a found race again: `faults` forcing its schedule, if
+    it had one); a finding if any repetition's history is not linearizable."""
+    started = time.monotonic()
+    progress = Progress()
+    if faults is not None:
+        progress.faults = faults.counts
+    runner = Runner(adapter, program.machine, workers, lose=lose, seed=seed, faults=faults)
+    try:
+        judged = _Judging(runner, SPECS[program.machine], repeats, budget, progress, on_progress, started)
+        failed, first, stuck = judged.runs(program)
+    finally:
+        runner.close()
+    progress.programs = 1
+    progress.seconds = time.monotonic() - started
+    finding = None
+    if first is not None:
+        finding = Finding(program, failed, repeats, first[0], first[1], 0, len(program.rounds), first[2])
+    return StressReport(program.machine, workers, seed, progress, finding, stuck, adapter.name)
+
+
+@attrs.define
+class _Judging:
+    """Runs a program `repeats` times and checks each history, counting into `progress`."""
+
+    runner: Runner
+    spec: Any
+    repeats: int
+    budget: int
+    progress: Progress
+    on_progress: Callable[[Progress], None] | None
+    started: float
+
+    def runs(self, program: Program) -> tuple[int, tuple[CheckResult, History, Any] | None, Stuck | None]:
+        """How many repetitions failed; a failing one's check, history and schedule; the first run
+        in which an operation waited for a stall it must not wait for."""
+        progress, failed = self.progress, 0
+        first: tuple[CheckResult, History, Any] | None = None
+        stuck: Stuck | None = None
+        for _ in range(self.repeats):
+            history = self.runner.run(program)
+            schedule = self.runner.injector.schedule() if self.runner.injector is not None else None
+            ticked = time.monotonic()
+            result = check(history, self.spec, budget=self.budget)
+            progress.check_seconds += time.monotonic() - ticked
+            progress.histories += 1
+            progress.operations += len(history)
+            progress.largest = max(progress.largest, len(history))
+            progress.indeterminate += sum(isinstance(op.outcome, Indeterminate) for op in history)
+            progress.behaviours.update(result.behaviours)
+            if result.verdict == UNKNOWN:
+                progress.unknown += 1
+            elif result.verdict == NOT_LINEARIZABLE:
+                failed += 1
+                # The finding is the first failing repetition, or the first that failed with locks
+                # held (whose schedule a replay can force), if the first held none.
+                if first is None or (schedule and not any(first[2] or ()) and any(schedule)):
+                    first = (result, history, schedule)
+            if stuck is None and (late := waited(history)):
+                stuck = Stuck(program, history, tuple(late))
+            progress.seconds = time.monotonic() - self.started
+            if self.on_progress is not None:
+                self.on_progress(progress)
+        return failed, first, stuck

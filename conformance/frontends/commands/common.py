@@ -81,12 +81,13 @@ def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def replay_command(path: Path, args: argparse.Namespace) -> str:
-    """The `leaseproof replay` command that runs the trace at `path` against the implementation
-    `args` named (`add_adapter_arguments`): the same mutant, adapter or adapter command, and
-    reply timeout, so that the printed command, run as printed, meets the same failure. The
-    server (--dsn) is left out: the failure is the implementation's, on any server."""
-    words = ["leaseproof", "replay", str(path)]
+def replay_command(path: Path, args: argparse.Namespace, command: tuple[str, ...] = ("replay",)) -> str:
+    """The `leaseproof replay` command (or `command`, as `stress --replay`) that runs the trace
+    at `path` against the implementation `args` named (`add_adapter_arguments`): the same
+    mutant, adapter or adapter command, and reply timeout, so that the printed command, run as
+    printed, meets the same failure. The server (--dsn) is left out: the failure is the
+    implementation's, on any server."""
+    words = ["leaseproof", *command, str(path)]
     if getattr(args, "mutant", None):
         words += ["--mutant", args.mutant]
     if getattr(args, "adapter", None):

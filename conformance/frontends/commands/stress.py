@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -23,8 +25,9 @@ from leaseproof.conformance.frontends.progress import ProgressLine
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
     from leaseproof.conformance.boundary.protocols import SomeAdapter
     from leaseproof.conformance.concurrent.contend import Contender
+    from leaseproof.conformance.concurrent.replay_file import ReplayFile
+    from leaseproof.conformance.concurrent.stress import Finding, StressReport, Stuck
     from leaseproof.conformance.concurrent.stress import Progress as StressProgress
-    from leaseproof.conformance.concurrent.stress import StressReport, Stuck
     from leaseproof.conformance.frontends.commands.running import Provisioned
 
 DESCRIPTION = (
@@ -37,15 +40,28 @@ EXITS = (
     "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
     "backend; " + INTERRUPTED_EXITS
 )
+WORKERS, REPEATS, REPLAY_REPEATS = 8, 3, 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"
     )
-    parser.add_argument("--workers", type=positive, default=8, help="concurrent clients (default: 8)")
+    parser.add_argument("--workers", type=positive, help=f"concurrent clients (default: {WORKERS})")
     parser.add_argument("--duration", type=positive_float, default=30.0, help="seconds per machine (default: 30)")
-    parser.add_argument("--repeats", type=positive, default=3, help="runs of each program (default: 3)")
+    parser.add_argument(
+        "--repeats",
+        type=positive,
+        help=f"runs of each program (default: {REPEATS}; of the program a --replay runs: {REPLAY_REPEATS})",
+    )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        metavar="FILE",
+        help="run a finding again: the program of the replay file a failing run wrote (its seed, program and "
+        "workers), forcing the locks --contend held in its failing repetition, and let go in the same order; "
+        "exit 1 if a history is not linearizable again",
+    )
     parser.add_argument(
         "--seed", type=seed_number, help="random seed, to reproduce a run (default: a fresh one, printed)"
     )
@@ -134,13 +150,16 @@ class _StressProgress(ProgressLine):
         self.show(line + f"  operations {p.operations:,} ({p.rate:,.0f}/s)", p.seconds)
 
 
-def stress_with_progress(err: TextIO, adapter: SomeAdapter, **options: Any) -> StressReport:
-    """A stress run (`conformance/concurrent/stress.py`, with `options`) whose progress is shown on `err`."""
+def stress_with_progress(
+    err: TextIO, adapter: SomeAdapter, run: Callable[..., StressReport] | None = None, **options: Any
+) -> StressReport:
+    """A stress run (`conformance/concurrent/stress.py`, with `options`; or `run`, as a replay)
+    whose progress is shown on `err`."""
     from leaseproof.conformance.concurrent.stress import stress
 
     progress = _StressProgress(err)
     try:
-        return stress(adapter, on_progress=progress, **options)
+        return (run or stress)(adapter, on_progress=progress, **options)
     finally:
         progress.close()
 
@@ -157,7 +176,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     databases: dict[str, str | None] = {}  # machine -> the DSN where --terminate or --contend works
     folder = report_folder(args.report)  # a folder that cannot be made: UsageError, exit 2 (cli)
-    if args.database_dsn is not None and not (args.terminate or args.contend):
+    replaying = _replay_file(args, err) if args.replay is not None else None
+    if args.replay is not None and replaying is None:
+        return EXIT_USAGE
+    forcing = replaying is not None and replaying.schedule is not None  # holds to take again: a database
+    args.workers = args.workers or (replaying.workers if replaying is not None else WORKERS)
+    args.repeats = args.repeats or (REPLAY_REPEATS if replaying is not None else REPEATS)
+    if args.database_dsn is not None and not (args.terminate or args.contend or forcing):
         err.write(
             "leaseproof: --database-dsn names where --terminate ends backends or --contend holds locks;"
             " give one of them too\n"
@@ -184,6 +209,8 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def judge(adapter: SomeAdapter, machine: str, seed_value: int) -> int:
         from leaseproof.conformance.concurrent.contend import Contender
 
+        if replaying is not None:
+            return _judge_replay(replaying, args, adapter, databases.get(machine), out, err)
         faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
         contender = None
         if args.contend and (database := databases.get(machine)) is not None:
@@ -217,9 +244,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         adapter = _stress_adapter(args, machine, provisioned, out)
         announced = getattr(adapter, "databases", {}).get(machine)  # an adapter's hello may say (wire.py)
         databases[machine] = args.database_dsn or provisioned.last_database or announced
-        if (args.terminate or args.contend) and databases[machine] is None:
+        if (args.terminate or args.contend or forcing) and databases[machine] is None:
             provisioned.release(adapter)
-            option = "--terminate" if args.terminate else "--contend"
+            option = "--terminate" if args.terminate else "--contend" if args.contend else "--replay"
             raise UsageError(
                 f"{option}: leaseproof did not give this implementation its database, and its hello announces "
                 "none, so it cannot tell where to work; name the database it uses with --database-dsn DSN"
@@ -231,6 +258,82 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except FaultError as exc:
         err.write(f"leaseproof: the fault injector failed, so the run was not judged: {exc}\n")
         return EXIT_USAGE
+
+
+def _replay_file(args: argparse.Namespace, err: TextIO) -> ReplayFile | None:
+    """The replay file --replay names, with the options it fixes set from it; None (said on
+    `err`) if it cannot be read or an option contradicts it."""
+    from leaseproof.conformance.concurrent.replay_file import ReplayFileError, read_replay
+
+    try:
+        replaying = read_replay(args.replay)
+    except ReplayFileError as exc:
+        err.write(f"leaseproof: --replay: {exc}\n")
+        return None
+    fixed = {"--machine": (args.machine, replaying.machine), "--seed": (args.seed, replaying.seed),
+             "--workers": (args.workers, replaying.workers)}  # fmt: skip
+    clashes = [f"{option} {given} (the file's is {theirs})" for option, (given, theirs) in fixed.items()
+               if given is not None and given != theirs]  # fmt: skip
+    if args.contend or args.terminate:
+        clashes.append("--contend or --terminate (a replay forces what the file holds, and nothing else)")
+    if clashes:
+        err.write(f"leaseproof: --replay {args.replay} fixes the program and how it ran; leave out: ")
+        err.write("; ".join(clashes) + "\n")
+        return None
+    args.machine, args.seed = replaying.machine, replaying.seed
+    return replaying
+
+
+def _judge_replay(
+    replaying: ReplayFile,
+    args: argparse.Namespace,
+    adapter: SomeAdapter,
+    database: str | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run the replay file's program `--repeats` times, forcing its schedule: the verdict, as stress prints it."""
+    from leaseproof.conformance.concurrent.contend import Contender
+    from leaseproof.conformance.concurrent.replay_file import digest
+    from leaseproof.conformance.concurrent.stress import program_at, replay
+
+    r = replaying
+    program = program_at(r.machine, r.seed, r.index, r.workers, r.rounds, adapter)
+    if digest(program) != r.digest:
+        err.write(
+            f"leaseproof: --replay {args.replay}: program {r.index + 1} of seed {r.seed} is not the one that failed"
+            f" (its digest is {digest(program)}, the file's {r.digest}): the file was written by another version of"
+            " leaseproof, or for an implementation that takes request keys where this one does not, or the reverse\n"
+        )
+        return EXIT_USAGE
+    contender = None
+    forced = "nothing forced (the run that found it held no locks: its timing was the machine's)"
+    if r.schedule is not None and database is not None:
+        held = [holds for holds in r.schedule if holds]
+        forced = (
+            f"forcing the {sum(map(len, held))} holds of its {len(held)} contended rounds"
+            if held
+            else "nothing to force (the failing repetition's rounds held no locks)"
+        )
+        contender = Contender(database, 1.0, r.seed, script=r.schedule)
+    out.write(
+        f"replaying program {r.index + 1} of seed {r.seed} on the {r.machine} machine against {adapter.name}"
+        f" (it failed {r.failed} of {r.repeats} runs against {r.subject}): {r.workers} workers, {args.repeats} runs,"
+        f" {forced}\n"
+    )
+    out.flush()
+    report = stress_with_progress(
+        err, adapter, program=program, seed=r.seed, workers=r.workers, repeats=args.repeats, lose=r.lose,
+        budget=args.budget, faults=contender, run=replay,
+    )  # fmt: skip
+    if contender is not None and contender.untaken:
+        shown = "; ".join(contender.untaken[:3]) + ("; ..." if len(contender.untaken) > 3 else "")
+        out.write(f"schedule: {len(contender.untaken)} holds could not be taken again (not there, or held): {shown}\n")
+    if report.finding is None:
+        out.write(f"replay: not reproduced in {args.repeats} runs\n")
+    else:
+        out.write(f"replay: reproduced in {report.finding.failed} of {args.repeats} runs\n")
+    return _stress_report(report, args, out, err, contender)
 
 
 def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, err: TextIO) -> None:
@@ -281,7 +384,7 @@ def _not_live(report: StressReport, stuck: Stuck, args: argparse.Namespace, out:
             f"  {op.client}: {spec.describe_command(op.command)} was in flight from at least {WAIT_BOUND:g}s before"
             f" the stall of tenant {spec.describe_key(stall.key)} ended until after it\n"
         )
-    path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    path = _history_path(args, report)
     try:
         write_history(path, stuck.history)
     except (OSError, TypeError, ValueError) as exc:
@@ -359,7 +462,7 @@ def _stress_report(
 
     out.write(f"why: {violation_sentence(finding.result.violation, spec, finding.history)}\n")
     out.write(timeline(finding.result.violation, spec) + "\n")
-    path = args.trace_out or Path(f"leaseproof-history-{report.seed}.jsonl")
+    path = _history_path(args, report)
     piece = path.with_name(path.stem + "-piece" + path.suffix)
     try:
         write_history(path, finding.history)
@@ -369,4 +472,38 @@ def _stress_report(
     else:
         out.write(f"history: {path} ({len(finding.history):,} operations, the whole failing run)\n")
         out.write(f"piece: {piece} (the piece above, from its partition's state; leaseproof check-history {piece})\n")
+    if args.replay is None:
+        _write_replay(path, report, finding, args, out, err)
     return EXIT_NONCONFORMING
+
+
+def _history_path(args: argparse.Namespace, report: StressReport) -> Path:
+    """Where a failing history goes: --trace-out, else beside the run (a replay's apart from the run's)."""
+    if args.trace_out is not None:
+        return Path(args.trace_out)
+    return Path(f"leaseproof-history-{report.seed}{'-replayed' if args.replay is not None else ''}.jsonl")
+
+
+def _write_replay(
+    history: Path, report: StressReport, finding: Finding, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> None:
+    """The replay file of a finding, beside its history, and the command that runs it again."""
+    from leaseproof.conformance.concurrent.replay_file import ReplayFile, digest, write_replay
+    from leaseproof.conformance.frontends.commands.common import replay_command
+
+    path = history.with_name(history.stem + "-replay.json")
+    replaying = ReplayFile(
+        report.machine, report.seed, finding.index, digest(finding.program), report.workers, finding.rounds,
+        args.lose_responses, finding.schedule, finding.failed, finding.repeats, str(history), report.subject,
+    )  # fmt: skip
+    try:
+        write_replay(path, replaying)
+    except OSError as exc:
+        err.write(f"leaseproof: could not write the replay file {path}: {exc}\n")
+        return
+    command = replay_command(path, args, ("stress", "--replay"))
+    if args.database_dsn is not None and finding.schedule is not None:
+        command += " --database-dsn " + shlex.quote(args.database_dsn)
+    held = sum(bool(holds) for holds in finding.schedule or ())
+    forced = f", with the locks held in {held} of its rounds" if held else ""
+    out.write(f"replay: {path} (program {finding.index + 1} of the seed{forced}); {command}\n")

@@ -1,0 +1,188 @@
+"""`leaseproof stress --replay`: a stress finding is written as the program's identity (seed,
+place, digest) and, with `--contend`, the locks held in its failing repetition; the replay
+draws the same program again, takes the same holds and lets them go in the same order, and
+exits 1 when a history is not linearizable again. A file it cannot use is refused, with
+nothing run."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from leaseproof.conformance.concurrent import contend as ct
+from leaseproof.conformance.concurrent.faults import INJECTOR
+from leaseproof.conformance.concurrent.history import Recorder
+from leaseproof.conformance.concurrent.programs import GENERATORS
+from leaseproof.conformance.concurrent.replay_file import ReplayFile, ReplayFileError, digest, read_replay, write_replay
+from leaseproof.conformance.concurrent.stress import program_at
+from leaseproof.conformance.frontends.cli import main
+from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
+
+HOLDS = (
+    (),
+    (
+        ct.Held("row", "public.t {...}", "FOR UPDATE", 2, table="public.t", key={"id": 2}),
+        ct.Held("advisory", "key 7, -3", "shared", 1, arguments=(7, -3)),
+    ),
+    (ct.Held("table", "public.t", "EXCLUSIVE MODE", 1, table="public.t"),),
+)
+
+
+def _replay(schedule: Any = HOLDS, **changes: Any) -> ReplayFile:
+    return ReplayFile(**{
+        "machine": "delivery", "seed": 5, "index": 3, "digest": "abc", "workers": 4, "rounds": 2, "lose": 0.0,
+        "schedule": schedule, "failed": 1, "repeats": 3, "history": "h.jsonl", "subject": "postgres", **changes,
+    })  # fmt: skip
+
+
+def test_a_replay_file_reads_back_as_written(tmp_path: Path) -> None:
+    for replay in (_replay(), _replay(schedule=None)):
+        write_replay(tmp_path / "r.json", replay)
+        assert read_replay(tmp_path / "r.json") == replay
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda doc: "not json", "not a JSON document"),
+        (lambda doc: {**doc, "kind": "leaseproof-history"}, "not a replay file"),
+        (lambda doc: {**doc, "format": 2}, "format 2"),
+        (lambda doc: {**doc, "seed": "5"}, '"seed" must be a integer'),
+        (lambda doc: {**doc, "workers": 0}, '"workers" must be at least 1'),
+        (lambda doc: {**doc, "machine": "queue"}, '"machine" must be'),
+        (lambda doc: {**doc, "lose": 1.5}, '"lose" is a fraction'),
+        (lambda doc: {**doc, "schedule": {"0": []}}, '"schedule" is a list of rounds'),
+        (lambda doc: {**doc, "schedule": [[{"kind": "row", "mode": "FOR NOTHING", "order": 1}]]}, "kind and mode"),
+        (lambda doc: {**doc, "schedule": [[{"kind": "row", "mode": "FOR UPDATE", "order": 1, "table": "t"}]]},
+         "schema.table"),
+        (lambda doc: {**doc, "schedule": [[{"kind": "advisory", "mode": "shared", "order": 1,
+                                            "arguments": [1, 2, 3]}]]}, "one or two integers"),
+        (lambda doc: {**doc, "schedule": [[{"kind": "table", "mode": "SHARE MODE", "order": 0, "table": "a.b"}]]},
+         "order is a positive integer"),
+    ],
+)  # fmt: skip
+def test_a_file_that_is_not_a_replay_is_refused_saying_why(tmp_path: Path, change: Any, says: str) -> None:
+    path = tmp_path / "r.json"
+    write_replay(path, _replay())
+    changed = change(json.loads(path.read_text()))
+    path.write_text(changed if isinstance(changed, str) else json.dumps(changed))
+    with pytest.raises(ReplayFileError, match=str(path)) as raised:
+        read_replay(path)
+    assert says in str(raised.value)
+
+
+def test_the_program_drawn_again_is_the_one_the_run_drew(delivery_dsn: str) -> None:
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    try:
+        drawn = random.Random(11)
+        programs = [GENERATORS["delivery"](drawn, 3, rounds=2, request_keys=True) for _ in range(6)]
+        again = program_at("delivery", 11, 5, 3, 2, adapter)
+    finally:
+        adapter.close()
+    assert again == programs[5] and digest(again) == digest(programs[5]) != digest(programs[4])
+
+
+def test_a_scripted_contender_takes_the_holds_it_is_given_and_says_which_it_could_not(scratch_dsn: str) -> None:
+    with psycopg.connect(scratch_dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE public.t (id int PRIMARY KEY, v text)")
+        setup.execute("INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 3) g")
+    row = ct.Held("row", "t 2", "FOR UPDATE", 2, table="public.t", key={"id": 2})
+    key = ct.Held("advisory", "key 7, -3", "exclusive", 1, arguments=(7, -3))
+    gone = ct.Held("row", "t 9", "FOR SHARE", 1, table="public.t", key={"id": 9})
+    contender = ct.Contender(scratch_dsn, 1.0, 1, script=((row, key), (), (gone,)))
+    other = psycopg.connect(scratch_dsn)
+    try:
+        contender.record_into(Recorder("delivery", None))
+        due = contender.due()
+        assert due is not None
+        contender.before_round(due)
+        locks = other.execute(
+            "SELECT l.locktype, l.mode, l.objid, l.classid FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE a.application_name = %s AND l.locktype IN ('advisory', 'transactionid', 'tuple', 'relation')",
+            (INJECTOR,),
+        ).fetchall()
+        assert ("advisory", "ExclusiveLock", 2**32 - 3, 7) in locks
+        assert ("relation", "RowShareLock") in {lock[:2] for lock in locks}
+        # The row is held: taking it from another connection cannot wait-free.
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            other.execute("SELECT 1 FROM public.t WHERE id = 2 FOR UPDATE NOWAIT")
+        other.rollback()
+        done = threading.Event()
+        done.set()
+        assert contender.during_round(done, due)
+        assert [h.order for h in contender.schedule()[0]] == [1, 2]
+        assert [h.kind for h in contender.schedule()[0]] == ["advisory", "row"]  # let go in the script's order
+        assert contender.due() is None  # the second round holds nothing
+        third = contender.due()
+        assert third is not None
+        contender.before_round(third)
+        assert contender.untaken == ["round 3: row t 9 (FOR SHARE)"] and not contender.held
+    finally:
+        other.close()
+        contender.close()
+
+
+def _found(delivery_dsn: str, tmp_path: Path, mutant: str, seed: int, capsys: pytest.CaptureFixture[str]) -> Path:
+    argv = ["stress", "--dsn", delivery_dsn, "--mutant", mutant, "--workers", "8", "--duration", "60",
+            "--seed", str(seed), "--contend", "1", "--trace-out", str(tmp_path / "found.jsonl")]  # fmt: skip
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    path = tmp_path / "found-replay.json"
+    assert f"replay: {path}" in out and f"leaseproof stress --replay {path} --mutant {mutant}" in out
+    return path
+
+
+def test_a_race_found_under_contention_replays_with_its_holds(
+    delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _found(delivery_dsn, tmp_path, "claim-read-then-update", 2, capsys)
+    replay = read_replay(path)
+    assert replay.schedule is not None and len(replay.schedule) == replay.rounds
+    argv = ["stress", "--dsn", delivery_dsn, "--replay", str(path), "--mutant", "claim-read-then-update"]
+    status = main([*argv, "--trace-out", str(tmp_path / "again.jsonl")])
+    out = capsys.readouterr().out
+    assert status == 1, (out, path.read_text())
+    assert f"replaying program {replay.index + 1} of seed {replay.seed} on the delivery machine" in out
+    assert "replay: reproduced in " in out and "verdict: NOT LINEARIZABLE" in out
+    if any(replay.schedule):
+        assert "forcing the " in out, out
+    assert (tmp_path / "again.jsonl").exists() and not (tmp_path / "again-replay.json").exists()
+    # The correct store, given the same replay, passes it: exit 0, "not reproduced".
+    assert main(["stress", "--dsn", delivery_dsn, "--replay", str(path), "--repeats", "3"]) == 0
+    assert "replay: not reproduced in 3 runs" in capsys.readouterr().out
+
+
+def test_a_replay_that_cannot_be_run_as_recorded_is_refused(
+    delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "r.json"
+    adapter = PostgresDeliveryAdapter(delivery_dsn)
+    try:
+        program = program_at("delivery", 5, 3, 4, 2, adapter)
+    finally:
+        adapter.close()
+    write_replay(path, _replay(schedule=None, digest=digest(program)))
+    argv = ["stress", "--dsn", delivery_dsn, "--replay", str(path)]
+    for extra, says in (
+        (["--seed", "6"], "leave out: --seed 6 (the file's is 5)"),
+        (["--machine", "lifecycle"], "--machine lifecycle (the file's is delivery)"),
+        (["--contend", "0.5"], "--contend or --terminate"),
+    ):
+        assert main([*argv, *extra]) == 2, extra
+        assert says in capsys.readouterr().err
+    write_replay(path, _replay(schedule=None, digest="0123456789abcdef"))
+    assert main(argv) == 2
+    assert "program 4 of seed 5 is not the one that failed" in capsys.readouterr().err
+    assert main(["stress", "--dsn", delivery_dsn, "--replay", str(tmp_path / "missing.json")]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+    # The file's own program runs: the correct store passes it.
+    write_replay(path, _replay(schedule=None, digest=digest(program)))
+    assert main([*argv, "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing forced" in out and "replay: not reproduced in 2 runs" in out
