@@ -3,7 +3,8 @@
 Each subject (a queue, `subjects/`) is judged on a scratch database of its own
 by the lease-queue profile (`leaseproof.model.queue`): the fixed scenario of
 each guarantee, `--examples` generated programs (seeded, shrunk when they break
-something), and `--races` rounds of each race of two or three clients, each
+something), and `--races` rounds of each race of two or three clients (or only of
+the races `--races-of` names), each
 followed by a drain every job must survive; in a `--terminate` share of the
 race rounds a busy backend of the queue's database is ended. A cell is
 `violated` (the shortest program found goes to a trace file that `--replay`
@@ -114,11 +115,13 @@ def judge_subject(
     traces: Path,
     terminate: float = 0.0,
     database: str | None = None,
+    races_of: frozenset[Guarantee] | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> Row:
-    """Every guarantee of one queue: scenarios, then generated programs, then races; in a
-    `terminate` share of the race rounds a busy backend of `database` (the queue's, a DSN) is
-    ended (`conformance/concurrent/faults.py`)."""
+    """Every guarantee of one queue: scenarios, then generated programs, then races (only the
+    races of the guarantees `races_of` names, if given; `runs.RACES`); in a `terminate` share
+    of the race rounds a busy backend of `database` (the queue's, a DSN) is ended
+    (`conformance/concurrent/faults.py`)."""
     if terminate and database is None:
         raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
@@ -129,8 +132,8 @@ def judge_subject(
     programs = _search(queue, seed, examples, findings, say)
     terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
     with _closed(terminator):
-        raced = _race(queue, caps, races, terminator, findings)
-    cells = _cells(queue, caps, findings, traces, seed)
+        raced = _race(queue, caps, races, terminator, findings, races_of)
+    cells = _cells(queue, caps, findings, traces, seed, races=races)
     cuts = terminator.counts if terminator is not None else FaultCounts()
     return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
                terminate, cuts)  # fmt: skip
@@ -190,12 +193,13 @@ def _race(
     races: int,
     terminator: Terminator | None,
     findings: _Findings,
+    races_of: frozenset[Guarantee] | None = None,
 ) -> int:
-    """`races` rounds of each race whose guarantee applies, until one raises or breaks a
-    guarantee; how many rounds ran."""
+    """`races` rounds of each race whose guarantee applies (and `races_of` names, if given),
+    until one raises or breaks a guarantee; how many rounds ran."""
     raced = 0
     for guarantee, race in runs.RACES.items():
-        if not applicable(guarantee, caps):
+        if not applicable(guarantee, caps) or (races_of is not None and guarantee not in races_of):
             continue
         for _ in range(races):
             raced += 1
@@ -216,9 +220,10 @@ def _race(
 
 
 def _cells(
-    queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings, traces: Path, seed: int
+    queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings, traces: Path, seed: int, *, races: int
 ) -> list[Cell]:
-    """Each guarantee's verdict; a violation's trace is written to `traces`."""
+    """Each guarantee's verdict (`races`: the rounds of each race asked for); a violation's trace is
+    written to `traces`."""
     cells = []
     for guarantee in Guarantee:
         if not applicable(guarantee, caps):
@@ -229,7 +234,7 @@ def _cells(
             cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
         elif guarantee not in findings.checked:
             why = (
-                "only a race can break it, and --races was 0"
+                f"only a race can break it, and {'--races-of left its race out' if races else '--races was 0'}"
                 if guarantee in RACE_ONLY
                 else "no fixed scenario this queue can run, and --examples was 0"
             )
@@ -356,6 +361,10 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
             if unknown
             else "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
         )
+    raced = {guarantee.value for guarantee in runs.RACES}
+    unknown_races = sorted(set(_races_of(args)) - raced)
+    if unknown_races or (args.races_of is not None and not _races_of(args)):
+        return f"--races-of takes races by their guarantee, from {', '.join(sorted(raced))}"
     if args.json is not None and not args.json.parent.is_dir():
         return f"no folder {args.json.parent} for --json"
     if args.replay is not None and not args.replay.is_file():
@@ -371,6 +380,11 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
         except (ValueError, KeyError, TypeError) as exc:
             return f"{args.replay} is not a guarantees trace ({exc})"
     return None
+
+
+def _races_of(args: argparse.Namespace) -> list[str]:
+    """The guarantees whose races `--races-of` names (empty if it is not given)."""
+    return [name for name in (args.races_of or "").split(",") if name]
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -396,15 +410,17 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if args.replay is not None:
                 return replay(args.replay, queue_for, out)
             rows = []
+            races_of = frozenset(map(Guarantee, _races_of(args))) if args.races_of is not None else None
+            which = "each race" if races_of is None else "the races of " + ", ".join(sorted(g.value for g in races_of))
             say(
                 f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {args.races} rounds "
-                f"of each race, {args.terminate:g} of them with a connection cut"
+                f"of {which}, {args.terminate:g} of them with a connection cut"
             )
             for name in subjects:
                 with queue_for(name) as (queue, dsn):
                     rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=args.races,
                                               traces=args.traces, terminate=args.terminate, database=dsn,
-                                              say=say))  # fmt: skip
+                                              races_of=races_of, say=say))  # fmt: skip
         except SubjectUnavailable as exc:
             err.write(f"leaseproof: {exc}\n")
             return EXIT_USAGE

@@ -30,6 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
     parser.add_argument("--races", type=int, default=100, help="rounds of each race per subject (default: 100)")
     parser.add_argument(
+        "--races-of",
+        metavar="GUARANTEES",
+        help="comma-separated: run only the races of these guarantees, from completion-racing-rescue, "
+        "no-double-claim, rescue-only-expired (for instance more rounds of the race that found a violation); "
+        "a guarantee only a race can break is then not checked unless its race runs (default: every race)",
+    )
+    parser.add_argument(
         "--terminate",
         type=float,
         default=0.5,
