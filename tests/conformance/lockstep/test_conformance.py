@@ -82,11 +82,17 @@ def test_random_search_alone_kills_each_mutant(delivery_dsn: str, mutant: Mutant
     print(f"{mutant.name}: killed in example {verdict.coverage.first_failure} after {verdict.seconds:.1f}s")
 
 
+# The seed of the test below: each of eleven seeds measured found the mutant within ten
+# programs and shrank it to the same five lines; this one after 163 programs sent in all
+# (6 s here), the file's SEED after 429 (20 s), the others between 202 and 510.
+SHORT_SEED = 4
+
+
 def test_a_failure_is_reported_as_a_short_replayable_program(delivery_dsn: str) -> None:
     mutant = by_name(MUTANTS, "lease-target-unbound")
     adapter = mutant.adapter(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, Run(max_examples=SEARCH_BUDGET, seed=SEED, scenarios=False))
+        verdict = run_conformance(adapter, Run(max_examples=SEARCH_BUDGET, seed=SHORT_SEED, scenarios=False))
     finally:
         adapter.close()
     program = verdict.counterexample.splitlines()
