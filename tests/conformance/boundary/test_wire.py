@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import os
+import random
 import shlex
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -94,10 +96,36 @@ def _kill(adapter: Any) -> tuple[str, str, str] | None:
     return how, where, said
 
 
+# Each mutant over the wire is a child process of its own (about 2 s: its start, its two
+# databases, its migrations). The default run takes a fixed sample of each machine's mutants
+# (WIRE_SAMPLE of them, drawn with SEED, and any named); the evidence run takes every one.
+WIRE_SAMPLE = 4
+
+
+def _wire_sample(mutants: Sequence[Any], *also: str) -> list[Any]:
+    chosen = {mu.name for mu in random.Random(SEED).sample(list(mutants), WIRE_SAMPLE)} | set(also)
+    assert set(also) <= {mu.name for mu in mutants}, also
+    return [mu for mu in mutants if mu.name in chosen]
+
+
 def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Server, delivery_template: str) -> None:
+    """On a fixed sample of the delivery mutants, with delivery-ids-reused, whose store raises
+    (a kill by fault, the others' by disagreement): every one is the evidence test's below."""
+    hows = _same_kills(pg_server, delivery_template, _wire_sample(MUTANTS, "delivery-ids-reused"))
+    assert hows == {"fault", "nonconformance"}  # both kinds of kill crossed the wire
+
+
+@pytest.mark.evidence
+def test_the_wire_kills_every_mutant_as_the_in_process_path_does(pg_server: Server, delivery_template: str) -> None:
+    _same_kills(pg_server, delivery_template, MUTANTS)
+
+
+def _same_kills(pg_server: Server, delivery_template: str, mutants: Sequence[Any]) -> set[str]:
+    """The fixed scenarios kill each of `mutants` over the wire as in process, with the same
+    words, and pass the bundled store both ways; how they killed (fault, nonconformance)."""
     in_process: dict[str | None, Any] = {}
     over_wire: dict[str | None, Any] = {}
-    for mutant in (None, *MUTANTS):  # None: the bundled store, which both paths must pass
+    for mutant in (None, *mutants):  # None: the bundled store, which both paths must pass
         name = mutant.name if mutant else None
         with scratch_database(pg_server, template=delivery_template) as dsn:
             local = PostgresDeliveryAdapter(dsn, mutant.store) if mutant else PostgresDeliveryAdapter(dsn)
@@ -117,7 +145,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
         over_wire.update(zip(in_process, pool.map(remotely, in_process), strict=True))
     killed_in_process = {name for name, result in in_process.items() if result}
     killed_over_wire = {name for name, result in over_wire.items() if result}
-    assert killed_in_process == {mu.name for mu in MUTANTS}  # and the bundled store (None) survives both
+    assert killed_in_process == {mu.name for mu in mutants}  # and the bundled store (None) survives both
     assert killed_over_wire == killed_in_process
     for name in sorted(killed_in_process, key=str):  # every name is a str: None survived
         (how, where, said), (wire_how, wire_where, wire_said) = in_process[name], over_wire[name]
@@ -128,6 +156,7 @@ def test_the_wire_kills_the_same_mutants_as_the_in_process_path(pg_server: Serve
             # The exception the store raised, relayed as the child's fault report.
             assert wire_said.startswith("AdapterFault: "), wire_said
             assert f"it reported a fault on 'execute': {said}" in wire_said, (said, wire_said)
+    return {in_process[name][0] for name in killed_in_process}
 
 
 # -- misbehaving children ------------------------------------------------------------------------
@@ -773,9 +802,19 @@ def _lifecycle_kill(adapter: Any) -> str | None:
 
 
 def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: Server) -> None:
+    """On a fixed sample of the lifecycle mutants: every one is the evidence test's below."""
+    _same_lifecycle_kills(pg_server, _wire_sample(LIFECYCLE_MUTANTS))
+
+
+@pytest.mark.evidence
+def test_the_lifecycle_machine_kills_every_mutant_over_the_wire(pg_server: Server) -> None:
+    _same_lifecycle_kills(pg_server, LIFECYCLE_MUTANTS)
+
+
+def _same_lifecycle_kills(pg_server: Server, mutants: Sequence[Any]) -> None:
     in_process: dict[str | None, str | None] = {}
     over_wire: dict[str | None, str | None] = {}
-    for mutant in (None, *LIFECYCLE_MUTANTS):
+    for mutant in (None, *mutants):
         name = mutant.name if mutant else None
         with scratch_database(pg_server) as dsn:
             local = mutant.adapter(dsn) if mutant else PostgresLifecycleAdapter(dsn)
@@ -795,7 +834,7 @@ def test_the_lifecycle_machine_kills_the_same_mutants_over_the_wire(pg_server: S
     with ThreadPoolExecutor(4) as pool:  # each child a process of its own
         over_wire.update(zip(in_process, pool.map(remotely, in_process), strict=True))
     assert in_process[None] is None and over_wire[None] is None  # the bundled implementation passes both
-    assert {n for n, r in in_process.items() if r} == {mu.name for mu in LIFECYCLE_MUTANTS}
+    assert {n for n, r in in_process.items() if r} == {mu.name for mu in mutants}
     assert over_wire == in_process  # the same scenario, the same disagreement, word for word
 
 
