@@ -210,7 +210,10 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from leaseproof.conformance.concurrent.contend import Contender
 
         if replaying is not None:
-            return _judge_replay(replaying, args, adapter, databases.get(machine), out, err)
+            status, report = _judge_replay(replaying, args, adapter, databases.get(machine), out, err)
+            if folder is not None and report is not None:
+                _write_page(folder, report, adapter.name, out, err)
+            return status
         faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
         contender = None
         if args.contend and (database := databases.get(machine)) is not None:
@@ -291,8 +294,9 @@ def _judge_replay(
     database: str | None,
     out: TextIO,
     err: TextIO,
-) -> int:
-    """Run the replay file's program `--repeats` times, forcing its schedule: the verdict, as stress prints it."""
+) -> tuple[int, StressReport | None]:
+    """Run the replay file's program `--repeats` times, forcing its schedule: the exit status
+    and the run (None: it could not be run), the verdict printed as stress prints it."""
     from leaseproof.conformance.concurrent.contend import Contender
     from leaseproof.conformance.concurrent.replay_file import digest
     from leaseproof.conformance.concurrent.stress import program_at, replay
@@ -305,7 +309,7 @@ def _judge_replay(
             f" (its digest is {digest(program)}, the file's {r.digest}): the file was written by another version of"
             " leaseproof, or for an implementation that takes request keys where this one does not, or the reverse\n"
         )
-        return EXIT_USAGE
+        return EXIT_USAGE, None
     contender = None
     forced = "nothing forced (the run that found it held no locks: its timing was the machine's)"
     if r.schedule is not None and database is not None:
@@ -333,7 +337,7 @@ def _judge_replay(
         out.write(f"replay: not reproduced in {args.repeats} runs\n")
     else:
         out.write(f"replay: reproduced in {report.finding.failed} of {args.repeats} runs\n")
-    return _stress_report(report, args, out, err, contender)
+    return _stress_report(report, args, out, err, contender), report
 
 
 def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, err: TextIO) -> None:
