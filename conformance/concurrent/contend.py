@@ -18,7 +18,10 @@ statement of the implementation is left running, only waiting (or the round is o
 HOLD_SECONDS have passed), the holds go, one at a time in a seeded order, each once the
 last release has settled. So a claim that read a row and then writes it, a check and the
 act that trusts it, two writers of one key: they meet at the release, where they
-re-check, or fail to, all at once. Seen from the client, that is only a delay.
+re-check, or fail to, all at once. Seen from the client, that is only a delay. While the
+round still runs, a new wave of holds is drawn as soon as one has gone (at most WAVES a
+round): the statements let go are running again, and their next ones, the act after a
+check, meet it.
 
 The injector never waits itself (`SKIP LOCKED`, `NOWAIT`, `pg_try_advisory_xact_lock`, and
 a `lock_timeout` of moments for a table's own lock), so it is in no deadlock and takes
@@ -50,6 +53,7 @@ HOLD_SECONDS = 1.0  # the longest a hold waits for the round's statements to pil
 SETTLE_POLL = 0.001  # seconds between looks at the implementation's backends
 SETTLED_LOOKS = 3  # consecutive looks with nothing running: the statements have piled up
 LEARN_POLL = 0.002  # seconds between looks at pg_locks in a round without holds
+WAVES = 3  # holds taken in a round, at most: before it starts, then again as each wave is let go
 
 # Locks held by the implementation's backends (every client of the database but the
 # injectors'): relation locks on user tables, and advisory locks.
@@ -104,6 +108,7 @@ class Held:
     mode: str
     order: int = 0
     waiting: int = 0
+    wave: int = 0
     table: str = ""
     key: Any = None
     arguments: tuple[int, ...] = ()
@@ -112,7 +117,7 @@ class Held:
         taken = {"row": {"table": self.table, "key": self.key}, "table": {"table": self.table}}
         how = taken.get(self.kind, {"arguments": list(self.arguments)})
         fields = {"kind": self.kind, "target": self.target, "mode": self.mode, "order": self.order}
-        return {**fields, "waiting": self.waiting, **how}
+        return {**fields, "waiting": self.waiting, "wave": self.wave, **how}
 
     @classmethod
     def from_json(cls, data: Any) -> Held:
@@ -129,6 +134,9 @@ class Held:
         waiting = data.get("waiting", 0)
         if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 0:
             raise ValueError(f"a hold's waiting is a count, not {waiting!r}")
+        wave = data.get("wave", 0)
+        if not isinstance(wave, int) or isinstance(wave, bool) or not 0 <= wave < WAVES:
+            raise ValueError(f"a hold's wave is one of 0 to {WAVES - 1}, not {wave!r}")
         table, arguments = data.get("table", ""), data.get("arguments", [])
         if kind != "advisory" and (not isinstance(table, str) or table.count(".") < 1):
             raise ValueError(f"a {kind} hold names its table as schema.table, not {table!r}")
@@ -140,8 +148,8 @@ class Held:
         ):  # fmt: skip
             raise ValueError(f"an advisory hold's arguments are one or two integers, not {arguments!r}")
         target = data.get("target", "")
-        return cls(kind, str(target), mode, order, waiting, table if kind != "advisory" else "", data.get("key"),
-                   tuple(arguments))  # fmt: skip
+        return cls(kind, str(target), mode, order, waiting, wave, table if kind != "advisory" else "",
+                   data.get("key"), tuple(arguments))  # fmt: skip
 
 
 Schedule = tuple[tuple[Held, ...], ...]
@@ -245,11 +253,16 @@ class Contender(RoundFault):
         if cut.kind == "learn" or self.recorder is None:
             return
         self.began = self.recorder.tick()
+        self._take_wave(0)
+
+    def _take_wave(self, wave: int) -> None:
+        """The holds of a round's `wave`-th wave: drawn from the map, or the script's."""
         if self.script is not None:
-            for conn, again in zip(self.conns, self.script[len(self.rounds) - 1], strict=False):
-                held = self._take_again(conn, again)
+            again = [held for held in self.script[len(self.rounds) - 1] if held.wave == wave]
+            for conn, one in zip(self.conns, again, strict=False):
+                held = self._take_again(conn, one)
                 if held is None:
-                    self.untaken.append(f"round {len(self.rounds)}: {again.kind} {again.target} ({again.mode})")
+                    self.untaken.append(f"round {len(self.rounds)}: {one.kind} {one.target} ({one.mode})")
                 else:
                     self.held.append((conn, held))
             return
@@ -269,21 +282,28 @@ class Contender(RoundFault):
                 self._learn()
                 done.wait(LEARN_POLL)
             return False
-        order = list(range(len(self.held)))
-        if self.script is None:
-            self.choices.shuffle(order)
-        else:
-            order.sort(key=lambda index: self.held[index][1].order)
-        released = []
-        for turn, index in enumerate(order):
-            # A replay lets a hold go once as many statements wait for a lock as did when it
-            # went in the run it replays (or the round is over, or HOLD_SECONDS have passed).
-            waiting = self._settle(done, self.held[index][1].waiting if self.script is not None else 1)
-            conn, held = self.held[index]
-            self._release(conn)
-            self.waiting += waiting
-            released.append(attrs.evolve(held, order=turn + 1, waiting=waiting))
-        self.held = []
+        released: list[Held] = []
+        for wave in range(WAVES):
+            if wave:  # the statements let go are running again: hold what their next ones need
+                if done.is_set():
+                    break
+                self._take_wave(wave)
+                if not self.held:
+                    break
+            order = list(range(len(self.held)))
+            if self.script is None:
+                self.choices.shuffle(order)
+            else:
+                order.sort(key=lambda index: self.held[index][1].order)
+            for index in order:
+                # A replay lets a hold go once as many statements wait for a lock as did when it
+                # went in the run it replays (or the round is over, or HOLD_SECONDS have passed).
+                waiting = self._settle(done, self.held[index][1].waiting if self.script is not None else 1)
+                conn, held = self.held[index]
+                self._release(conn)
+                self.waiting += waiting
+                released.append(attrs.evolve(held, order=len(released) + 1, waiting=waiting, wave=wave))
+            self.held = []
         self._record(released)
         self.counts.ended += 1
         return True

@@ -30,6 +30,10 @@ HOLDS = (
         ct.Held("row", "public.t {...}", "FOR UPDATE", 2, table="public.t", key={"id": 2}),
         ct.Held("advisory", "key 7, -3", "shared", 1, arguments=(7, -3)),
     ),
+    (
+        ct.Held("table", "public.t", "SHARE MODE", 1, waiting=3, table="public.t"),
+        ct.Held("row", "public.t {...}", "FOR KEY SHARE", 2, wave=2, table="public.t", key={"id": 1}),
+    ),
     (ct.Held("table", "public.t", "EXCLUSIVE MODE", 1, table="public.t"),),
 )
 
@@ -65,6 +69,8 @@ def test_a_replay_file_reads_back_as_written(tmp_path: Path) -> None:
                                             "arguments": [1, 2, 3]}]]}, "one or two integers"),
         (lambda doc: {**doc, "schedule": [[{"kind": "table", "mode": "SHARE MODE", "order": 0, "table": "a.b"}]]},
          "order is a positive integer"),
+        (lambda doc: {**doc, "schedule": [[{"kind": "table", "mode": "SHARE MODE", "order": 1, "table": "a.b",
+                                            "wave": 7}]]}, "wave is one of"),
     ],
 )  # fmt: skip
 def test_a_file_that_is_not_a_replay_is_refused_saying_why(tmp_path: Path, change: Any, says: str) -> None:
@@ -186,3 +192,42 @@ def test_a_replay_that_cannot_be_run_as_recorded_is_refused(
     assert main([*argv, "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     assert "nothing forced" in out and "replay: not reproduced in 2 runs" in out
+
+
+def test_a_scripted_wave_is_taken_once_the_wave_before_it_is_let_go(scratch_dsn: str) -> None:
+    """Holds come in waves: a round's first before it starts, the next as soon as the one before
+    it has been let go (the statements it held up are running again), while the round runs."""
+    with psycopg.connect(scratch_dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE public.t (id int PRIMARY KEY)")
+    first = ct.Held("advisory", "key 5", "exclusive", 1, arguments=(5,))
+    second = ct.Held("table", "public.t", "SHARE MODE", 2, wave=1, table="public.t")
+    contender = ct.Contender(scratch_dsn, 1.0, 1, script=((first, second),))
+    other = psycopg.connect(scratch_dsn, autocommit=True)
+    try:
+        contender.record_into(Recorder("delivery", None))
+        due = contender.due()
+        assert due is not None
+        contender.before_round(due)
+        assert [held.wave for _, held in contender.held] == [0]  # the second wave waits its turn
+        done = threading.Event()
+        during = threading.Thread(target=contender.during_round, args=(done, due))
+        during.start()
+        taken = (
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND mode = 'ShareLock'"
+            " AND relation = 'public.t'::regclass"
+        )
+        for _ in range(500):  # the first is let go after HOLD_SECONDS, nothing waiting for it
+            if other.execute(taken).fetchone() == (1,):
+                break
+            threading.Event().wait(0.01)
+        assert other.execute(taken).fetchone() == (1,)
+        assert other.execute("SELECT pg_try_advisory_lock(5)").fetchone() == (True,)  # the first wave went
+        other.execute("SELECT pg_advisory_unlock(5)")
+        done.set()
+        during.join(5)
+        assert not during.is_alive()
+        assert [(h.kind, h.wave, h.order) for h in contender.schedule()[0]] == [("advisory", 0, 1), ("table", 1, 2)]
+        assert other.execute(taken).fetchone() == (0,)
+    finally:
+        other.close()
+        contender.close()
