@@ -284,12 +284,16 @@ def subject(server: Server, name: str) -> Iterator[tuple[QueueAdapter, str]]:
 
 
 REPLAY_RACES = 200  # rounds a race's replay may take to meet its violation again
+MATRIX_RACES = 100  # rounds of each race per subject, unless told
 
 
 def replay(
-    path: Path, queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]], out: TextIO
+    path: Path,
+    queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]],
+    out: TextIO,
+    rounds: int = REPLAY_RACES,
 ) -> int:
-    """Run a trace file's program again (a race: up to REPLAY_RACES rounds of it, each with a
+    """Run a trace file's program again (a race: up to `rounds` rounds of it, each with a
     connection cut if the violation was found in a cut round): exit 1 if the same guarantee
     breaks again, 0 if not."""
     body = json.loads(path.read_text())
@@ -300,7 +304,7 @@ def replay(
         with queue_for(body["subject"]) as (queue, dsn):
             terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
             with _closed(terminator):
-                for attempt in range(1, REPLAY_RACES + 1):
+                for attempt in range(1, rounds + 1):
                     result = race(queue, terminator)
                     if result.violation is not None and result.violation.guarantee is guarantee:
                         out.write(
@@ -308,7 +312,7 @@ def replay(
                             f"breaks {guarantee.value}: {result.violation.why}\n"
                         )
                         return EXIT_BROKEN
-        out.write(f"not reproduced in {REPLAY_RACES} rounds of {how}: {body['subject']} held {guarantee.value}\n")
+        out.write(f"not reproduced in {rounds} rounds of {how}: {body['subject']} held {guarantee.value}\n")
         return EXIT_HOLDS
     with queue_for(body["subject"]) as (queue, _):
         ran = runs.run(queue, body["program"])
@@ -355,7 +359,7 @@ def details(rows: Sequence[Row]) -> list[str]:
 def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
     """What is wrong with the arguments, said before anything starts; None if nothing is."""
     unknown = sorted(s for s in set(subjects) if not known(s))
-    if unknown or not subjects or args.examples < 0 or args.races < 0 or not 0 <= args.terminate <= 1:
+    if unknown or not subjects or args.examples < 0 or (args.races or 0) < 0 or not 0 <= args.terminate <= 1:
         return (
             f"unknown subjects {', '.join(unknown)}"
             if unknown
@@ -408,7 +412,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         try:
             if args.replay is not None:
-                return replay(args.replay, queue_for, out)
+                return replay(args.replay, queue_for, out, REPLAY_RACES if args.races is None else args.races)
+            if args.races is None:
+                args.races = MATRIX_RACES
             rows = []
             races_of = frozenset(map(Guarantee, _races_of(args))) if args.races_of is not None else None
             which = "each race" if races_of is None else "the races of " + ", ".join(sorted(g.value for g in races_of))

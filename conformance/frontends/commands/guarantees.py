@@ -28,7 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, from {', '.join(QUEUE_SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
     )
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
-    parser.add_argument("--races", type=int, default=100, help="rounds of each race per subject (default: 100)")
+    parser.add_argument(
+        "--races",
+        type=int,
+        help="rounds of each race per subject (default: 100); with --replay of a race's trace, the rounds the replay "
+        "may take to meet its violation again (default: 200)",
+    )
     parser.add_argument(
         "--races-of",
         metavar="GUARANTEES",
