@@ -253,13 +253,13 @@ class _Recording(PostgresDeliveryAdapter):
 def test_a_program_that_repeats_one_already_sent_is_not_sent_again(delivery_dsn: str) -> None:
     adapter = _Recording(delivery_dsn)
     try:
-        verdict = run_conformance(adapter, Run(max_examples=120, seed=1, scenarios=False))
+        verdict = run_conformance(adapter, Run(max_examples=40, seed=1, scenarios=False))
     finally:
         adapter.close()
     assert verdict.conforms, verdict.failure
     coverage, sent = verdict.coverage, [tuple(program) for program in adapter.sent]
-    assert coverage.generated >= 120 and len(sent) == coverage.examples
-    assert coverage.examples < coverage.generated  # Hypothesis does repeat programs
+    assert coverage.generated >= 40 and len(sent) == coverage.examples
+    assert coverage.examples < coverage.generated  # Hypothesis does repeat programs (2 of 40 on seed 1)
     assert len(set(sent)) == len(sent)  # each program sent once
     # and none sent that only repeats a prefix of one sent before it
     for i, program in enumerate(sent):
