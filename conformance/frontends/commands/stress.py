@@ -40,7 +40,7 @@ EXITS = (
     "unknown); 2 usage error, the implementation failed instead of answering, or --terminate ended no "
     "backend; " + INTERRUPTED_EXITS
 )
-WORKERS, REPEATS, REPLAY_REPEATS = 8, 3, 20
+WORKERS, REPEATS, REPLAY_REPEATS, DURATION = 8, 3, 20, 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--machine", choices=sorted(MACHINES), help="stress one machine (default: both, or the mutant's)"
     )
     parser.add_argument("--workers", type=positive, help=f"concurrent clients (default: {WORKERS})")
-    parser.add_argument("--duration", type=positive_float, default=30.0, help="seconds per machine (default: 30)")
+    parser.add_argument("--duration", type=positive_float, help=f"seconds per machine (default: {DURATION:g})")
     parser.add_argument(
         "--repeats",
         type=positive,
@@ -182,6 +182,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     forcing = replaying is not None and replaying.schedule is not None  # holds to take again: a database
     args.workers = args.workers or (replaying.workers if replaying is not None else WORKERS)
     args.repeats = args.repeats or (REPLAY_REPEATS if replaying is not None else REPEATS)
+    args.duration = args.duration or DURATION
     if args.database_dsn is not None and not (args.terminate or args.contend or forcing):
         err.write(
             "leaseproof: --database-dsn names where --terminate ends backends or --contend holds locks;"
@@ -212,7 +213,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if replaying is not None:
             status, report = _judge_replay(replaying, args, adapter, databases.get(machine), out, err)
             if folder is not None and report is not None:
-                _write_page(folder, report, adapter.name, out, err)
+                _write_page(folder, report, adapter.name, out, err, f"stress-{machine}-{seed_value}-replayed.html")
             return status
         faults = f", ending a busy backend in {args.terminate:g} of rounds" if args.terminate else ""
         contender = None
@@ -279,6 +280,8 @@ def _replay_file(args: argparse.Namespace, err: TextIO) -> ReplayFile | None:
                if given is not None and given != theirs]  # fmt: skip
     if args.contend or args.terminate:
         clashes.append("--contend or --terminate (a replay forces what the file holds, and nothing else)")
+    if args.duration is not None:
+        clashes.append("--duration (a replay runs its one program --repeats times)")
     if clashes:
         err.write(f"leaseproof: --replay {args.replay} fixes the program and how it ran; leave out: ")
         err.write("; ".join(clashes) + "\n")
@@ -340,13 +343,15 @@ def _judge_replay(
     return _stress_report(report, args, out, err, contender), report
 
 
-def _write_page(folder: Path, report: StressReport, subject: str, out: TextIO, err: TextIO) -> None:
+def _write_page(
+    folder: Path, report: StressReport, subject: str, out: TextIO, err: TextIO, filename: str | None = None
+) -> None:
     """The --report page of one machine's run, written after its verdict was printed; nothing
     here changes the verdict or the exit status: a failure is said on stderr."""
     from leaseproof.conformance.report import write_stress_report  # the pages' modules, when asked for
 
     try:
-        path = write_stress_report(folder, report, subject=subject)
+        path = write_stress_report(folder, report, subject=subject, filename=filename)
     except Exception as exc:  # noqa: BLE001 - a page that cannot be written leaves the verdict as it is
         err.write(f"leaseproof: could not write the report page into {folder}: {type(exc).__name__}: {exc}\n")
         return

@@ -179,6 +179,7 @@ def test_a_replay_that_cannot_be_run_as_recorded_is_refused(
         (["--seed", "6"], "leave out: --seed 6 (the file's is 5)"),
         (["--machine", "lifecycle"], "--machine lifecycle (the file's is delivery)"),
         (["--contend", "0.5"], "--contend or --terminate"),
+        (["--duration", "5"], "--duration (a replay runs its one program --repeats times)"),
     ):
         assert main([*argv, *extra]) == 2, extra
         assert says in capsys.readouterr().err
