@@ -10,6 +10,7 @@ the run prints or for the run's exit.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import queue
 import re
@@ -133,6 +134,26 @@ def _default_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
+def owner_lock_released(folder: Path) -> bool:
+    """Whether, within _DEADLINE, no process holds `folder`'s owner lock (a run and its forks
+    hold it while any of them lives); taken and let go at once when it is free."""
+    deadline = time.monotonic() + _DEADLINE
+    fd = os.open(folder / "owner.lock", os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return False
+                threading.Event().wait(0.01)  # polling a lock, not waiting for time
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return True
+    finally:
+        os.close(fd)
+
+
 def serves(pid: int, folder: Path) -> bool:
     """Whether `pid` runs (a zombie does not) with `folder` in its command line."""
     try:
@@ -193,6 +214,10 @@ def test_the_next_run_removes_a_killed_runs_server_and_folder_and_spares_a_live_
         killed_folder, killed_pid = killed.running_server()
         killed.kill()  # SIGKILL: nothing of the run's own cleanup can run
         assert killed_folder.exists() and serves(killed_pid, killed_folder)  # what it leaves behind
+        # The run's forked adapter child holds the folder's owner lock too, and exits once it
+        # reads the end of its pipe: until then the run is not all gone, and its folder is
+        # rightly a live one (CI's run met that, starting the next run a moment too soon).
+        assert owner_lock_released(killed_folder), "the killed run's forks still hold its folder"
 
         after = Run(tmpdir_for_runs, "--seed", "1", "--max-examples", "2")
         assert after.finish() == 0, after.stderr
