@@ -38,6 +38,7 @@ import collections
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -205,6 +206,38 @@ def advisory_arguments(key: Key) -> tuple[int, ...]:
     return tuple(half - (1 << 32) if half >= 1 << 31 else half for half in (classid, objid))
 
 
+def _in_transaction(
+    conn: psycopg.Connection[Any], take: Callable[[psycopg.Connection[Any]], Held | None], what: str
+) -> Held | None:
+    """`take`'s hold, in a transaction of `conn` that stays open while it is held: None (and the
+    transaction rolled back) if it could not be taken without waiting."""
+    try:
+        conn.execute("BEGIN")
+        held = take(conn)
+    except psycopg.errors.LockNotAvailable:
+        held = None
+    except psycopg.Error as exc:
+        raise FaultError(f"could not take {what}: {exc}") from exc
+    if held is None:
+        conn.execute("ROLLBACK")
+    return held
+
+
+def _lock_table(conn: psycopg.Connection[Any], table: str, mode: str) -> None:
+    """`LOCK TABLE` in `mode` (as "SHARE MODE"), without waiting (LockNotAvailable if held)."""
+    relation = sql.Identifier(*table.split(".", 1))
+    conn.execute(sql.SQL("LOCK TABLE {} IN {} NOWAIT").format(relation, sql.SQL(mode)))
+
+
+def _try_advisory(conn: psycopg.Connection[Any], held: Held) -> bool:
+    """Whether the advisory key `held` names was taken, in its mode, without waiting."""
+    function = "pg_try_advisory_xact_lock" + ("_shared" if held.mode == "shared" else "")
+    placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in held.arguments)
+    query = sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders)
+    row = conn.execute(query, held.arguments).fetchone()
+    return row is not None and bool(row["got"])
+
+
 class Contender(RoundFault):
     """Holds locks the implementation takes, in a `rate` fraction of rounds (see the module);
     or, given a `script` (the schedule of a run, as `schedule()` gave it), exactly those holds
@@ -327,18 +360,8 @@ class Contender(RoundFault):
                                     ("advisory", self.map.keys())) if known]  # fmt: skip
         if not kinds:
             return None
-        kind = self.choices.choice(kinds)
-        try:
-            conn.execute("BEGIN")
-            take = {"row": self._take_row, "table": self._take_table, "advisory": self._take_advisory}[kind]
-            held = take(conn)
-        except psycopg.errors.LockNotAvailable:
-            held = None
-        except psycopg.Error as exc:
-            raise FaultError(f"could not take a lock the implementation takes: {exc}") from exc
-        if held is None:
-            conn.execute("ROLLBACK")
-        return held
+        take = {"row": self._take_row, "table": self._take_table, "advisory": self._take_advisory}
+        return _in_transaction(conn, take[self.choices.choice(kinds)], "a lock the implementation takes")
 
     def _take_row(self, conn: psycopg.Connection[Any]) -> Held | None:
         table = weighted(self.choices, self.map.row_tables())
@@ -363,50 +386,33 @@ class Contender(RoundFault):
 
     def _take_table(self, conn: psycopg.Connection[Any]) -> Held:
         table = weighted(self.choices, self.map.written_tables())
-        mode = self.choices.choice(TABLE_MODES)
-        relation = sql.Identifier(*table.split(".", 1))
-        conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE NOWAIT").format(relation, sql.SQL(mode)))
-        return Held("table", table, f"{mode} MODE", table=table)
+        mode = f"{self.choices.choice(TABLE_MODES)} MODE"
+        _lock_table(conn, table, mode)
+        return Held("table", table, mode, table=table)
 
     def _take_advisory(self, conn: psycopg.Connection[Any]) -> Held | None:
-        key = weighted(self.choices, self.map.keys())
+        arguments = advisory_arguments(weighted(self.choices, self.map.keys()))  # drawn first, then the mode
         mode = self.choices.choice(ADVISORY_MODES)
-        arguments = advisory_arguments(key)
-        function = "pg_try_advisory_xact_lock" + ("_shared" if mode == "shared" else "")
-        placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in arguments)
-        got = conn.execute(sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders), arguments)
-        row = got.fetchone()
-        got_it = row is not None and row["got"]
-        return Held("advisory", "key " + ", ".join(map(str, arguments)), mode, arguments=arguments) if got_it else None
+        held = Held("advisory", "key " + ", ".join(map(str, arguments)), mode, arguments=arguments)
+        return held if _try_advisory(conn, held) else None
 
     def _take_again(self, conn: psycopg.Connection[Any], held: Held) -> Held | None:
         """The hold a script names, taken without waiting: None if it is not there to take (no
         such row, or someone holds it)."""
-        try:
-            conn.execute("BEGIN")
+
+        def take(conn: psycopg.Connection[Any]) -> Held | None:
             if held.kind == "advisory":
-                function = "pg_try_advisory_xact_lock" + ("_shared" if held.mode == "shared" else "")
-                placeholders = sql.SQL(", ").join(sql.Placeholder() for _ in held.arguments)
-                query = sql.SQL("SELECT {}({}) AS got").format(sql.Identifier(function), placeholders)
-                row = conn.execute(query, held.arguments).fetchone()
-                taken = row is not None and bool(row["got"])
-            elif held.kind == "table":
-                relation = sql.Identifier(*held.table.split(".", 1))
-                conn.execute(sql.SQL("LOCK TABLE {} IN {} NOWAIT").format(relation, sql.SQL(held.mode)))
-                taken = True
-            else:
-                relation = sql.Identifier(*held.table.split(".", 1))
-                query = sql.SQL("SELECT 1 FROM {} t WHERE to_jsonb(t) @> %s LIMIT 1 {} NOWAIT").format(
-                    relation, sql.SQL(held.mode)
-                )
-                taken = conn.execute(query, (Jsonb(held.key),)).fetchone() is not None
-        except psycopg.errors.LockNotAvailable:
-            taken = False
-        except psycopg.Error as exc:
-            raise FaultError(f"could not take the hold the schedule names ({held.target}): {exc}") from exc
-        if not taken:
-            conn.execute("ROLLBACK")
-        return held if taken else None
+                return held if _try_advisory(conn, held) else None
+            if held.kind == "table":
+                _lock_table(conn, held.table, held.mode)
+                return held
+            relation = sql.Identifier(*held.table.split(".", 1))
+            query = sql.SQL("SELECT 1 FROM {} t WHERE to_jsonb(t) @> %s LIMIT 1 {} NOWAIT").format(
+                relation, sql.SQL(held.mode)
+            )
+            return held if conn.execute(query, (Jsonb(held.key),)).fetchone() is not None else None
+
+        return _in_transaction(conn, take, f"the hold the schedule names ({held.target})")
 
     def _primary_key(self, conn: psycopg.Connection[Any], table: str) -> list[str]:
         if table not in self._pk:

@@ -316,7 +316,7 @@ def stress(
         raise ValueError("give terminate or faults, not both")
     spec = SPECS[machine]
     generate = GENERATORS[machine]
-    options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
+    options = _generator_options(machine, adapter)
     rng = random.Random(seed)
     progress = Progress()
     started = time.monotonic()
@@ -343,9 +343,15 @@ def stress(
     return StressReport(machine, workers, seed, progress, None, None, adapter.name)
 
 
+def _generator_options(machine: str, adapter: SomeAdapter) -> dict[str, Any]:
+    """What the machine's program generator is told of the adapter (the delivery machine: whether
+    it takes request keys)."""
+    return {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
+
+
 def program_at(machine: str, seed: int, index: int, workers: int, rounds: int, adapter: SomeAdapter) -> Program:
     """The `index`-th program (from 0) a stress run of `seed` draws for `adapter`."""
-    options = {"request_keys": takes_request_keys(adapter)} if machine == "delivery" else {}
+    options = _generator_options(machine, adapter)
     rng = random.Random(seed)
     for _ in range(index):
         GENERATORS[machine](rng, workers, rounds=rounds, **options)
