@@ -228,10 +228,14 @@ def write_adapters(folder: Path) -> None:
     (folder / "adapters.py").write_text(ADAPTERS_MODULE)
 
 
-def leaseproof(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`leaseproof ARGS` as a user runs it: a real process (in `cwd`), its output captured."""
+def leaseproof(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`leaseproof ARGS` as a user runs it: a real process (in `cwd`, with `env` added to the
+    environment), its output captured."""
     command = [sys.executable, "-m", "leaseproof.conformance.frontends.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    environment = None if env is None else {**os.environ, **env}
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=environment)
 
 
 _REPLAY = re.compile(r"replay it (?:from the rootdir )?with: (?P<command>.+)\)$", re.MULTILINE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +34,7 @@ from leaseproof.conformance.harness.provision import postgres_server, require_te
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
-from leaseproof.conformance.queues.subjects import SubjectUnavailable, known, make
+from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, UnknownSubject, load, make, source
 from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
 
 EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
@@ -117,11 +118,14 @@ def judge_subject(
     database: str | None = None,
     races_of: frozenset[Guarantee] | None = None,
     say: Callable[[str], None] = lambda line: None,
+    reference: str | None = None,
 ) -> Row:
     """Every guarantee of one queue: scenarios, then generated programs, then races (only the
     races of the guarantees `races_of` names, if given; `runs.RACES`); in a `terminate` share
     of the race rounds a busy backend of `database` (the queue's, a DSN) is ended
-    (`conformance/concurrent/faults.py`)."""
+    (`conformance/concurrent/faults.py`). `reference`: how the subject was named (a name,
+    `leaseproof:MUTANT` or `MODULE:CLASS`; its name, unless told), written into its traces so that
+    `--replay` opens it again."""
     if terminate and database is None:
         raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
@@ -133,7 +137,7 @@ def judge_subject(
     terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
     with _closed(terminator):
         raced = _race(queue, caps, races, terminator, findings, races_of)
-    cells = _cells(queue, caps, findings, traces, seed, races=races)
+    cells = _cells(queue, caps, findings, traces, seed, races=races, reference=reference or queue.name)
     cuts = terminator.counts if terminator is not None else FaultCounts()
     return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
                terminate, cuts)  # fmt: skip
@@ -220,17 +224,24 @@ def _race(
 
 
 def _cells(
-    queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings, traces: Path, seed: int, *, races: int
+    queue: QueueAdapter,
+    caps: frozenset[Capability],
+    findings: _Findings,
+    traces: Path,
+    seed: int,
+    *,
+    races: int,
+    reference: str,
 ) -> list[Cell]:
     """Each guarantee's verdict (`races`: the rounds of each race asked for); a violation's trace is
-    written to `traces`."""
+    written to `traces`, naming the subject by `reference`."""
     cells = []
     for guarantee in Guarantee:
         if not applicable(guarantee, caps):
             cells.append(Cell(guarantee, "n/a", f"needs {needs(guarantee)}"))
         elif guarantee in findings.evidence:
             ev = findings.evidence[guarantee]
-            path = _write_trace(traces, queue, guarantee, ev, seed)
+            path = _write_trace(traces, queue, guarantee, ev, seed, reference)
             cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
         elif guarantee not in findings.checked:
             why = (
@@ -247,11 +258,14 @@ def _cells(
     return cells
 
 
-def _write_trace(traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int) -> Path:
+def _write_trace(
+    traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int, reference: str
+) -> Path:
     traces.mkdir(parents=True, exist_ok=True)
-    path = traces / f"{queue.name.replace(':', '-')}--{guarantee.value}.json"
+    path = traces / f"{re.sub(r'[^A-Za-z0-9._-]', '-', queue.name)}--{guarantee.value}.json"
     body = {
         "subject": queue.name,
+        "source": reference,
         "version": queue.version,
         "guarantee": guarantee.value,
         "meaning": MEANING[guarantee],
@@ -301,7 +315,7 @@ def replay(
     if body.get("program") is None:
         race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
         how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
-        with queue_for(body["subject"]) as (queue, dsn):
+        with queue_for(body.get("source") or body["subject"]) as (queue, dsn):
             terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
             with _closed(terminator):
                 for attempt in range(1, rounds + 1):
@@ -314,7 +328,7 @@ def replay(
                         return EXIT_BROKEN
         out.write(f"not reproduced in {rounds} rounds of {how}: {body['subject']} held {guarantee.value}\n")
         return EXIT_HOLDS
-    with queue_for(body["subject"]) as (queue, _):
+    with queue_for(body.get("source") or body["subject"]) as (queue, _):
         ran = runs.run(queue, body["program"])
     for entry in ran.trace:
         out.write(f"  {entry['act']}" + (f" -> {entry['answer']}" if "answer" in entry else "") + "\n")
@@ -357,14 +371,14 @@ def details(rows: Sequence[Row]) -> list[str]:
 
 
 def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
-    """What is wrong with the arguments, said before anything starts; None if nothing is."""
-    unknown = sorted(s for s in set(subjects) if not known(s))
-    if unknown or not subjects or args.examples < 0 or (args.races or 0) < 0 or not 0 <= args.terminate <= 1:
-        return (
-            f"unknown subjects {', '.join(unknown)}"
-            if unknown
-            else "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
-        )
+    """What is wrong with the arguments, said before anything starts (each subject found and its
+    class loaded: a subject that cannot be is a usage error); None if nothing is."""
+    if not subjects or args.examples < 0 or (args.races or 0) < 0 or not 0 <= args.terminate <= 1:
+        return "name a subject; --examples and --races >= 0; --terminate between 0 and 1"
+    for reference in dict.fromkeys(subjects):
+        problem = _unloadable(reference)
+        if problem is not None:
+            return problem
     raced = {guarantee.value for guarantee in runs.RACES}
     unknown_races = sorted(set(_races_of(args)) - raced)
     if unknown_races or (args.races_of is not None and not _races_of(args)):
@@ -376,8 +390,11 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
     if args.replay is not None:
         try:
             trace = json.loads(args.replay.read_text())
-            if not known(trace["subject"]) or not isinstance(trace.get("program", []), list | None):
-                raise ValueError(f"unknown subject {trace['subject']!r}")
+            if not isinstance(trace.get("program", []), list | None):
+                raise ValueError("its program is not a list of steps")
+            problem = _unloadable(trace.get("source") or trace["subject"])
+            if problem is not None:
+                raise ValueError(problem)
             if trace.get("program") is None and trace.get("race") not in {r.__name__ for r in runs.RACES.values()}:
                 raise ValueError(f"neither a program nor a known race ({trace.get('race')!r})")
             Guarantee(trace["guarantee"])
@@ -386,13 +403,32 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
     return None
 
 
+def _unloadable(reference: str) -> str | None:
+    """Why the subject `reference` names cannot be judged here (unknown, or its class cannot be
+    loaded); None if it can be."""
+    try:
+        found = source(reference)
+        if found is not None:
+            load(found)
+    except (UnknownSubject, SubjectUnavailable) as exc:
+        return str(exc)
+    return None
+
+
+def _subjects(args: argparse.Namespace) -> list[str]:
+    """The subjects to judge: `--subjects`, then each `--subject`; without `--subjects`, the
+    `--subject`s alone, or every built-in subject if none is given."""
+    named = args.subjects if args.subjects is not None else "" if args.subject else ",".join(SUBJECTS)
+    return [s for s in named.split(",") if s] + list(args.subject or ())
+
+
 def _races_of(args: argparse.Namespace) -> list[str]:
     """The guarantees whose races `--races-of` names (empty if it is not given)."""
     return [name for name in (args.races_of or "").split(",") if name]
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    subjects = [s for s in args.subjects.split(",") if s]
+    subjects = _subjects(args)
     problem = _usage_problem(args, subjects)
     if problem is not None:
         err.write(f"leaseproof: {problem}\n")
@@ -426,7 +462,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 with queue_for(name) as (queue, dsn):
                     rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=args.races,
                                               traces=args.traces, terminate=args.terminate, database=dsn,
-                                              races_of=races_of, say=say))  # fmt: skip
+                                              races_of=races_of, say=say, reference=name))  # fmt: skip
         except SubjectUnavailable as exc:
             err.write(f"leaseproof: {exc}\n")
             return EXIT_USAGE

@@ -12,6 +12,36 @@ Everything a queue does differently and legitimately is the adapter's to
 declare: the capabilities it has (`model.queue.Capability`; a guarantee that
 needs one it lacks is not applicable), and how its rows map to the profile's
 statuses (`Seen`).
+
+The conventions an adapter keeps (docs/queues.md, "Judging your own queue"):
+
+- **Made as `Class(dsn)`** on an empty database of its own, into which it installs the
+  queue's schema. A queue that cannot run here raises `SubjectUnavailable`, saying what to
+  install; a library is imported inside the adapter, not at the top of its module.
+- **A handle works from any client and any thread.** The races hand a holder's handle to
+  another client (`session()`) running on another thread: a handle is data (a job id and
+  an attempt, a lease, a worker's id), not a connection or a pool bound to one client.
+- **Every fetch is a new holder.** A queue that heartbeats or completes by worker gets a
+  new worker (or queue manager) for each fetch, so two fetches never share a holder.
+- **Nothing runs out of attempts.** A queue that skips jobs that used up their attempts
+  is set up with a limit no run reaches (graphile-worker's adapter enqueues with 1,000),
+  so a rescue or a failure returns a job to pending as the profile expects.
+- **`complete` answers what the queue said**: `Answer.APPLIED`, `Answer.CREDITED` (told the
+  completion was recorded before) or `Answer.REFUSED`; None when the queue's API says
+  nothing, and the rows decide what it did.
+- **A queue without a "fetch one job now" call** is fetched from as its worker would:
+  a worker (or a pool of one) that takes one job, holds it in its handler until the
+  adapter completes it, and is shut down once it has one (graphile_queue.py); a fetch
+  that finds nothing returns None.
+- **The lease boundary**: a lease is live while `lease_until >= now`, and a rescue takes
+  a job whose `lease_until < now`. The generated programs move the clock by whole
+  seconds, the lease's length among them, so they do land on the instant a lease ends:
+  a queue that already takes a job over then (`lease_until <= now`), or refuses a
+  heartbeat then (`lease_until > now`), is judged as breaking the guarantee there.
+- **The clock** is the database's: `reset(start, ...)` pins it at `start` and
+  `advance` moves it. A queue that reads `now()` is moved by the search-path clock
+  (`subjects/clock.py`, as the example subject does); one that reads another time
+  source says so in its adapter.
 """
 
 from __future__ import annotations
@@ -22,6 +52,11 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from leaseproof.model.queue import Answer, Capability, Seen
+
+
+class SubjectUnavailable(Exception):
+    """The queue cannot run here (its library is not installed, a tool it needs is missing): an
+    adapter's constructor raises it, saying how to install what is missing."""
 
 
 @attrs.frozen

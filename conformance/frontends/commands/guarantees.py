@@ -24,8 +24,16 @@ EXITS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--subjects",
-        default=",".join(QUEUE_SUBJECTS),
-        help=f"comma-separated, from {', '.join(QUEUE_SUBJECTS)}, or leaseproof:MUTANT (default: all but the mutants)",
+        help=f"comma-separated: from {', '.join(QUEUE_SUBJECTS)}, a name an installed package registers in the "
+        "leaseproof.subjects entry-point group, or leaseproof:MUTANT (default: the built-in ones, or none if "
+        "--subject is given)",
+    )
+    parser.add_argument(
+        "--subject",
+        action="append",
+        metavar="MODULE:CLASS",
+        help="a queue adapter of your own (docs/queues.md, 'Judging your own queue'): CLASS(dsn) of MODULE, found in "
+        "the current folder first; may be given more than once",
     )
     parser.add_argument("--examples", type=int, default=500, help="generated programs per subject (default: 500)")
     parser.add_argument(

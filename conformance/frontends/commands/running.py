@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import inspect
-import os
 import random
-import sys
 from collections.abc import Callable
 from typing import TextIO, TypeVar
 
 import attrs
 
+from leaseproof.conformance.boundary.loading import LoadError, import_target
 from leaseproof.conformance.boundary.protocols import NotAnAdapter, SomeAdapter, as_adapter
 from leaseproof.conformance.boundary.wire import AdapterFault, SubprocessAdapter
 from leaseproof.conformance.concurrent.stress import StressFault
@@ -44,20 +42,13 @@ A = TypeVar("A", bound=Lockstepped)  # what a command judges: an adapter, or a `
 
 
 def load_factory(spec: str) -> Callable[..., object]:
-    """FACTORY of MODULE, MODULE found as `python -m` finds it: in the current folder first, then
-    on sys.path (the installed `leaseproof` script does not put the current folder there itself)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise UsageError(f"--adapter {spec!r}: expected MODULE:FACTORY, e.g. mypackage.leaseproof_adapter:make")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
+    """FACTORY of MODULE (`conformance/boundary/loading.py`: the current folder first)."""
     try:
-        factory: Callable[..., object] = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--adapter {spec!r}: cannot load it: {exc}") from None
+        factory = import_target(spec, "MODULE:FACTORY, e.g. mypackage.leaseproof_adapter:make")
+    except LoadError as exc:
+        raise UsageError(f"--adapter {spec!r}: {exc}") from None
     if not callable(factory):
-        raise UsageError(f"--adapter {spec!r}: {attribute} is not callable")
+        raise UsageError(f"--adapter {spec!r}: {spec.partition(':')[2]} is not callable")
     return factory
 
 

@@ -25,7 +25,7 @@ from typing import IO, Any, ClassVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from leaseproof.conformance.queues.protocol import Held
+from leaseproof.conformance.queues.protocol import Held, SubjectUnavailable
 from leaseproof.conformance.queues.subjects import clock
 from leaseproof.model.queue import Answer
 
@@ -36,7 +36,7 @@ CALL_TIMEOUT = 60.0  # seconds any one request may take
 INSTALL_TIMEOUT = 600.0  # seconds `npm ci` may take
 
 
-class Unavailable(Exception):
+class Unavailable(SubjectUnavailable):
     """Node.js or npm is missing, or the install failed."""
 
 

@@ -269,8 +269,8 @@ def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds
 @pytest.mark.parametrize(
     ("argv", "problem"),
     [
-        (["--subjects", "redis"], "unknown subjects redis"),
-        (["--subjects", "leaseproof:no-such-mutant"], "unknown subjects leaseproof:no-such-mutant"),
+        (["--subjects", "redis"], "unknown subject 'redis'"),
+        (["--subjects", "leaseproof:no-such-mutant"], "no shipped mutant 'no-such-mutant'"),
         (["--examples", "-1"], "--examples and --races >= 0"),
         (["--terminate", "1.5"], "--terminate between 0 and 1"),
         (["--races-of", "no-stale-completion"], "--races-of takes races by their guarantee, from "),
