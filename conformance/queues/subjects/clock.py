@@ -7,8 +7,11 @@ that schema before `pg_catalog` in their search path (`public, lpclock, pg_catal
 unqualified `now()`, in client SQL or inside plpgsql functions, then resolves to it, while
 new tables still go to `public`. Column defaults bind their function when the table is
 created, so the library's schema is installed through a connection with this path too.
-A library that names `pg_catalog.now()`, or uses CURRENT_TIMESTAMP or the client's clock,
-is not moved by this (its adapter says so, or uses the library's own test clock). Test
+The same goes for `transaction_timestamp()`, `statement_timestamp()` and `clock_timestamp()`
+(`TIME_FUNCTIONS`: pgmq reads the last), each answering the pinned time. A library that names
+`pg_catalog.now()`, uses CURRENT_TIMESTAMP or LOCALTIMESTAMP (SQL keywords PostgreSQL binds to
+pg_catalog itself), or the client's clock, is not moved by this (its adapter says so, or uses the
+library's own test clock). Test
 tooling for the libraries under test only: the bundled store's clock is `lp_clock`
 (impl/hooks/clock.py).
 """
@@ -22,15 +25,27 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 SEARCH_PATH = "public, lpclock, pg_catalog"
+# The time functions a pinned clock answers for, an unqualified call of each resolving to lpclock's
+# (with the volatility of pg_catalog's: clock_timestamp() is read anew each call, the rest once a
+# statement); unpinned, each reads pg_catalog's.
+TIME_FUNCTIONS = {
+    "now": "STABLE",
+    "transaction_timestamp": "STABLE",
+    "statement_timestamp": "STABLE",
+    "clock_timestamp": "VOLATILE",
+}
 _INSTALL = """
     CREATE SCHEMA IF NOT EXISTS lpclock;
     CREATE TABLE IF NOT EXISTS lpclock.pinned (
         singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
         at timestamptz NOT NULL
     );
-    CREATE OR REPLACE FUNCTION lpclock.now() RETURNS timestamptz LANGUAGE sql STABLE
-        AS $$ SELECT coalesce((SELECT at FROM lpclock.pinned), pg_catalog.now()) $$;
-"""
+""" + "".join(
+    f"""
+    CREATE OR REPLACE FUNCTION lpclock.{name}() RETURNS timestamptz LANGUAGE sql {volatility}
+        AS $$ SELECT coalesce((SELECT at FROM lpclock.pinned), pg_catalog.{name}()) $$;"""
+    for name, volatility in TIME_FUNCTIONS.items()
+)
 
 
 def conninfo(dsn: str) -> str:
