@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import re
 import secrets
@@ -32,6 +33,7 @@ from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.harness.databases import scratch_database
 from leaseproof.conformance.harness.provision import postgres_server, require_test_databases
 from leaseproof.conformance.harness.server import Server
+from leaseproof.conformance.queues import library_log
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
 from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, UnknownSubject, load, make, source
@@ -119,25 +121,26 @@ def judge_subject(
     races_of: frozenset[Guarantee] | None = None,
     say: Callable[[str], None] = lambda line: None,
     reference: str | None = None,
+    timing: runs.Timing = runs.TIMING,
 ) -> Row:
     """Every guarantee of one queue: scenarios, then generated programs, then races (only the
     races of the guarantees `races_of` names, if given; `runs.RACES`); in a `terminate` share
     of the race rounds a busy backend of `database` (the queue's, a DSN) is ended
     (`conformance/concurrent/faults.py`). `reference`: how the subject was named (a name,
     `leaseproof:MUTANT` or `MODULE:CLASS`; its name, unless told), written into its traces so that
-    `--replay` opens it again."""
+    `--replay` opens it again. `timing`: the lease and the clock's start of every run."""
     if terminate and database is None:
         raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
     caps = queue.capabilities
     findings = _Findings()
-    _run_scenarios(queue, caps, findings)
+    _run_scenarios(queue, caps, findings, timing)
     say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
-    programs = _search(queue, seed, examples, findings, say)
+    programs = _search(queue, seed, examples, findings, say, timing)
     terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
     with _closed(terminator):
-        raced = _race(queue, caps, races, terminator, findings, races_of)
-    cells = _cells(queue, caps, findings, traces, seed, races=races, reference=reference or queue.name)
+        raced = _race(queue, caps, races, terminator, findings, races_of, timing)
+    cells = _cells(queue, caps, findings, traces, seed, races=races, reference=reference or queue.name, timing=timing)
     cuts = terminator.counts if terminator is not None else FaultCounts()
     return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
                terminate, cuts)  # fmt: skip
@@ -165,22 +168,30 @@ def _closed(terminator: Terminator | None) -> AbstractContextManager[Terminator 
     return contextlib.nullcontext() if terminator is None else contextlib.closing(terminator)
 
 
-def _run_scenarios(queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings) -> None:
+def _run_scenarios(queue: QueueAdapter, caps: frozenset[Capability], findings: _Findings, timing: runs.Timing) -> None:
     """The fixed scenario of each guarantee that applies, where the queue can run it."""
     for guarantee in Guarantee:
-        program = runs.scenario_steps(guarantee, caps)
+        program = runs.scenario_steps(guarantee, caps, timing.lease)
         if program is not None and applicable(guarantee, caps):
-            findings.record(runs.run(queue, program), program, "scenario")
+            findings.record(runs.run(queue, program, timing=timing), program, "scenario")
             findings.checked.add(guarantee)
 
 
-def _search(queue: QueueAdapter, seed: int, examples: int, findings: _Findings, say: Callable[[str], None]) -> int:
+def _search(
+    queue: QueueAdapter,
+    seed: int,
+    examples: int,
+    findings: _Findings,
+    say: Callable[[str], None],
+    timing: runs.Timing,
+) -> int:
     """`examples` generated programs, each guarantee's first violation shrunk; how many ran."""
     found, diverged, programs = runs.search(
         queue,
         seed=seed,
         examples=examples,
         progress=lambda done: say(f"  {queue.name}: {done}/{examples} programs") if done % 100 == 0 else None,
+        timing=timing,
     )
     for guarantee, one in found.items():
         violation = next(v for v in one.ran.violations if v.guarantee is guarantee)  # shrunk to keep it
@@ -198,6 +209,7 @@ def _race(
     terminator: Terminator | None,
     findings: _Findings,
     races_of: frozenset[Guarantee] | None = None,
+    timing: runs.Timing = runs.TIMING,
 ) -> int:
     """`races` rounds of each race whose guarantee applies (and `races_of` names, if given),
     until one raises or breaks a guarantee; how many rounds ran."""
@@ -210,7 +222,7 @@ def _race(
             findings.checked.add(guarantee)
             findings.checked.update(g for g in runs.SETTLED if applicable(g, caps))
             try:
-                result = race(queue, terminator)
+                result = race(queue, terminator, timing)
             except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
                 findings.divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
                 break
@@ -232,6 +244,7 @@ def _cells(
     *,
     races: int,
     reference: str,
+    timing: runs.Timing,
 ) -> list[Cell]:
     """Each guarantee's verdict (`races`: the rounds of each race asked for); a violation's trace is
     written to `traces`, naming the subject by `reference`."""
@@ -241,7 +254,7 @@ def _cells(
             cells.append(Cell(guarantee, "n/a", f"needs {needs(guarantee)}"))
         elif guarantee in findings.evidence:
             ev = findings.evidence[guarantee]
-            path = _write_trace(traces, queue, guarantee, ev, seed, reference)
+            path = _write_trace(traces, queue, guarantee, ev, seed, reference, timing)
             cells.append(Cell(guarantee, "violated", ev.violation.why, str(path), ev.found_by))
         elif guarantee not in findings.checked:
             why = (
@@ -259,7 +272,13 @@ def _cells(
 
 
 def _write_trace(
-    traces: Path, queue: QueueAdapter, guarantee: Guarantee, ev: _Evidence, seed: int, reference: str
+    traces: Path,
+    queue: QueueAdapter,
+    guarantee: Guarantee,
+    ev: _Evidence,
+    seed: int,
+    reference: str,
+    timing: runs.Timing,
 ) -> Path:
     traces.mkdir(parents=True, exist_ok=True)
     path = traces / f"{re.sub(r'[^A-Za-z0-9._-]', '-', queue.name)}--{guarantee.value}.json"
@@ -272,6 +291,7 @@ def _write_trace(
         "violation": ev.violation.why,
         "found_by": ev.found_by,
         "seed": seed,
+        **timing.to_json(),
         "program": ev.program,
         "race": ev.race,
         "cut": ev.cut,
@@ -297,6 +317,8 @@ def subject(server: Server, name: str) -> Iterator[tuple[QueueAdapter, str]]:
         yield queue, databases[0]
 
 
+LIBRARY_LOG = "library.log"  # the libraries' log records, in the traces' folder (library_log.py)
+REPLAY_LOG = "library-replay.log"  # a replay's, beside its trace
 REPLAY_RACES = 200  # rounds a race's replay may take to meet its violation again
 MATRIX_RACES = 100  # rounds of each race per subject, unless told
 
@@ -312,6 +334,7 @@ def replay(
     breaks again, 0 if not."""
     body = json.loads(path.read_text())
     guarantee = Guarantee(body["guarantee"])
+    timing = runs.Timing.from_json(body)
     if body.get("program") is None:
         race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
         how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
@@ -319,7 +342,7 @@ def replay(
             terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
             with _closed(terminator):
                 for attempt in range(1, rounds + 1):
-                    result = race(queue, terminator)
+                    result = race(queue, terminator, timing)
                     if result.violation is not None and result.violation.guarantee is guarantee:
                         out.write(
                             f"reproduced in round {attempt} of {how}: {body['subject']} ({queue.version}) "
@@ -329,7 +352,7 @@ def replay(
         out.write(f"not reproduced in {rounds} rounds of {how}: {body['subject']} held {guarantee.value}\n")
         return EXIT_HOLDS
     with queue_for(body.get("source") or body["subject"]) as (queue, _):
-        ran = runs.run(queue, body["program"])
+        ran = runs.run(queue, body["program"], timing=timing)
     for entry in ran.trace:
         out.write(f"  {entry['act']}" + (f" -> {entry['answer']}" if "answer" in entry else "") + "\n")
     again = [v for v in ran.violations if v.guarantee is guarantee]
@@ -383,6 +406,12 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
     unknown_races = sorted(set(_races_of(args)) - raced)
     if unknown_races or (args.races_of is not None and not _races_of(args)):
         return f"--races-of takes races by their guarantee, from {', '.join(sorted(raced))}"
+    if args.replay is not None and (args.lease_seconds is not None or args.start is not None):
+        return "--replay runs with the lease and the start its trace records: give neither --lease-seconds nor --start"
+    try:
+        _timing(args)
+    except ValueError as exc:
+        return f"--lease-seconds, --start: {exc}"
     if args.json is not None and not args.json.parent.is_dir():
         return f"no folder {args.json.parent} for --json"
     if args.replay is not None and not args.replay.is_file():
@@ -398,9 +427,17 @@ def _usage_problem(args: argparse.Namespace, subjects: list[str]) -> str | None:
             if trace.get("program") is None and trace.get("race") not in {r.__name__ for r in runs.RACES.values()}:
                 raise ValueError(f"neither a program nor a known race ({trace.get('race')!r})")
             Guarantee(trace["guarantee"])
+            runs.Timing.from_json(trace)
         except (ValueError, KeyError, TypeError) as exc:
             return f"{args.replay} is not a guarantees trace ({exc})"
     return None
+
+
+def _timing(args: argparse.Namespace) -> runs.Timing:
+    """The lease and start instant `--lease-seconds` and `--start` give (ValueError if they are wrong)."""
+    default = runs.TIMING
+    lease = default.lease if args.lease_seconds is None else args.lease_seconds
+    return runs.Timing(lease, default.start if args.start is None else dt.datetime.fromisoformat(args.start))
 
 
 def _unloadable(reference: str) -> str | None:
@@ -427,6 +464,32 @@ def _races_of(args: argparse.Namespace) -> list[str]:
     return [name for name in (args.races_of or "").split(",") if name]
 
 
+def _matrix(
+    args: argparse.Namespace,
+    subjects: list[str],
+    seed: int,
+    queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]],
+    say: Callable[[str], None],
+) -> list[Row]:
+    """Each subject judged, in turn."""
+    races = MATRIX_RACES if args.races is None else args.races
+    races_of = frozenset(map(Guarantee, _races_of(args))) if args.races_of is not None else None
+    timing = _timing(args)
+    which = "each race" if races_of is None else "the races of " + ", ".join(sorted(g.value for g in races_of))
+    say(
+        f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {races} rounds of {which}, "
+        f"{args.terminate:g} of them with a connection cut; leases of {timing.lease}s, the clock from "
+        f"{timing.start.isoformat()}"
+    )
+    rows = []
+    for name in subjects:
+        with queue_for(name) as (queue, dsn):
+            rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=races, traces=args.traces,
+                                      terminate=args.terminate, database=dsn, races_of=races_of, say=say,
+                                      reference=name, timing=timing))  # fmt: skip
+    return rows
+
+
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     subjects = _subjects(args)
     problem = _usage_problem(args, subjects)
@@ -439,33 +502,27 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(line + "\n")
         err.flush()
 
-    with postgres_server(args.dsn, log=say) as server:
+    log_path = args.traces / LIBRARY_LOG if args.replay is None else args.replay.parent / REPLAY_LOG
+    with postgres_server(args.dsn, log=say) as server, library_log.captured(log_path) as logged:
         if any(name.split(":")[0] == "leaseproof" for name in subjects):
             require_test_databases(server, "the bundled store's row")
 
         def queue_for(name: str) -> AbstractContextManager[tuple[QueueAdapter, str]]:
             return subject(server, name)
 
+        rows: list[Row] = []
+        replayed = EXIT_HOLDS
         try:
             if args.replay is not None:
-                return replay(args.replay, queue_for, out, REPLAY_RACES if args.races is None else args.races)
-            if args.races is None:
-                args.races = MATRIX_RACES
-            rows = []
-            races_of = frozenset(map(Guarantee, _races_of(args))) if args.races_of is not None else None
-            which = "each race" if races_of is None else "the races of " + ", ".join(sorted(g.value for g in races_of))
-            say(
-                f"guarantees: {', '.join(subjects)}; seed {seed}, {args.examples} programs, {args.races} rounds "
-                f"of {which}, {args.terminate:g} of them with a connection cut"
-            )
-            for name in subjects:
-                with queue_for(name) as (queue, dsn):
-                    rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=args.races,
-                                              traces=args.traces, terminate=args.terminate, database=dsn,
-                                              races_of=races_of, say=say, reference=name))  # fmt: skip
+                replayed = replay(args.replay, queue_for, out, REPLAY_RACES if args.races is None else args.races)
+            else:
+                rows = _matrix(args, subjects, seed, queue_for, say)
         except SubjectUnavailable as exc:
             err.write(f"leaseproof: {exc}\n")
             return EXIT_USAGE
+    say(logged.summary())
+    if args.replay is not None:
+        return replayed
     out.write("\n".join([*table(rows), "", *details(rows)]) + "\n")
     out.write(f"seed: {seed}\n")
     if args.json is not None:

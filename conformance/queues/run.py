@@ -7,7 +7,7 @@ holder step before any fetch does nothing), so a program can act as any holder i
 stale ones included. After its steps a program *drains* the queue (past every lease, a
 rescue, then fetch and complete until nothing comes); then every job must be terminal.
 `run` stops at the first step that breaks a guarantee or that the profile cannot explain
-(a `Divergence`). Programs come from the fixed scenarios (`SCENARIOS`), the search
+(a `Divergence`). Programs come from the fixed scenarios (`scenarios`), the search
 (`search`: Hypothesis, then shrunk step by step) and races of two or three clients
 (`RACES`, each followed by `settle`), in a seeded share of whose rounds a busy backend of
 the queue's database is ended (`conformance/concurrent/faults.py`). specs/guarantees.md says more.
@@ -52,8 +52,35 @@ from leaseproof.model.queue import (
     reference_answer,
 )
 
-LEASE = 30  # seconds, every lease of every run
-START = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+@attrs.frozen
+class Timing:
+    """Every run's lease (seconds, every lease from a fetch or a heartbeat) and the instant its
+    queue's clock starts at (`guarantees --lease-seconds`, `--start`)."""
+
+    lease: int = 30
+    start: dt.datetime = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+    def __attrs_post_init__(self) -> None:
+        if self.lease < MIN_LEASE:
+            # The clock moves by 1, lease // 2, lease - 1, lease and lease + 1 seconds: distinct from 3 on.
+            raise ValueError(f"a lease of {MIN_LEASE} seconds or more, not {self.lease}")
+        if self.start.tzinfo is None:
+            raise ValueError(f"a start instant with its time zone, not {self.start.isoformat()}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lease_seconds": self.lease, "start": self.start.isoformat()}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Timing:
+        """The timing a trace records (a trace from before it recorded one: the defaults)."""
+        default = cls()
+        return cls(int(body.get("lease_seconds", default.lease)),
+                   dt.datetime.fromisoformat(body["start"]) if "start" in body else default.start)  # fmt: skip
+
+
+MIN_LEASE = 3
+TIMING = Timing()
 MAX_HOLDER = 7  # generated holder indices: 0..MAX_HOLDER (modulo the holders there are)
 RACE_TIMEOUT = 30.0  # seconds a race's clients may take together
 
@@ -84,11 +111,11 @@ def _derive(before: Seen | None, after: Seen | None) -> Answer:
 class _Run:
     """One program against one queue: the profile's state, the holders made, the trace."""
 
-    def __init__(self, queue: QueueAdapter) -> None:
-        self.queue = queue
+    def __init__(self, queue: QueueAdapter, timing: Timing) -> None:
+        self.queue, self.timing = queue, timing
         self.deadline = Capability.DEADLINE in queue.capabilities
-        queue.reset(START, LEASE)
-        self.state: QueueState = initial(START, LEASE)
+        queue.reset(timing.start, timing.lease)
+        self.state: QueueState = initial(timing.start, timing.lease)
         self.holders: list[tuple[str, int, Any]] = []  # (job, attempt, handle), in fetch order
         self.rows: dict[str, Seen] = {}
         self.trace: list[dict[str, Any]] = []
@@ -157,7 +184,7 @@ class _Run:
     def drain(self) -> None:
         """Past every lease, a rescue, a second, then fetch and complete until nothing comes; every
         job must end terminal."""
-        self.step(["advance", LEASE + 1])
+        self.step(["advance", self.timing.lease + 1])
         if not self.over and Capability.RESCUE in self.queue.capabilities:
             self.step(["rescue"])
             self.step(["advance", 1])  # a rescued job may be due only from the next instant on
@@ -203,9 +230,9 @@ def _describe(act: Act) -> str:
     return "rescue"
 
 
-def run(queue: QueueAdapter, program: Iterable[Step], *, drain: bool = True) -> Ran:
+def run(queue: QueueAdapter, program: Iterable[Step], *, drain: bool = True, timing: Timing = TIMING) -> Ran:
     """Run `program` on a fresh queue, judging each step; stop at the first broken guarantee."""
-    one = _Run(queue)
+    one = _Run(queue, timing)
     for step in program:
         one.step(step)
         if one.over:
@@ -217,69 +244,90 @@ def run(queue: QueueAdapter, program: Iterable[Step], *, drain: bool = True) -> 
 
 # -- fixed scenarios: one for each guarantee ------------------------------------------------
 
-_EXPIRE = ["advance", LEASE + 1]
 _SECOND = ["advance", 1]  # a second later (a queue may make a rescued job due only from the next instant on)
-SCENARIOS: dict[Guarantee, Program] = {
-    Guarantee.NO_DOUBLE_CLAIM: [["enqueue"], ["fetch"], ["fetch"], ["complete", 0, "finished"]],
-    Guarantee.NO_STALE_COMPLETION: [
-        ["enqueue"],
-        ["fetch"],
-        _EXPIRE,
-        ["rescue"],
-        _SECOND,
-        ["fetch"],
-        ["complete", 0, "finished"],
-    ],
-    Guarantee.NO_STALE_HEARTBEAT: [["enqueue"], ["fetch"], _EXPIRE, ["rescue"], _SECOND, ["fetch"], ["heartbeat", 0]],
-    Guarantee.EXPIRED_CANNOT_RENEW: [["enqueue"], ["fetch"], _EXPIRE, ["heartbeat", 0]],
-    Guarantee.EXPIRED_CANNOT_COMPLETE: [["enqueue"], ["fetch"], _EXPIRE, ["complete", 0, "finished"]],
-    Guarantee.LIVE_HOLDER_SERVED: [
-        ["enqueue"],
-        ["fetch"],
-        ["advance", LEASE - 1],
-        ["heartbeat", 0],
-        ["advance", LEASE - 1],
-        ["complete", 0, "failed"],
-    ],
-    Guarantee.TERMINAL_ONCE: [
-        ["enqueue"],
-        ["fetch"],
-        ["complete", 0, "finished"],
-        ["complete", 0, "failed"],
-        _EXPIRE,
-        ["rescue"],
-        _SECOND,
-        ["fetch"],
-    ],
-    Guarantee.RESCUE_ONLY_EXPIRED: [
-        ["enqueue"],
-        ["fetch"],
-        ["advance", LEASE - 1],
-        ["rescue"],
-        _SECOND,
-        ["rescue"],
-        ["complete", 0, "finished"],
-    ],
-    Guarantee.RESCUE_TAKES_EXPIRED: [
-        ["enqueue"],
-        ["enqueue"],
-        ["fetch"],
-        ["fetch"],
-        ["advance", LEASE - 1],
-        ["heartbeat", 0],
-        ["advance", 2],
-        ["rescue"],
-    ],
-    Guarantee.NOTHING_LOST: [["enqueue"], ["enqueue"], ["enqueue"], ["fetch"], ["complete", 0, "finished"], ["fetch"]],
-}
 
 
-def scenario_steps(guarantee: Guarantee, capabilities: frozenset[Capability]) -> Program | None:
+def scenarios(lease: int) -> dict[Guarantee, Program]:
+    """The fixed scenario of each guarantee that has one, for leases of `lease` seconds."""
+    _EXPIRE = ["advance", lease + 1]  # noqa: N806 - a step, named as the others
+    return {
+        Guarantee.NO_DOUBLE_CLAIM: [["enqueue"], ["fetch"], ["fetch"], ["complete", 0, "finished"]],
+        Guarantee.NO_STALE_COMPLETION: [
+            ["enqueue"],
+            ["fetch"],
+            _EXPIRE,
+            ["rescue"],
+            _SECOND,
+            ["fetch"],
+            ["complete", 0, "finished"],
+        ],
+        Guarantee.NO_STALE_HEARTBEAT: [
+            ["enqueue"],
+            ["fetch"],
+            _EXPIRE,
+            ["rescue"],
+            _SECOND,
+            ["fetch"],
+            ["heartbeat", 0],
+        ],
+        Guarantee.EXPIRED_CANNOT_RENEW: [["enqueue"], ["fetch"], _EXPIRE, ["heartbeat", 0]],
+        Guarantee.EXPIRED_CANNOT_COMPLETE: [["enqueue"], ["fetch"], _EXPIRE, ["complete", 0, "finished"]],
+        Guarantee.LIVE_HOLDER_SERVED: [
+            ["enqueue"],
+            ["fetch"],
+            ["advance", lease - 1],
+            ["heartbeat", 0],
+            ["advance", lease - 1],
+            ["complete", 0, "failed"],
+        ],
+        Guarantee.TERMINAL_ONCE: [
+            ["enqueue"],
+            ["fetch"],
+            ["complete", 0, "finished"],
+            ["complete", 0, "failed"],
+            _EXPIRE,
+            ["rescue"],
+            _SECOND,
+            ["fetch"],
+        ],
+        Guarantee.RESCUE_ONLY_EXPIRED: [
+            ["enqueue"],
+            ["fetch"],
+            ["advance", lease - 1],
+            ["rescue"],
+            _SECOND,
+            ["rescue"],
+            ["complete", 0, "finished"],
+        ],
+        Guarantee.RESCUE_TAKES_EXPIRED: [
+            ["enqueue"],
+            ["enqueue"],
+            ["fetch"],
+            ["fetch"],
+            ["advance", lease - 1],
+            ["heartbeat", 0],
+            ["advance", 2],
+            ["rescue"],
+        ],
+        Guarantee.NOTHING_LOST: [
+            ["enqueue"],
+            ["enqueue"],
+            ["enqueue"],
+            ["fetch"],
+            ["complete", 0, "finished"],
+            ["fetch"],
+        ],
+    }
+
+
+def scenario_steps(
+    guarantee: Guarantee, capabilities: frozenset[Capability], lease: int = TIMING.lease
+) -> Program | None:
     """The fixed scenario of `guarantee` as this queue can run it (None: none, or it needs an
     act the queue lacks). A queue that takes over expired jobs in its fetch and has no rescue
     of its own runs a scenario's rescues as nothing: its next fetch is the rescue; one whose
     failures are retried (no `Capability.FAIL`) completes as finished instead."""
-    program = SCENARIOS.get(guarantee)
+    program = scenarios(lease).get(guarantee)
     if program is None:
         return None
     if Capability.RESCUE not in capabilities and Capability.TAKEOVER in capabilities:
@@ -302,7 +350,7 @@ def offers(step: Step, capabilities: frozenset[Capability]) -> bool:
 # -- generated programs ---------------------------------------------------------------------
 
 
-def steps(capabilities: frozenset[Capability]) -> st.SearchStrategy[Step]:
+def steps(capabilities: frozenset[Capability], lease: int = TIMING.lease) -> st.SearchStrategy[Step]:
     """Any one step a queue with `capabilities` can take. The clock
     moves by a second, by around half a lease, or by a lease give or take a second: the
     instants where a lease is just live, just expired, or long gone."""
@@ -311,7 +359,7 @@ def steps(capabilities: frozenset[Capability]) -> st.SearchStrategy[Step]:
         "enqueue": st.just(["enqueue"]),
         "fetch": st.just(["fetch"]),
         "complete": st.tuples(st.just("complete"), holder, st.sampled_from(outcomes(capabilities))).map(list),
-        "advance": st.tuples(st.just("advance"), st.sampled_from([1, LEASE // 2, LEASE - 1, LEASE, LEASE + 1])).map(
+        "advance": st.tuples(st.just("advance"), st.sampled_from([1, lease // 2, lease - 1, lease, lease + 1])).map(
             list
         ),
         "heartbeat": st.tuples(st.just("heartbeat"), holder).map(list),
@@ -325,19 +373,21 @@ def outcomes(capabilities: frozenset[Capability]) -> list[str]:
     return sorted(TERMINAL) if Capability.FAIL in capabilities else ["finished"]
 
 
-def programs(capabilities: frozenset[Capability], max_steps: int) -> st.SearchStrategy[Program]:
+def programs(
+    capabilities: frozenset[Capability], max_steps: int, lease: int = TIMING.lease
+) -> st.SearchStrategy[Program]:
     """Programs of 1 to `max_steps` steps, every length as likely (left to itself, Hypothesis
     draws mostly very short lists, too short to make a holder stale and then act as it).
     Swarm testing (each program leaving out a random few kinds of step) was tried and
     measured: it found the field's bug classes on fewer seeds, not more."""
-    return st.integers(1, max_steps).flatmap(lambda n: st.lists(steps(capabilities), min_size=n, max_size=n))
+    return st.integers(1, max_steps).flatmap(lambda n: st.lists(steps(capabilities, lease), min_size=n, max_size=n))
 
 
-def shrink(queue: QueueAdapter, program: Program, guarantee: Guarantee) -> tuple[Program, Ran]:
+def shrink(queue: QueueAdapter, program: Program, guarantee: Guarantee, timing: Timing = TIMING) -> tuple[Program, Ran]:
     """A program no step of which can be deleted without losing the violation of `guarantee`
     (deleting halves, then quarters, ... then single steps, until a pass deletes nothing),
     and its run."""
-    best = run(queue, program)
+    best = run(queue, program, timing=timing)
     if guarantee not in best.broken:
         raise ValueError(f"the program does not break {guarantee.value}")
     chunk = max(1, len(program) // 2)
@@ -345,7 +395,7 @@ def shrink(queue: QueueAdapter, program: Program, guarantee: Guarantee) -> tuple
         deleted, start = False, 0
         while start < len(program):
             candidate = program[:start] + program[start + chunk :]
-            ran = run(queue, candidate) if candidate else None
+            ran = run(queue, candidate, timing=timing) if candidate else None
             if ran is not None and guarantee in ran.broken:
                 program, best, deleted = candidate, ran, True
             else:
@@ -371,6 +421,7 @@ def search(
     max_steps: int = 24,
     progress: Callable[[int], None] = lambda done: None,
     until: Callable[[frozenset[Guarantee]], bool] = lambda broken: False,
+    timing: Timing = TIMING,
 ) -> tuple[dict[Guarantee, Found], list[tuple[Program, Divergence]], int]:
     """Generated programs: the first violation met of each guarantee (shrunk), the programs
     the profile could not follow, and how many programs ran; the search ends early once
@@ -389,7 +440,7 @@ def search(
         suppress_health_check=list(hypothesis.HealthCheck),
     )
     @hypothesis.seed(seed)
-    @hypothesis.given(programs(queue.capabilities, max_steps))
+    @hypothesis.given(programs(queue.capabilities, max_steps, timing.lease))
     def explore(program: Program) -> None:
         nonlocal count
         if until(frozenset(found)):
@@ -398,7 +449,7 @@ def search(
             raise _Enough
         count += 1
         progress(count)
-        ran = run(queue, program)
+        ran = run(queue, program, timing=timing)
         # Steer towards programs whose holders act after they lost their lease: where
         # every guarantee about stale and expired holders is decided.
         hypothesis.target(float(sum(entry.get("holder") in ("stale", "expired") for entry in ran.trace)))
@@ -411,7 +462,7 @@ def search(
         explore()
     shrunk = {}
     for guarantee, program in found.items():
-        small, ran = shrink(queue, program, guarantee)
+        small, ran = shrink(queue, program, guarantee, timing)
         shrunk[guarantee] = Found(small, ran)
     return shrunk, diverged, count
 
@@ -509,11 +560,11 @@ def _cut(description: str, cut: bool, lost: tuple[str, ...]) -> str:
     return description + (f" (a connection was cut: {'; '.join(lost)})" if lost else " (a connection was cut)")
 
 
-def settle(queue: QueueAdapter, jobs: list[str], description: str) -> Violation | None:
+def settle(queue: QueueAdapter, jobs: list[str], description: str, timing: Timing = TIMING) -> Violation | None:
     """After a race: the clock past every lease, a rescue and a second, then fetch and complete
     until nothing comes. Every job must end terminal (whatever a cut connection left behind),
     and none that was terminal may be handed out again."""
-    queue.advance(LEASE + 1)
+    queue.advance(timing.lease + 1)
     if Capability.RESCUE in queue.capabilities:
         queue.rescue()
         queue.advance(1)
@@ -538,11 +589,11 @@ def settle(queue: QueueAdapter, jobs: list[str], description: str) -> Violation 
 
 
 def _ended(queue: QueueAdapter, job: str, description: str, violation: Violation | None, cut: bool,
-           lost: tuple[str, ...]) -> Raced:  # fmt: skip
+           lost: tuple[str, ...], timing: Timing) -> Raced:  # fmt: skip
     """A race's judgement, after the queue settled (`settle`) if the race itself broke nothing."""
     description = _cut(description, cut, lost)
     if violation is None:
-        violation = settle(queue, [job], description)
+        violation = settle(queue, [job], description, timing)
     elif cut:
         violation = Violation(violation.guarantee, _cut(violation.why, cut, lost))
     return Raced(description, violation, cut, lost)
@@ -557,20 +608,21 @@ def _unfetched(job: str) -> Raced:
     return Raced("the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched"))
 
 
-def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
+def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
     """A holder whose lease ran out completes while a rescue runs. Either order is allowed; the
     completion's answer and the job's row must agree with one of them (with a call lost to a
     cut connection, either it took effect or it did not)."""
-    queue.reset(START, LEASE)
+    start = timing.start
+    queue.reset(start, timing.lease)
     job = queue.enqueue()
     held = _only_job_fetched(queue, job)
     if held is None:
         return _unfetched(job)
-    queue.advance(LEASE + 1)
+    queue.advance(timing.lease + 1)
     deadline = Capability.DEADLINE in queue.capabilities
-    lease = dt.timedelta(seconds=LEASE)
-    claimed = initial(START, LEASE).with_job(job, Job("claimed", 1, START + lease))
-    state = attrs.evolve(claimed, now=START + lease + dt.timedelta(seconds=1))  # the holder's lease ran out
+    lease = dt.timedelta(seconds=timing.lease)
+    claimed = initial(start, timing.lease).with_job(job, Job("claimed", 1, start + lease))
+    state = attrs.evolve(claimed, now=start + lease + dt.timedelta(seconds=1))  # the holder's lease ran out
     completing, rescuing = queue.session(), queue.session()
     try:
         before = queue.rows().get(job)
@@ -593,12 +645,12 @@ def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = 
     violation = None
     if (told, status) not in allowed:
         violation = Violation(Guarantee.COMPLETION_RACING_RESCUE, description + ", which no order explains")
-    return _ended(queue, job, description, violation, cut, lost)
+    return _ended(queue, job, description, violation, cut, lost, timing)
 
 
-def race_fetches(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
+def race_fetches(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
     """Two workers fetch one job at once: at most one gets it."""
-    queue.reset(START, LEASE)
+    queue.reset(timing.start, timing.lease)
     job = queue.enqueue()
     one, two = queue.session(), queue.session()
     try:
@@ -609,19 +661,19 @@ def race_fetches(queue: QueueAdapter, terminator: Terminator | None = None) -> R
     jobs = [held.job for held in got if isinstance(held, Held)]
     description = f"two fetches of one job ({job}) at once handed out {jobs or 'nothing'}"
     violation = Violation(Guarantee.NO_DOUBLE_CLAIM, description) if len(jobs) > 1 else None
-    return _ended(queue, job, description, violation, cut, _lost(got, ["a fetch", "the other fetch"]))
+    return _ended(queue, job, description, violation, cut, _lost(got, ["a fetch", "the other fetch"]), timing)
 
 
-def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = None) -> Raced:
+def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
     """Two rescues of one expired job and a worker fetching it at once (it fetches again until it
     gets the job or both rescues are over): whoever fetches it holds a live lease, which no
     rescue may take (a rescuer that acts on what it read before the other rescue would), and
     can renew it."""
-    queue.reset(START, LEASE)
+    queue.reset(timing.start, timing.lease)
     job = queue.enqueue()
     if _only_job_fetched(queue, job) is None:
         return _unfetched(job)
-    queue.advance(LEASE + 1)
+    queue.advance(timing.lease + 1)
     clients = [queue.session() for _ in range(3)]
     over = [threading.Event(), threading.Event()]
 
@@ -652,7 +704,7 @@ def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = 
     status = None if row is None else row.status
     if held is None:
         description = f"two rescues and a fetch of {job} at once: the fetch found nothing (row {status})"
-        return _ended(queue, job, description, None, cut, lost)
+        return _ended(queue, job, description, None, cut, lost, timing)
     description = f"two rescues and a fetch of {job} at once: the fetch took it, and its row is then {status}"
     violation = None
     if status != "claimed":
@@ -660,10 +712,10 @@ def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = 
     elif Capability.HEARTBEAT in queue.capabilities and queue.heartbeat(held.handle) is not Answer.APPLIED:
         description += "; its holder's heartbeat was refused"
         violation = Violation(Guarantee.LIVE_HOLDER_SERVED, description)
-    return _ended(queue, job, description, violation, cut, lost)
+    return _ended(queue, job, description, violation, cut, lost, timing)
 
 
-RACES: dict[Guarantee, Callable[[QueueAdapter, Terminator | None], Raced]] = {
+RACES: dict[Guarantee, Callable[[QueueAdapter, Terminator | None, Timing], Raced]] = {
     Guarantee.COMPLETION_RACING_RESCUE: race_completion_rescue,
     Guarantee.NO_DOUBLE_CLAIM: race_fetches,
     Guarantee.RESCUE_ONLY_EXPIRED: race_rescues_and_fetch,

@@ -57,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the share of race rounds in which a busy connection of the queue's database is cut "
         "(pg_terminate_backend) while the clients run; 0: none (default: 0.5)",
     )
+    parser.add_argument(
+        "--lease-seconds",
+        type=int,
+        metavar="N",
+        help="every lease of every run, from a fetch or a heartbeat: N seconds, 3 or more (default: 30); the clock "
+        "moves by 1, N/2, N-1, N and N+1 seconds",
+    )
+    parser.add_argument(
+        "--start",
+        metavar="INSTANT",
+        help="the instant every run's clock starts at, ISO 8601 with its zone (default: 2030-01-01T00:00:00+00:00)",
+    )
     parser.add_argument("--seed", type=int, help="the search's seed (default: a fresh one, printed)")
     parser.add_argument(
         "--traces",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import leaseproof
 
 from leaseproof.conformance.concurrent.faults import Terminator
 from leaseproof.conformance.frontends import cli
@@ -118,7 +119,7 @@ def test_a_call_that_raises_is_lost_only_in_a_round_whose_connection_was_cut(del
 
 
 def test_every_fixed_scenario_runs_clean_on_the_bundled_store_and_reaches_its_drain(queue: BundledQueue) -> None:
-    for guarantee, program in runs.SCENARIOS.items():
+    for guarantee, program in runs.scenarios(runs.TIMING.lease).items():
         ran = runs.run(queue, program)
         assert (ran.violations, ran.divergence) == ((), None), guarantee
         assert len(ran.trace) > len(program), guarantee  # the drain ran after the program's steps
@@ -277,6 +278,10 @@ def test_the_cli_prints_the_matrix_and_the_seed_and_exits_0_when_the_store_holds
         (["--races-of", ","], "--races-of takes races by their guarantee, from "),
         (["--replay", "/nonexistent/trace.json"], "no trace file /nonexistent/trace.json"),
         (["--json", "/nonexistent/m.json"], "no folder /nonexistent for --json"),
+        (["--lease-seconds", "2"], "--lease-seconds, --start: a lease of 3 seconds or more, not 2"),
+        (["--start", "2030-01-01T00:00:00"], "a start instant with its time zone, not 2030-01-01T00:00:00"),
+        (["--start", "soon"], "--lease-seconds, --start: Invalid isoformat string: 'soon'"),
+        (["--replay", "t.json", "--lease-seconds", "5"], "--replay runs with the lease and the start its trace"),
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str], problem: str) -> None:
@@ -352,3 +357,64 @@ def test_each_published_violation_replays(trace: Path, pg_server: Server) -> Non
     assert f"specs/guarantee-traces/{trace.name}" in PAGE.read_text()
     code, out, err = _cli(["--replay", str(trace), "--dsn", pg_server.dsn])
     assert code == 1 and "reproduced" in out, (out, err)
+
+
+def test_the_lease_and_the_start_are_the_runs_and_a_trace_replays_with_its_own(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """`--lease-seconds 7 --start ...`: the scenario that breaks expired-cannot-complete moves the clock
+    past a 7-second lease, and its trace records both; replayed with them it breaks again, and the
+    same program under the default 30-second lease (the trace without its timing) does not."""
+    code, out, err = _cli(["--subjects", "leaseproof:graphile-worker-169-finish-by-state", "--examples", "0",
+                           "--races", "0", "--lease-seconds", "7", "--start", "2031-05-05T10:00:00+02:00",
+                           "--traces", str(tmp_path), "--dsn", pg_server.dsn])  # fmt: skip
+    assert code == 0, err
+    assert "leases of 7s, the clock from 2031-05-05T10:00:00+02:00" in err
+    path = tmp_path / "leaseproof-graphile-worker-169-finish-by-state--expired-cannot-complete.json"
+    trace = json.loads(path.read_text())
+    assert (trace["lease_seconds"], trace["start"]) == (7, "2031-05-05T10:00:00+02:00")
+    assert ["advance", 8] in trace["program"]
+    assert trace["trace"][1]["act"].startswith("fetch -> j1")
+    code, out, err = _cli(["--replay", str(path), "--dsn", pg_server.dsn])
+    assert code == 1 and "reproduced: leaseproof:graphile-worker-169-finish-by-state" in out, (out, err)
+    del trace["lease_seconds"], trace["start"]
+    path.write_text(json.dumps(trace))
+    code, out, err = _cli(["--replay", str(path), "--dsn", pg_server.dsn])
+    assert code == 0 and "not reproduced" in out, (out, err)
+
+
+# A subject whose library logs as libraries do: a warning through `logging`, and `warnings.warn`.
+NOISY = """
+import logging
+import warnings
+
+from leaseproof.conformance.queues.subjects.bundled import BundledQueue
+
+
+class NoisyQueue(BundledQueue):
+    def fetch(self):
+        logging.getLogger("noisylib.pool").warning("discarding closed connection: <a connection>")
+        warnings.warn("noisylib: a pool left open", RuntimeWarning, stacklevel=1)
+        return super().fetch()
+"""
+
+
+def test_library_log_records_go_to_a_file_beside_the_traces_counted_in_one_line(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """Run as a user runs it (a process of its own, its stderr the terminal), with connections cut:
+    no record of the library, nor of a pool a cut disturbs (procrastinate's), reaches the terminal;
+    each is in the file, and the one line counts them."""
+    (tmp_path / "noisy.py").write_text(NOISY)
+    done = leaseproof("guarantees", "--subject", "noisy:NoisyQueue", "--subjects", "procrastinate",
+                      "--examples", "5", "--races", "5", "--terminate", "1", "--seed", "1",
+                      "--dsn", pg_server.dsn, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    logged = (tmp_path / "guarantee-traces" / "library.log").read_text().splitlines()
+    assert any("WARNING noisylib.pool: discarding closed connection" in line for line in logged)
+    assert any("noisylib: a pool left open" in line for line in logged)
+    assert "discarding" not in done.stderr and "noisylib" not in done.stderr, done.stderr
+    summary = [line for line in done.stderr.splitlines() if line.startswith("library log: ")]
+    records = [line for line in logged if re.match(r"\d{4}-\d\d-\d\d \d\d:", line)]  # a record's first line
+    assert len(summary) == 1 and summary[0].startswith(f"library log: {len(records)} records ("), summary
+    assert summary[0].endswith(f" in {Path('guarantee-traces') / 'library.log'}")
