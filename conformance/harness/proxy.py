@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -54,6 +54,20 @@ _COPY_IN_RESPONSE, _COPY_BOTH_RESPONSE = b"G"[0], b"W"[0]
 _IDLE = b"I"[0]
 
 Address = str | tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]
+
+
+class Observer(Protocol):
+    """Sees each connection's requests before they go to the server, and the end of each of its
+    responses as it comes back (`FaultProxy.observer`; conformance/harness/interleave.py orders
+    the requests of several connections by it). Called on the connection's own threads; a call
+    may wait, bounded, and the proxy's faults act after it."""
+
+    def before_requests(self, connection: int, messages: bytes, requests: int) -> None:
+        """`messages` (whole protocol messages) end `requests` requests (a Query, a Sync, a
+        FunctionCall each) of connection number `connection`, and are about to be sent."""
+
+    def after_response(self, connection: int) -> None:
+        """A response of `connection` came back whole (its ReadyForQuery), before it is forwarded."""
 
 
 def _first(value: object) -> str:
@@ -136,6 +150,7 @@ class FaultProxy:
         self._blackhole_until = 0.0
         self._blackhole_generation = 0
         self.counts: collections.Counter[str] = collections.Counter()
+        self.observer: Observer | None = None  # set before `start()`: it sees every connection
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             self._listener.bind(("127.0.0.1", 0))
@@ -395,6 +410,7 @@ class FaultProxy:
             buffer += data
             out = bytearray()
             reset = False
+            requests = 0  # requests that `out` ends
             while buffer:
                 with self._lock:
                     opaque = conn.opaque
@@ -434,6 +450,7 @@ class FaultProxy:
                 out += buffer[: 1 + length]
                 del buffer[: 1 + length]
                 if kind in (_QUERY, _SYNC, _FUNCTION_CALL):
+                    requests += 1
                     with self._lock:  # before the server can answer it
                         conn.requests += 1
                         if kind != _FUNCTION_CALL and self._reset_armed:
@@ -442,6 +459,8 @@ class FaultProxy:
                             reset = True
                     if reset:
                         break
+            if requests and self.observer is not None:
+                self.observer.before_requests(conn.number, bytes(out), requests)
             if out and not (self._hold(conn) and self._send(conn, upstream, out, None)):
                 return
             if reset:
@@ -651,6 +670,8 @@ class _Downstream:
             self.passing = True
         elif kind == _READY_FOR_QUERY:
             self.answered += 1
+            if proxy.observer is not None:
+                proxy.observer.after_response(conn.number)
             if self.completed and len(message) == 6 and message[5] == _IDLE and proxy._take_lose():
                 self.pending.clear()
                 self.forward()  # what came before the response (a notification, say)

@@ -31,7 +31,9 @@ import attrs
 
 from leaseproof.conformance.concurrent.faults import FaultCounts, Terminator
 from leaseproof.conformance.harness.databases import scratch_database
+from leaseproof.conformance.harness.interleave import Event, Interleaver, in_finishing_order
 from leaseproof.conformance.harness.provision import postgres_server, require_test_databases
+from leaseproof.conformance.harness.proxy import FaultProxy
 from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import library_log
 from leaseproof.conformance.queues import run as runs
@@ -39,7 +41,11 @@ from leaseproof.conformance.queues.protocol import QueueAdapter
 from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, UnknownSubject, load, make, source
 from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
 
-EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE = 0, 1, 2
+EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE, EXIT_UNFORCED = 0, 1, 2, 3
+# How a replay forces a race's recorded interleaving, run after run until the violation comes back:
+# as recorded (statements that overlapped overlap again), then one statement at a time in the order
+# they finished (interleave.in_finishing_order), twice each.
+FORCINGS = ("as recorded", "one at a time, in the order they finished") * 2
 MUST_HOLD = ("leaseproof",)
 # Guarantees no scenario or program can break, only a race. A cell holds only where a scenario,
 # a program or a race round judged it: with no programs and no race rounds, these and the
@@ -122,13 +128,18 @@ def judge_subject(
     say: Callable[[str], None] = lambda line: None,
     reference: str | None = None,
     timing: runs.Timing = runs.TIMING,
+    racing: Opened | None = None,
 ) -> Row:
     """Every guarantee of one queue: scenarios, then generated programs, then races (only the
     races of the guarantees `races_of` names, if given; `runs.RACES`); in a `terminate` share
     of the race rounds a busy backend of `database` (the queue's, a DSN) is ended
     (`conformance/concurrent/faults.py`). `reference`: how the subject was named (a name,
     `leaseproof:MUTANT` or `MODULE:CLASS`; its name, unless told), written into its traces so that
-    `--replay` opens it again. `timing`: the lease and the clock's start of every run."""
+    `--replay` opens it again. `timing`: the lease and the clock's start of every run.
+    `racing`: where the races run instead, if given: the same queue opened again, its clients
+    connecting through a proxy whose observer records each race's interleaving into its trace
+    (its database's backends are the ones cut). The scenarios and the search run on `queue`,
+    straight to the server: through the proxy each statement would take twice as long."""
     if terminate and database is None:
         raise ValueError("cutting connections needs the queue's database (a DSN)")
     started = time.monotonic()
@@ -137,9 +148,11 @@ def judge_subject(
     _run_scenarios(queue, caps, findings, timing)
     say(f"  {queue.name}: scenarios run; searching {examples} programs (seed {seed})")
     programs = _search(queue, seed, examples, findings, say, timing)
+    raced_on, database = (queue, database) if racing is None else (racing.queue, racing.dsn)
     terminator = Terminator(database, terminate, seed) if terminate and database is not None else None
     with _closed(terminator):
-        raced = _race(queue, caps, races, terminator, findings, races_of, timing)
+        wire = runs.Wire(racing.interleaver) if racing is not None and racing.interleaver is not None else None
+        raced = _race(raced_on, caps, races, terminator, findings, races_of, timing, wire)
     cells = _cells(queue, caps, findings, traces, seed, races=races, reference=reference or queue.name, timing=timing)
     cuts = terminator.counts if terminator is not None else FaultCounts()
     return Row(queue.name, queue.version, caps, tuple(cells), programs, raced, time.monotonic() - started,
@@ -210,6 +223,7 @@ def _race(
     findings: _Findings,
     races_of: frozenset[Guarantee] | None = None,
     timing: runs.Timing = runs.TIMING,
+    wire: runs.Wire | None = None,
 ) -> int:
     """`races` rounds of each race whose guarantee applies (and `races_of` names, if given),
     until one raises or breaks a guarantee; how many rounds ran."""
@@ -222,12 +236,14 @@ def _race(
             findings.checked.add(guarantee)
             findings.checked.update(g for g in runs.SETTLED if applicable(g, caps))
             try:
-                result = race(queue, terminator, timing)
+                result = race(queue, terminator, timing, wire)
             except Exception as exc:  # noqa: BLE001 - a queue that raises is reported, not a crash of the matrix
                 findings.divergences.append(f"a race ({race.__name__}) raised {runs.raised(exc)}")
                 break
             if result.violation is not None:
-                trace = ({"race": result.description, "cut": result.cut, "lost": list(result.lost)},)
+                interleaving = [event.to_json() for event in result.wired.events]
+                trace = ({"race": result.description, "cut": result.cut, "lost": list(result.lost),
+                          "interleaving": interleaving},)  # fmt: skip
                 found_by = "race, connection cut" if result.cut else "race"
                 ev = _Evidence(None, result.violation, trace, found_by, race.__name__, result.cut)
                 findings.evidence.setdefault(result.violation.guarantee, ev)
@@ -302,56 +318,66 @@ def _write_trace(
     return path
 
 
+@attrs.frozen
+class Opened:
+    """A subject on a scratch database of its own: the queue, the database's DSN, and, if its
+    clients connect through a proxy, the proxy's observer (conformance/harness/interleave.py)."""
+
+    queue: QueueAdapter
+    dsn: str
+    interleaver: Interleaver | None = None
+
+
 @contextlib.contextmanager
-def subject(server: Server, name: str) -> Iterator[tuple[QueueAdapter, str]]:
-    """The subject `name` on a scratch database of its own, and that database's DSN."""
-    databases: list[str] = []
+def subject(server: Server, name: str, *, watched: bool = False) -> Iterator[Opened]:
+    """The subject `name` on a scratch database of its own; `watched`: its clients connect through a
+    proxy that watches, and can force, the order of their statements."""
+    opened: list[tuple[str, Interleaver | None]] = []
 
     @contextlib.contextmanager
     def new_database() -> Iterator[str]:
         with scratch_database(server, prefix="lp_queue") as dsn:
-            databases.append(dsn)
-            yield dsn
+            if not watched:
+                opened.append((dsn, None))
+                yield dsn
+                return
+            with FaultProxy(dsn) as proxy:
+                opened.append((dsn, Interleaver(proxy)))
+                yield proxy.dsn_through(dsn)
 
     with make(name, new_database) as queue:
-        yield queue, databases[0]
+        yield Opened(queue, *opened[0])
 
 
 LIBRARY_LOG = "library.log"  # the libraries' log records, in the traces' folder (library_log.py)
-REPLAY_LOG = "library-replay.log"  # a replay's, beside its trace
+REPLAY_LOG = "library-replay.log"  # a replay's (its trace may be where nothing is written: a packaged one)
 REPLAY_RACES = 200  # rounds a race's replay may take to meet its violation again
 MATRIX_RACES = 100  # rounds of each race per subject, unless told
 
 
 def replay(
     path: Path,
-    queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]],
+    queue_for: Callable[[str, bool], AbstractContextManager[Opened]],
     out: TextIO,
     rounds: int = REPLAY_RACES,
 ) -> int:
-    """Run a trace file's program again (a race: up to `rounds` rounds of it, each with a
-    connection cut if the violation was found in a cut round): exit 1 if the same guarantee
-    breaks again, 0 if not."""
+    """Run a trace file's program again: exit 1 if the same guarantee breaks again, 0 if not. A
+    race's trace with its interleaving is forced to it (`_forced`); one found in a round whose
+    connection was cut, or from before traces recorded interleavings, runs up to `rounds` rounds
+    of its race (each with a cut if it had one), as luck has it (`_by_luck`)."""
     body = json.loads(path.read_text())
     guarantee = Guarantee(body["guarantee"])
     timing = runs.Timing.from_json(body)
     if body.get("program") is None:
         race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
-        how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
-        with queue_for(body.get("source") or body["subject"]) as (queue, dsn):
-            terminator = Terminator(dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
-            with _closed(terminator):
-                for attempt in range(1, rounds + 1):
-                    result = race(queue, terminator, timing)
-                    if result.violation is not None and result.violation.guarantee is guarantee:
-                        out.write(
-                            f"reproduced in round {attempt} of {how}: {body['subject']} ({queue.version}) "
-                            f"breaks {guarantee.value}: {result.violation.why}\n"
-                        )
-                        return EXIT_BROKEN
-        out.write(f"not reproduced in {rounds} rounds of {how}: {body['subject']} held {guarantee.value}\n")
-        return EXIT_HOLDS
-    with queue_for(body.get("source") or body["subject"]) as (queue, _):
+        recorded = (body.get("trace") or [{}])[0].get("interleaving")
+        with queue_for(body.get("source") or body["subject"], True) as opened:
+            if recorded and not body.get("cut"):
+                events = tuple(Event.from_json(item) for item in recorded)
+                return _forced(body, race, events, opened, timing, out)
+            return _by_luck(body, race, opened, timing, rounds, out)
+    with queue_for(body.get("source") or body["subject"], False) as opened:
+        queue = opened.queue
         ran = runs.run(queue, body["program"], timing=timing)
     for entry in ran.trace:
         out.write(f"  {entry['act']}" + (f" -> {entry['answer']}" if "answer" in entry else "") + "\n")
@@ -360,6 +386,70 @@ def replay(
         out.write(f"reproduced: {body['subject']} ({queue.version}) breaks {guarantee.value}: {again[0].why}\n")
         return EXIT_BROKEN
     out.write(f"not reproduced: {body['subject']} ({queue.version}) held {guarantee.value} on this program\n")
+    return EXIT_HOLDS
+
+
+def _forced(
+    body: dict[str, Any], race: runs.Race, events: tuple[Event, ...], opened: Opened, timing: runs.Timing, out: TextIO
+) -> int:
+    """A run of `race` forced to the recorded interleaving in each way `FORCINGS` names: exit 1 at
+    the first that breaks the guarantee again; 3 if none did and a run could not be forced (saying
+    why); 0 if every run went as forced and the guarantee held."""
+    guarantee = Guarantee(body["guarantee"])
+    subject, queue = body["subject"], opened.queue
+    sends = sum(event.kind == "send" for event in events)
+    roles = len({event.role for event in events})
+    out.write(f"forcing {body['race']} to its recorded interleaving: {sends} requests of {roles} connections\n")
+    why: list[str] = []
+    for attempt, how in enumerate(FORCINGS, 1):
+        order = events if how == FORCINGS[0] else tuple(in_finishing_order(events))
+        assert opened.interleaver is not None  # a race's replay opens its subject watched
+        result = race(queue, None, timing, runs.Wire(opened.interleaver, order))
+        forced = result.wired.forced
+        went = how if forced is None or forced.followed else f"{how}, until {forced.divergences[0]}"
+        if result.violation is not None and result.violation.guarantee is guarantee:
+            out.write(
+                f"reproduced in forced run {attempt} ({went}): {subject} ({queue.version}) breaks "
+                f"{guarantee.value}: {result.violation.why}\n"
+            )
+            return EXIT_BROKEN
+        out.write(f"  forced run {attempt} ({went}): {guarantee.value} held\n")
+        if forced is not None and not forced.followed:
+            why.append(forced.divergences[0])
+    if why:
+        out.write(f"could not be forced: in {len(why)} of {len(FORCINGS)} runs the clients left the order they "
+                  f"were held to ({why[0]}), and {guarantee.value} held\n")  # fmt: skip
+        return EXIT_UNFORCED
+    out.write(
+        f"not reproduced: {len(FORCINGS)} runs went as forced, statement by statement, and {subject} "
+        f"({queue.version}) held {guarantee.value}\n"
+    )
+    return EXIT_HOLDS
+
+
+def _by_luck(
+    body: dict[str, Any], race: runs.Race, opened: Opened, timing: runs.Timing, rounds: int, out: TextIO
+) -> int:
+    """Up to `rounds` rounds of `race`, each with a connection cut if the trace had one: exit 1 at
+    the first that breaks the guarantee again; 3 if none did (a cut lands when the real clock
+    says, and nothing forces it); 0 if none did, for a trace from before interleavings were recorded."""
+    guarantee = Guarantee(body["guarantee"])
+    queue = opened.queue
+    how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
+    terminator = Terminator(opened.dsn, 1.0, int(body.get("seed") or 0)) if body.get("cut") else None
+    with _closed(terminator):
+        for attempt in range(1, rounds + 1):
+            result = race(queue, terminator, timing, None)
+            if result.violation is not None and result.violation.guarantee is guarantee:
+                out.write(
+                    f"reproduced in round {attempt} of {how}: {body['subject']} ({queue.version}) "
+                    f"breaks {guarantee.value}: {result.violation.why}\n"
+                )
+                return EXIT_BROKEN
+    out.write(f"not reproduced in {rounds} rounds of {how}: {body['subject']} held {guarantee.value}\n")
+    if body.get("cut"):
+        out.write("could not be forced: where a cut lands is the real clock's, and nothing orders it\n")
+        return EXIT_UNFORCED
     return EXIT_HOLDS
 
 
@@ -468,7 +558,7 @@ def _matrix(
     args: argparse.Namespace,
     subjects: list[str],
     seed: int,
-    queue_for: Callable[[str], AbstractContextManager[tuple[QueueAdapter, str]]],
+    queue_for: Callable[[str, bool], AbstractContextManager[Opened]],
     say: Callable[[str], None],
 ) -> list[Row]:
     """Each subject judged, in turn."""
@@ -483,11 +573,19 @@ def _matrix(
     )
     rows = []
     for name in subjects:
-        with queue_for(name) as (queue, dsn):
-            rows.append(judge_subject(queue, seed=seed, examples=args.examples, races=races, traces=args.traces,
-                                      terminate=args.terminate, database=dsn, races_of=races_of, say=say,
-                                      reference=name, timing=timing))  # fmt: skip
+        with queue_for(name, False) as opened, _watched_if(races > 0, queue_for, name) as racing:
+            rows.append(judge_subject(opened.queue, seed=seed, examples=args.examples, races=races,
+                                      traces=args.traces, terminate=args.terminate, database=opened.dsn,
+                                      races_of=races_of, say=say, reference=name, timing=timing,
+                                      racing=racing))  # fmt: skip
     return rows
+
+
+def _watched_if(
+    races: bool, queue_for: Callable[[str, bool], AbstractContextManager[Opened]], name: str
+) -> AbstractContextManager[Opened | None]:
+    """The subject opened again, watched, for its races (none if no race runs)."""
+    return queue_for(name, True) if races else contextlib.nullcontext()
 
 
 def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -502,13 +600,13 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(line + "\n")
         err.flush()
 
-    log_path = args.traces / LIBRARY_LOG if args.replay is None else args.replay.parent / REPLAY_LOG
+    log_path = args.traces / (LIBRARY_LOG if args.replay is None else REPLAY_LOG)
     with postgres_server(args.dsn, log=say) as server, library_log.captured(log_path) as logged:
         if any(name.split(":")[0] == "leaseproof" for name in subjects):
             require_test_databases(server, "the bundled store's row")
 
-        def queue_for(name: str) -> AbstractContextManager[tuple[QueueAdapter, str]]:
-            return subject(server, name)
+        def queue_for(name: str, watched: bool) -> AbstractContextManager[Opened]:
+            return subject(server, name, watched=watched)
 
         rows: list[Row] = []
         replayed = EXIT_HOLDS

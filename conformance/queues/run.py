@@ -19,7 +19,7 @@ import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -27,6 +27,7 @@ import hypothesis
 from hypothesis import strategies as st
 
 from leaseproof.conformance.concurrent.faults import Terminator
+from leaseproof.conformance.harness.interleave import Event, Forced, Interleaver
 from leaseproof.conformance.queues.protocol import Held, QueueAdapter
 from leaseproof.model.frozenmap import FrozenMap
 from leaseproof.model.queue import (
@@ -492,12 +493,33 @@ class Raced:
     violation: Violation | None
     cut: bool = False
     lost: tuple[str, ...] = ()
+    wired: Wired = attrs.Factory(lambda: Wired())
 
 
-def _together(calls: list[Callable[[], Any]], terminator: Terminator | None = None) -> tuple[list[Any], bool]:
-    """Run the calls on threads released at once: their results, and whether a connection was cut.
-    If the terminator's seed says so, it ends one busy backend of the queue's database while they
-    run; a call that raised in a round it cut is `Lost`. Any other exception is re-raised."""
+@attrs.frozen
+class Wire:
+    """How a race's clients' statements are watched at the wire (conformance/harness/interleave.py):
+    their order recorded, or, given the recorded events (`force`), forced to it."""
+
+    interleaver: Interleaver
+    force: tuple[Event, ...] | None = None
+
+
+@attrs.frozen
+class Wired:
+    """What the wire saw of one race: the events recorded, or how forcing them went."""
+
+    events: tuple[Event, ...] = ()
+    forced: Forced | None = None
+
+
+def _together(
+    calls: list[Callable[[], Any]], terminator: Terminator | None = None, wire: Wire | None = None
+) -> tuple[list[Any], bool, Wired]:
+    """Run the calls on threads released at once: their results, whether a connection was cut, and
+    what the wire saw (`wire`: recorded, or forced to a recorded order). If the terminator's seed
+    says so, it ends one busy backend of the queue's database while they run; a call that raised
+    in a round it cut is `Lost`. Any other exception is re-raised."""
     barrier = threading.Barrier(len(calls))
     results: list[Any] = [None] * len(calls)
     errors: dict[int, BaseException] = {}
@@ -531,10 +553,12 @@ def _together(calls: list[Callable[[], Any]], terminator: Terminator | None = No
     if plan is not None:
         threads.append(threading.Thread(target=cutting, daemon=True))
     began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(RACE_TIMEOUT)
+    with _watched(wire) as (events, forced):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(RACE_TIMEOUT)
+    wired = Wired(tuple(events), forced)
     if any(thread.is_alive() for thread in threads):
         raise TimeoutError(f"a race's clients did not return within {RACE_TIMEOUT}s")
     if terminator is not None and plan is None:
@@ -546,7 +570,20 @@ def _together(calls: list[Callable[[], Any]], terminator: Terminator | None = No
         raise next(iter(errors.values()))
     for index, exc in errors.items():
         results[index] = Lost(raised(exc))
-    return results, cut
+    return results, cut, wired
+
+
+@contextlib.contextmanager
+def _watched(wire: Wire | None) -> Iterator[tuple[list[Event], Forced | None]]:
+    """The events `wire` records while open, or how forcing its events goes."""
+    if wire is None:
+        yield [], None
+    elif wire.force is None:
+        with wire.interleaver.recording() as events:
+            yield events, None
+    else:
+        with wire.interleaver.forcing(list(wire.force)) as forced:
+            yield [], forced
 
 
 def _lost(results: list[Any], names: list[str]) -> tuple[str, ...]:
@@ -589,14 +626,14 @@ def settle(queue: QueueAdapter, jobs: list[str], description: str, timing: Timin
 
 
 def _ended(queue: QueueAdapter, job: str, description: str, violation: Violation | None, cut: bool,
-           lost: tuple[str, ...], timing: Timing) -> Raced:  # fmt: skip
+           lost: tuple[str, ...], timing: Timing, wired: Wired) -> Raced:  # fmt: skip
     """A race's judgement, after the queue settled (`settle`) if the race itself broke nothing."""
     description = _cut(description, cut, lost)
     if violation is None:
         violation = settle(queue, [job], description, timing)
     elif cut:
         violation = Violation(violation.guarantee, _cut(violation.why, cut, lost))
-    return Raced(description, violation, cut, lost)
+    return Raced(description, violation, cut, lost, wired)
 
 
 def _only_job_fetched(queue: QueueAdapter, job: str) -> Held | None:
@@ -608,7 +645,9 @@ def _unfetched(job: str) -> Raced:
     return Raced("the fetch did not hand out the only job", Violation(Guarantee.NOTHING_LOST, f"{job} was not fetched"))
 
 
-def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
+def race_completion_rescue(
+    queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING, wire: Wire | None = None
+) -> Raced:
     """A holder whose lease ran out completes while a rescue runs. Either order is allowed; the
     completion's answer and the job's row must agree with one of them (with a call lost to a
     cut connection, either it took effect or it did not)."""
@@ -626,7 +665,8 @@ def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = 
     completing, rescuing = queue.session(), queue.session()
     try:
         before = queue.rows().get(job)
-        results, cut = _together([lambda: completing.complete(held.handle, "finished"), rescuing.rescue], terminator)
+        calls = [lambda: completing.complete(held.handle, "finished"), rescuing.rescue]
+        results, cut, wired = _together(calls, terminator, wire)
     finally:
         completing.close()
         rescuing.close()
@@ -645,26 +685,31 @@ def race_completion_rescue(queue: QueueAdapter, terminator: Terminator | None = 
     violation = None
     if (told, status) not in allowed:
         violation = Violation(Guarantee.COMPLETION_RACING_RESCUE, description + ", which no order explains")
-    return _ended(queue, job, description, violation, cut, lost, timing)
+    return _ended(queue, job, description, violation, cut, lost, timing, wired)
 
 
-def race_fetches(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
+def race_fetches(
+    queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING, wire: Wire | None = None
+) -> Raced:
     """Two workers fetch one job at once: at most one gets it."""
     queue.reset(timing.start, timing.lease)
     job = queue.enqueue()
     one, two = queue.session(), queue.session()
     try:
-        got, cut = _together([one.fetch, two.fetch], terminator)
+        got, cut, wired = _together([one.fetch, two.fetch], terminator, wire)
     finally:
         one.close()
         two.close()
     jobs = [held.job for held in got if isinstance(held, Held)]
     description = f"two fetches of one job ({job}) at once handed out {jobs or 'nothing'}"
     violation = Violation(Guarantee.NO_DOUBLE_CLAIM, description) if len(jobs) > 1 else None
-    return _ended(queue, job, description, violation, cut, _lost(got, ["a fetch", "the other fetch"]), timing)
+    lost = _lost(got, ["a fetch", "the other fetch"])
+    return _ended(queue, job, description, violation, cut, lost, timing, wired)
 
 
-def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING) -> Raced:
+def race_rescues_and_fetch(
+    queue: QueueAdapter, terminator: Terminator | None = None, timing: Timing = TIMING, wire: Wire | None = None
+) -> Raced:
     """Two rescues of one expired job and a worker fetching it at once (it fetches again until it
     gets the job or both rescues are over): whoever fetches it holds a live lease, which no
     rescue may take (a rescuer that acts on what it read before the other rescue would), and
@@ -694,7 +739,7 @@ def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = 
                 return held
 
     try:
-        results, cut = _together([rescuing(0), rescuing(1), fetching], terminator)
+        results, cut, wired = _together([rescuing(0), rescuing(1), fetching], terminator, wire)
     finally:
         for client in clients:
             client.close()
@@ -704,7 +749,7 @@ def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = 
     status = None if row is None else row.status
     if held is None:
         description = f"two rescues and a fetch of {job} at once: the fetch found nothing (row {status})"
-        return _ended(queue, job, description, None, cut, lost, timing)
+        return _ended(queue, job, description, None, cut, lost, timing, wired)
     description = f"two rescues and a fetch of {job} at once: the fetch took it, and its row is then {status}"
     violation = None
     if status != "claimed":
@@ -712,10 +757,11 @@ def race_rescues_and_fetch(queue: QueueAdapter, terminator: Terminator | None = 
     elif Capability.HEARTBEAT in queue.capabilities and queue.heartbeat(held.handle) is not Answer.APPLIED:
         description += "; its holder's heartbeat was refused"
         violation = Violation(Guarantee.LIVE_HOLDER_SERVED, description)
-    return _ended(queue, job, description, violation, cut, lost, timing)
+    return _ended(queue, job, description, violation, cut, lost, timing, wired)
 
 
-RACES: dict[Guarantee, Callable[[QueueAdapter, Terminator | None, Timing], Raced]] = {
+Race = Callable[[QueueAdapter, Terminator | None, Timing, Wire | None], Raced]
+RACES: dict[Guarantee, Race] = {
     Guarantee.COMPLETION_RACING_RESCUE: race_completion_rescue,
     Guarantee.NO_DOUBLE_CLAIM: race_fetches,
     Guarantee.RESCUE_ONLY_EXPIRED: race_rescues_and_fetch,

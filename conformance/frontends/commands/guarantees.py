@@ -17,6 +17,7 @@ DESCRIPTION = (
 EXITS = (
     "exit status: 0 the matrix was made and the bundled store holds every guarantee it is judged on; "
     "1 it does not (or --replay reproduced the violation); 2 usage, or a subject is not installed; "
+    "3 --replay of a race could not force its recorded interleaving and the violation did not come back; "
     "130 interrupted"
 )
 

@@ -98,7 +98,9 @@ def test_a_claim_split_over_two_transactions_is_caught_only_when_a_connection_is
     trace = json.loads(Path(cell["trace"]).read_text())
     assert trace["cut"] is True and trace["program"] is None
     # The replay meets it again as the run did, by luck: as many rounds as the run may take.
-    code, out, err = _cli(["--replay", cell["trace"], "--races", "1000", "--dsn", pg_server.dsn])
+    code, out, err = _cli(
+        ["--replay", cell["trace"], "--races", "1000", "--traces", str(tmp_path), "--dsn", pg_server.dsn]
+    )
     assert code == 1 and "each with a connection cut" in out and "breaks nothing-lost" in out, (out, err)
 
 
@@ -108,7 +110,7 @@ def test_a_call_that_raises_is_lost_only_in_a_round_whose_connection_was_cut(del
     terminator = Terminator(delivery_dsn, 1.0, SEED)
     conn = psycopg.connect(delivery_dsn, autocommit=True)
     try:
-        results, cut = runs._together([lambda: conn.execute("SELECT pg_sleep(5)"), lambda: 7], terminator)
+        results, cut, _ = runs._together([lambda: conn.execute("SELECT pg_sleep(5)"), lambda: 7], terminator)
         assert cut and isinstance(results[0], runs.Lost) and results[1] == 7
         assert "AdminShutdown" in results[0].why
         with pytest.raises(ZeroDivisionError):
@@ -331,7 +333,9 @@ def test_a_library_row_reports_what_its_api_allowed_with_traces_that_replay(
         Guarantee
     ) - violated - not_applicable - unchecked
     for guarantee in violated:
-        code, out, err = _cli(["--replay", str(cells[guarantee].trace), "--dsn", pg_server.dsn])
+        code, out, err = _cli(
+            ["--replay", str(cells[guarantee].trace), "--traces", str(tmp_path), "--dsn", pg_server.dsn]
+        )
         assert code == 1 and f"breaks {guarantee.value}" in out, (out, err)
 
 
@@ -353,9 +357,9 @@ def test_every_trace_the_spec_page_names_is_in_the_repository() -> None:
 
 
 @pytest.mark.parametrize("trace", sorted((PAGE.parent / "guarantee-traces").glob("*.json")), ids=lambda p: p.stem)
-def test_each_published_violation_replays(trace: Path, pg_server: Server) -> None:
+def test_each_published_violation_replays(trace: Path, pg_server: Server, tmp_path: Path) -> None:
     assert f"specs/guarantee-traces/{trace.name}" in PAGE.read_text()
-    code, out, err = _cli(["--replay", str(trace), "--dsn", pg_server.dsn])
+    code, out, err = _cli(["--replay", str(trace), "--traces", str(tmp_path), "--dsn", pg_server.dsn])
     assert code == 1 and "reproduced" in out, (out, err)
 
 
