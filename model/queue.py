@@ -5,7 +5,8 @@ A job is enqueued; a worker fetches (claims) it under a lease; the holder may he
 out. This module is that part of the delivery machine, for one tenant and one target,
 with the named *guarantees* a queue gives or does not (specs/guarantees.md). A holder is
 the attempt that fetched the job (attempt k is its k-th fetch); its lease is live while
-`lease_until >= now`, and a rescue takes jobs whose `lease_until < now`.
+`lease_until >= now`, and a rescue takes jobs whose `lease_until < now` (for a queue that
+declares `Capability.ENDS_AT_EXPIRY`, live while `lease_until > now`).
 
 `judge(state, act, effect, seen)` is the whole profile. It asks for what took effect,
 not for the delivery machine's exact answers: `effect` is what the queue's answer and
@@ -67,6 +68,11 @@ class Capability(enum.Enum):
     RESCUE = "rescue"  # a rescue of expired leases can be run on demand
     TAKEOVER = "takeover"  # a fetch takes over a job whose lease ran out (a rescue inside the fetch)
     FAIL = "fail"  # a holder can fail a job for good (without it, a failure is retried: only "finished" is sent)
+    # Not a call but the queue's convention, declared: a lease is over at the instant it expires (live
+    # while `lease_until > now`, as pgmq's visibility timeout and absurd's claim are), where the profile
+    # otherwise holds it live through that instant (`lease_until >= now`). The profile judges the
+    # queue's boundary by it, so that which side owns the instant is never a violation.
+    ENDS_AT_EXPIRY = "ends-at-expiry"
 
 
 _ALWAYS: tuple[frozenset[Capability], ...] = (frozenset(),)
@@ -129,8 +135,11 @@ class Job:
     attempt: int = 0  # fetches so far; the holder of attempt k holds it while claimed at k
     lease_until: dt.datetime | None = None
 
-    def live(self, now: dt.datetime) -> bool:
-        return self.status == "claimed" and self.lease_until is not None and self.lease_until >= now
+    def live(self, now: dt.datetime, ends_at_expiry: bool = False) -> bool:
+        """Claimed, its lease not run out at `now` (`ends_at_expiry`: over at its last instant)."""
+        if self.status != "claimed" or self.lease_until is None:
+            return False
+        return self.lease_until > now if ends_at_expiry else self.lease_until >= now
 
 
 @attrs.frozen
@@ -138,6 +147,11 @@ class QueueState:
     now: dt.datetime
     lease: dt.timedelta  # every lease is this long, from the fetch or the last heartbeat
     jobs: FrozenMap[str, Job] = FrozenMap()
+    ends_at_expiry: bool = False  # the queue declared `Capability.ENDS_AT_EXPIRY`
+
+    def live(self, job: Job) -> bool:
+        """Whether `job`'s lease is live now, by the queue's convention."""
+        return job.live(self.now, self.ends_at_expiry)
 
     def with_job(self, key: str, job: Job) -> QueueState:
         return attrs.evolve(self, jobs=self.jobs.set(key, job))
@@ -198,8 +212,8 @@ class Divergence:
     why: str
 
 
-def initial(now: dt.datetime, lease_seconds: int) -> QueueState:
-    return QueueState(now, dt.timedelta(seconds=lease_seconds))
+def initial(now: dt.datetime, lease_seconds: int, ends_at_expiry: bool = False) -> QueueState:
+    return QueueState(now, dt.timedelta(seconds=lease_seconds), ends_at_expiry=ends_at_expiry)
 
 
 def holder(s: QueueState, job: str, attempt: int, deadline: bool = True) -> str:
@@ -212,7 +226,7 @@ def holder(s: QueueState, job: str, attempt: int, deadline: bool = True) -> str:
         return "stale"
     if j.status in TERMINAL:
         return "settled"
-    return "live" if j.live(s.now) or not deadline else "expired"
+    return "live" if s.live(j) or not deadline else "expired"
 
 
 def reference_answer(s: QueueState, act: Heartbeat | Complete, deadline: bool = True) -> Answer:
@@ -256,10 +270,10 @@ def _rescue(s: QueueState, seen: FrozenMap[str, Seen]) -> list[Violation]:
         row = seen.get(key, Seen(None))
         if j.status != "claimed":
             continue
-        if j.live(s.now) and row.status in {"pending", "failed"}:
+        if s.live(j) and row.status in {"pending", "failed"}:
             why = f"the rescue took {key} (now {row.status}) while attempt {j.attempt} held a live lease"
             found.append(Violation(Guarantee.RESCUE_ONLY_EXPIRED, why))
-        elif not j.live(s.now) and row.status == "claimed":
+        elif not s.live(j) and row.status == "claimed":
             why = f"the rescue left {key} claimed by attempt {j.attempt}, whose lease ran out"
             found.append(Violation(Guarantee.RESCUE_TAKES_EXPIRED, why))
     return found
@@ -269,7 +283,7 @@ def _fetch(s: QueueState, key: str) -> tuple[QueueState, list[Violation]]:
     if key not in s.jobs:
         return s, [Violation(Guarantee.NO_DOUBLE_CLAIM, f"the fetch handed out {key}, a job never enqueued")]
     j, found = s.jobs[key], []
-    if j.live(s.now):
+    if s.live(j):
         found.append(
             Violation(Guarantee.NO_DOUBLE_CLAIM, f"{key} was fetched while attempt {j.attempt} held a live lease")
         )
@@ -325,7 +339,7 @@ def _rows(before: QueueState, s: QueueState, seen: FrozenMap[str, Seen]) -> Judg
             found.append(Violation(Guarantee.NOTHING_LOST, f"{key} ({j.status}) has no row"))
         elif key in before.jobs and before.jobs[key].status in TERMINAL:
             found.append(Violation(Guarantee.TERMINAL_ONCE, f"{key} was {j.status} and its row now says {row.status}"))
-        elif j.status == "claimed" and not j.live(s.now) and row.status in {"pending", "failed"}:
+        elif j.status == "claimed" and not s.live(j) and row.status in {"pending", "failed"}:
             s = s.with_job(key, Job(row.status, j.attempt, None))
         else:
             unexplained.append(

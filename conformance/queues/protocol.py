@@ -35,9 +35,10 @@ The conventions an adapter keeps (docs/queues.md, "Judging your own queue"):
   that finds nothing returns None.
 - **The lease boundary**: a lease is live while `lease_until >= now`, and a rescue takes
   a job whose `lease_until < now`. The generated programs move the clock by whole
-  seconds, the lease's length among them, so they do land on the instant a lease ends:
-  a queue that already takes a job over then (`lease_until <= now`), or refuses a
-  heartbeat then (`lease_until > now`), is judged as breaking the guarantee there.
+  seconds, the lease's length among them, so they do land on the instant a lease ends.
+  A queue whose lease is over at that instant (it takes a job over at
+  `lease_until <= now`, or renews only while `lease_until > now`) declares
+  `Capability.ENDS_AT_EXPIRY` and is judged by that boundary, its rows read by it too.
 - **The clock** is the database's: `reset(start, ...)` pins it at `start` and
   `advance` moves it. A queue that reads `now()` is moved by the search-path clock
   (`subjects/clock.py`, as the example subject does); one that reads another time

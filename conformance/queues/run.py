@@ -116,7 +116,8 @@ class _Run:
         self.queue, self.timing = queue, timing
         self.deadline = Capability.DEADLINE in queue.capabilities
         queue.reset(timing.start, timing.lease)
-        self.state: QueueState = initial(timing.start, timing.lease)
+        ends = Capability.ENDS_AT_EXPIRY in queue.capabilities
+        self.state: QueueState = initial(timing.start, timing.lease, ends)
         self.holders: list[tuple[str, int, Any]] = []  # (job, attempt, handle), in fetch order
         self.rows: dict[str, Seen] = {}
         self.trace: list[dict[str, Any]] = []
@@ -660,7 +661,8 @@ def race_completion_rescue(
     queue.advance(timing.lease + 1)
     deadline = Capability.DEADLINE in queue.capabilities
     lease = dt.timedelta(seconds=timing.lease)
-    claimed = initial(start, timing.lease).with_job(job, Job("claimed", 1, start + lease))
+    ends = Capability.ENDS_AT_EXPIRY in queue.capabilities
+    claimed = initial(start, timing.lease, ends).with_job(job, Job("claimed", 1, start + lease))
     state = attrs.evolve(claimed, now=start + lease + dt.timedelta(seconds=1))  # the holder's lease ran out
     completing, rescuing = queue.session(), queue.session()
     try:

@@ -156,3 +156,23 @@ def test_a_row_that_disappears_is_lost_and_one_nobody_explains_is_a_divergence()
 def test_a_row_status_outside_the_profile_is_refused() -> None:
     with pytest.raises(ValueError, match="status"):
         Seen("doing")
+
+
+def test_a_queue_whose_lease_ends_at_its_expiry_instant_is_judged_by_that_convention() -> None:
+    """At the instant a lease expires (`lease_until == now`) the profile holds it live, so a fetch
+    that takes the job over then is a double claim; a queue that declares `ENDS_AT_EXPIRY` (its lease
+    over at that instant, as pgmq's and absurd's are) is judged by its own boundary: the takeover is
+    allowed, and a rescue must take the job."""
+    at_expiry = (Advance(LEASE), Answer.REFUSED, rows(j1="claimed"))
+    s = follow((Enqueue("j1"), Answer.REFUSED, rows(j1="pending")), (Fetch("j1"), Answer.REFUSED, rows(j1="claimed")),
+               at_expiry)  # fmt: skip
+    assert broken(s, Fetch("j1"), Answer.REFUSED, rows(j1="claimed")) == {"no-double-claim"}
+    ends = initial(START, LEASE, ends_at_expiry=True)
+    for act, answer, seen in ((Enqueue("j1"), Answer.REFUSED, rows(j1="pending")),
+                              (Fetch("j1"), Answer.REFUSED, rows(j1="claimed")), at_expiry):  # fmt: skip
+        ends, found, unexplained = judge(ends, act, answer, seen)
+        assert (found, unexplained) == ([], [])
+    assert holder(ends, "j1", 1) == "expired"
+    assert broken(ends, Fetch("j1"), Answer.REFUSED, rows(j1="claimed")) == set()
+    assert broken(ends, Rescue(), Answer.REFUSED, rows(j1="claimed")) == {"rescue-takes-expired"}
+    assert broken(s, Rescue(), Answer.REFUSED, rows(j1="pending")) == {"rescue-only-expired"}

@@ -28,13 +28,13 @@ for every client at once (`reset` checks that `absurd.current_time()` reads the 
 Only ids read the real clock: `absurd.portable_uuidv7()` calls PostgreSQL 18's `uuidv7()`.
 
 The lease boundary: a claim takes a run over once `claim_expires_at <= now` (absurd.sql 994, in
-`absurd.claim_task`), the instant the profile still counts as live (`lease_until >= now`); the
-profile judges that instant as a double claim, or cannot follow it when the claim hands out
-another job and leaves the one it took over pending.
+`absurd.claim_task`): its claim is over at the instant it expires, which the adapter declares
+(`Capability.ENDS_AT_EXPIRY`), so the profile judges a claim at that instant as the takeover it is.
 
-Capabilities: heartbeat, takeover. No rescue on demand (only a claim fails expired runs), no
-deadline (`complete_run` and `extend_claim` accept a run whose claim expired, as long as no claim
-took it over: Absurd documents that overlapping execution is possible), no `fail` (retried).
+Capabilities: heartbeat, takeover, and its lease boundary (ends-at-expiry). No rescue on demand
+(only a claim fails expired runs), no deadline (`complete_run` and `extend_claim` accept a run whose
+claim expired, as long as no claim took it over: Absurd documents that overlapping execution is
+possible), no `fail` (retried).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _uri(conninfo: str) -> str:
 
 class AbsurdQueue(_Client):
     name = "absurd"
-    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER})
+    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER, Capability.ENDS_AT_EXPIRY})
 
     def __init__(self, dsn: str) -> None:
         try:

@@ -16,21 +16,18 @@ as a lease queue.
   alone: nothing of the holder (read_ct, vt) reaches the database;
 - complete: `queue.archive(QUEUE, msg_id)`, what pgmq's README does "when done" (`queue.delete`, the other way
   to complete, has the same `WHERE msg_id = $1`): applied iff it returns true;
-- rows: the queue table `pgmq.q_leaseproof` by msg_id: a message read (`read_ct > 0`) whose lease is live by the
-  profile's rule (`vt >= now`) claimed, any other pending; the archive table `pgmq.a_leaseproof` finished (archive
-  is the only completion sent); a message in neither, no row (lost). pgmq's read takes a message again from
-  `vt <= clock_timestamp()` on: its lease ends before the instant `vt`, the profile's at the end of it. Rows read by
-  pgmq's rule would show a message pending at `vt = now` while the profile has its holder live, a state the profile
-  cannot follow (every run that lands there diverges, and the matrix says nothing); read by the lease's rule, a
-  fetch at that instant that hands the message out again is judged (no-double-claim), as the contract's lease
-  boundary says.
+- rows: the queue table `pgmq.q_leaseproof` by msg_id: a message read (`read_ct > 0`) whose `vt` has not come
+  (`vt > now`) claimed, any other pending, by pgmq's own rule; the archive table `pgmq.a_leaseproof` finished
+  (archive is the only completion sent); a message in neither, no row (lost). pgmq's read takes a message again
+  from `vt <= clock_timestamp()` on: its lease is over at the instant `vt`, which it declares
+  (`Capability.ENDS_AT_EXPIRY`), so a read at that instant is a takeover, not a double claim.
 
-Capabilities: heartbeat, takeover. No deadline: a holder is refused by nothing but its message having left the
-queue table (archive, delete, set_vt match `msg_id` alone), so an expired holder's acts are judged as a stale
-holder's (its row shows the message pending once its vt has passed). No rescue: there is no call to run one;
-a message whose vt passed is visible again by time alone, and the next read takes it. No fail: pgmq has no
-failed state (its archive holds completed messages, and says nothing of how they ended); a holder that fails
-leaves its message, which the next read after vt takes again.
+Capabilities: heartbeat, takeover, and its lease boundary (ends-at-expiry). No deadline: a holder is refused by
+nothing but its message having left the queue table (archive, delete, set_vt match `msg_id` alone), so an expired
+holder's acts are judged as a stale holder's (its row shows the message pending once its vt has passed). No rescue:
+there is no call to run one; a message whose vt passed is visible again by time alone, and the next read takes it.
+No fail: pgmq has no failed state (its archive holds completed messages, and says nothing of how they ended); a
+holder that fails leaves its message, which the next read after vt takes again.
 """
 
 from __future__ import annotations
@@ -48,11 +45,9 @@ from leaseproof.model.queue import Answer, Capability, Seen
 
 QUEUE = "leaseproof"
 _TABLES = f"pgmq.q_{QUEUE}, pgmq.a_{QUEUE}"
-# A read message is claimed while its lease is live by the profile's rule (`vt >= now`); pgmq's read takes it
-# again from `vt <= clock_timestamp()` on, so at the instant `vt = now` a fetch that takes it is judged (module
-# docstring).
+# A read message is claimed until the instant its vt comes, when pgmq's read may take it again.
 _ROWS = f"""
-    SELECT msg_id, CASE WHEN read_ct > 0 AND vt >= clock_timestamp() THEN 'claimed' ELSE 'pending' END
+    SELECT msg_id, CASE WHEN read_ct > 0 AND vt > clock_timestamp() THEN 'claimed' ELSE 'pending' END
     FROM pgmq.q_{QUEUE}
     UNION ALL
     SELECT msg_id, 'finished' FROM pgmq.a_{QUEUE}
@@ -111,7 +106,7 @@ class _Client:
 
 class PgmqQueue(_Client):
     name = "pgmq"
-    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER})
+    capabilities = frozenset({Capability.HEARTBEAT, Capability.TAKEOVER, Capability.ENDS_AT_EXPIRY})
 
     def __init__(self, dsn: str) -> None:
         try:

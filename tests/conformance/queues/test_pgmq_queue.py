@@ -1,5 +1,5 @@
 """pgmq (`pgmq_queue.PgmqQueue`) judged on a real server: what its API allows, with traces that replay, and the
-lease boundary its rows are read by."""
+lease boundary it declares (its lease over at the instant its vt comes)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import matrix
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.subjects import make
-from leaseproof.conformance.queues.subjects.pgmq_queue import QUEUE, PgmqQueue
+from leaseproof.conformance.queues.subjects.pgmq_queue import PgmqQueue
 from leaseproof.model.queue import Guarantee
 
 SUBJECT = "leaseproof.conformance.queues.subjects.pgmq_queue:PgmqQueue"
 SEED = 1
 # Established on seeds 1, 2 and 3 at the defaults (500 programs, 100 rounds of each race, half with a cut).
-VIOLATED = {Guarantee.NO_DOUBLE_CLAIM, Guarantee.NO_STALE_COMPLETION, Guarantee.NO_STALE_HEARTBEAT}
+VIOLATED = {Guarantee.NO_STALE_COMPLETION, Guarantee.NO_STALE_HEARTBEAT}
 NOT_APPLICABLE = {
     Guarantee.EXPIRED_CANNOT_RENEW,
     Guarantee.EXPIRED_CANNOT_COMPLETE,
@@ -58,9 +58,10 @@ def test_pgmq_breaks_what_its_api_allows_and_its_traces_replay(pgmq: Any, pg_ser
         assert code == 1 and f"breaks {guarantee.value}" in out, out
 
 
-def test_a_read_takes_a_message_again_at_the_instant_its_vt_ends(pgmq: PgmqQueue) -> None:
-    """The boundary no-double-claim is met at: pgmq's read takes `vt <= clock_timestamp()`, so at the
-    instant `vt` (a lease the profile holds live) the message is handed out again, by the pinned clock."""
+def test_a_read_takes_a_message_over_at_the_instant_its_vt_ends_which_its_boundary_allows(pgmq: PgmqQueue) -> None:
+    """pgmq's read takes `vt <= clock_timestamp()`: at the instant `vt` the message is visible again
+    (pending, by pgmq's rule) and handed out again, by the pinned clock. The adapter declares that
+    boundary, so the profile judges the read a takeover, not a double claim."""
     pgmq.reset(runs.TIMING.start, 30)
     job = pgmq.enqueue()
     first = pgmq.fetch()
@@ -68,18 +69,8 @@ def test_a_read_takes_a_message_again_at_the_instant_its_vt_ends(pgmq: PgmqQueue
     pgmq.advance(29)
     assert pgmq.fetch() is None and pgmq.rows()[job].status == "claimed"
     pgmq.advance(1)
-    assert pgmq.rows()[job].status == "claimed"  # the lease's rule: vt >= now
+    assert pgmq.rows()[job].status == "pending"
     second = pgmq.fetch()
     assert second is not None and second.job == job and second.handle.read_ct == 2
-
-
-def test_read_by_pgmqs_own_rule_the_rows_diverge_at_the_lease_boundary(pgmq: PgmqQueue) -> None:
-    """Why the rows are read by the lease's rule: by pgmq's (`vt <= now` visible), a message is pending at
-    the instant its holder's lease is still live for the profile, which cannot follow it."""
-    row = pgmq.sql.execute(f"SELECT count(*) FROM pgmq.q_{QUEUE}").fetchone()
-    assert row == (0,)
-    ran = runs.run(pgmq, [["enqueue"], ["fetch"], ["advance", 30]], drain=False)
-    assert ran.divergence is None and not ran.violations
-    msg = int(ran.trace[0]["act"].split()[-1])
-    visible = pgmq.sql.execute(f"SELECT vt <= clock_timestamp() FROM pgmq.q_{QUEUE} WHERE msg_id = %s", (msg,))
-    assert visible.fetchone() == (True,) and ran.trace[-1]["rows"] == {str(msg): "claimed"}
+    ran = runs.run(pgmq, [["enqueue"], ["fetch"], ["advance", 30], ["fetch"]], drain=False)
+    assert ran.divergence is None and not ran.violations, ran.trace
