@@ -129,6 +129,15 @@ def _default_bin_dir() -> tuple[Path, str]:
     return bin_dir, str(bin_dir)
 
 
+def client_bin_dir() -> Path | None:
+    """The folder of the embedded PostgreSQL's programs (psql among them), if it is there."""
+    try:
+        bin_dir, _ = _default_bin_dir()
+    except SourceUnavailable:
+        return None
+    return bin_dir if bin_dir.is_dir() else None
+
+
 @contextlib.contextmanager
 def embedded_server(say: Log) -> Iterator[Server]:
     bin_dir, where = _default_bin_dir()

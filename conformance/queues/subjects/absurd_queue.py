@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,7 @@ from urllib.parse import quote, urlencode
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from leaseproof.conformance.harness.embedded import client_bin_dir
 from leaseproof.conformance.queues.protocol import Held, SubjectUnavailable
 from leaseproof.conformance.queues.subjects import clock
 from leaseproof.model.queue import Answer, Capability, Seen
@@ -148,11 +150,18 @@ class AbsurdQueue(_Client):
 
     def _install(self) -> None:
         """`absurdctl init -d URI`, absurdctl's console script (`absurdctl:main`) run by this interpreter."""
-        if shutil.which("psql") is None:
+        path = os.environ.get("PATH", "")
+        bundled = client_bin_dir()  # psql from the embedded server's binaries, where PATH has none
+        if shutil.which("psql") is None and bundled is not None:
+            path = f"{bundled}{os.pathsep}{path}"
+        if shutil.which("psql", path=path) is None:
             raise SubjectUnavailable("absurdctl init needs psql (PostgreSQL's client) on PATH")
         command = [sys.executable, "-c", "import absurdctl; absurdctl.main()", "init", "-d", _uri(self.dsn)]
+        env = {**os.environ, "PATH": path}
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False)
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False, env=env
+            )
         except subprocess.TimeoutExpired:
             raise SubjectUnavailable(f"absurdctl init did not finish within {_INSTALL_TIMEOUT}s") from None
         if done.returncode != 0:
