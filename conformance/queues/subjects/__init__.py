@@ -63,6 +63,8 @@ SUBJECTS: dict[str, Source] = {
         _built_in("pgqueuer", "pgqueuer_queue", "PgQueuerQueue", "pgqueuer", _QUEUES_EXTRA),
         _built_in("pg-boss", "pgboss_queue", "PgBossQueue"),  # Node.js: installed with npm on first use
         _built_in("graphile-worker", "graphile_queue", "GraphileQueue"),  # likewise
+        _built_in("pgmq", "pgmq_queue", "PgmqQueue", "pgmq", _QUEUES_EXTRA),
+        _built_in("absurd", "absurd_queue", "AbsurdQueue", "absurd_sdk", _QUEUES_EXTRA),
     )
 }
 
