@@ -50,5 +50,7 @@ NEMESIS_FAULTS = (
     "kill", "terminate", "pause", "stall", "restart", "lose-answer", "reset", "delay", "blackhole",
 )  # fmt: skip  # conformance/concurrent/nemesis.py: FAULTS
 # conformance/queues/subjects/__init__.py: SUBJECTS; conformance/evidence/throughput.py: SUBJECTS
-QUEUE_SUBJECTS = ("leaseproof", "procrastinate", "pgqueuer", "pg-boss", "graphile-worker", "pgmq", "absurd", "oban")
+QUEUE_SUBJECTS = (
+    "leaseproof", "procrastinate", "pgqueuer", "pg-boss", "graphile-worker", "pgmq", "absurd", "chancy", "oban",
+)  # fmt: skip
 THROUGHPUT_SUBJECTS = ("floor", "store", "procrastinate", "pgqueuer", "pgqueuer-1")

@@ -208,7 +208,8 @@ def _search(
     )
     for guarantee, one in found.items():
         violation = next(v for v in one.ran.violations if v.guarantee is guarantee)  # shrunk to keep it
-        findings.evidence.setdefault(guarantee, _Evidence(one.program, violation, one.ran.trace, "search"))
+        how = "search" if one.shrunk else "search; not shrunk: run again, the program did not break it"
+        findings.evidence.setdefault(guarantee, _Evidence(one.program, violation, one.ran.trace, how))
     findings.divergences += [divergence.why for _, divergence in diverged]
     if programs:
         findings.checked |= set(Guarantee) - RACE_ONLY

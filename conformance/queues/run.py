@@ -409,10 +409,12 @@ def shrink(queue: QueueAdapter, program: Program, guarantee: Guarantee, timing: 
 
 @attrs.frozen
 class Found:
-    """The first violation of one guarantee a search met, shrunk."""
+    """The first violation of one guarantee a search met, shrunk (unless running it again did not
+    break the guarantee: then as the search met it, `shrunk` False)."""
 
     program: Program
     ran: Ran
+    shrunk: bool = True
 
 
 def search(
@@ -428,7 +430,7 @@ def search(
     """Generated programs: the first violation met of each guarantee (shrunk), the programs
     the profile could not follow, and how many programs ran; the search ends early once
     `until` says the guarantees broken so far are enough."""
-    found: dict[Guarantee, Program] = {}
+    found: dict[Guarantee, tuple[Program, Ran]] = {}
     diverged: list[tuple[Program, Divergence]] = []
     count = 0
     if examples < 1:
@@ -456,16 +458,20 @@ def search(
         # every guarantee about stale and expired holders is decided.
         hypothesis.target(float(sum(entry.get("holder") in ("stale", "expired") for entry in ran.trace)))
         for violation in ran.violations:
-            found.setdefault(violation.guarantee, program)
+            found.setdefault(violation.guarantee, (program, ran))
         if ran.divergence is not None and len(diverged) < 5:
             diverged.append((program, ran.divergence))
 
     with contextlib.suppress(_Enough):
         explore()
     shrunk = {}
-    for guarantee, program in found.items():
-        small, ran = shrink(queue, program, guarantee, timing)
-        shrunk[guarantee] = Found(small, ran)
+    for guarantee, (program, ran) in found.items():
+        try:
+            small, again = shrink(queue, program, guarantee, timing)
+        except ValueError:  # the same program, run again, did not break it: the queue is not deterministic
+            shrunk[guarantee] = Found(program, ran, shrunk=False)
+        else:
+            shrunk[guarantee] = Found(small, again)
     return shrunk, diverged, count
 
 

@@ -65,6 +65,7 @@ SUBJECTS: dict[str, Source] = {
         _built_in("graphile-worker", "graphile_queue", "GraphileQueue"),  # likewise
         _built_in("pgmq", "pgmq_queue", "PgmqQueue", "pgmq", _QUEUES_EXTRA),
         _built_in("absurd", "absurd_queue", "AbsurdQueue", "absurd_sdk", _QUEUES_EXTRA),
+        _built_in("chancy", "chancy_queue", "ChancyQueue", "chancy", _QUEUES_EXTRA),
         # Python 3.12 or newer, in a virtualenv of its own, made on first use (oban/requirements.txt).
         _built_in("oban", "oban_queue", "ObanQueue"),
     )

@@ -27,8 +27,6 @@ from leaseproof.conformance.queues.subjects import make
 from leaseproof.conformance.queues.subjects.chancy_queue import ChancyClient
 from leaseproof.model.queue import Answer, Guarantee, Seen
 
-pytest.importorskip("chancy", reason="chancy is not installed: pip install 'chancy==0.26.0'")
-
 SUBJECT = "leaseproof.conformance.queues.subjects.chancy_queue:ChancyQueue"
 SEED = 20261204
 NOT_APPLICABLE = {Guarantee.EXPIRED_CANNOT_RENEW, Guarantee.EXPIRED_CANNOT_COMPLETE}  # no deadline

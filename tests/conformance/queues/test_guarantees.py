@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,8 +23,8 @@ from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import matrix
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.subjects import make
-from leaseproof.conformance.queues.subjects.bundled import BundledQueue
-from leaseproof.model.queue import MEANING, Capability, Guarantee, Seen, needs
+from leaseproof.conformance.queues.subjects.bundled import BundledQueue, job_name
+from leaseproof.model.queue import MEANING, Answer, Capability, Guarantee, Seen, needs
 
 SEED = 20261204
 
@@ -392,7 +393,7 @@ NOISY = """
 import logging
 import warnings
 
-from leaseproof.conformance.queues.subjects.bundled import BundledQueue
+from leaseproof.conformance.queues.subjects.bundled import BundledQueue, job_name
 
 
 class NoisyQueue(BundledQueue):
@@ -422,3 +423,34 @@ def test_library_log_records_go_to_a_file_beside_the_traces_counted_in_one_line(
     records = [line for line in logged if re.match(r"\d{4}-\d\d-\d\d \d\d:", line)]  # a record's first line
     assert len(summary) == 1 and summary[0].startswith(f"library log: {len(records)} records ("), summary
     assert summary[0].endswith(f" in {Path('guarantee-traces') / 'library.log'}")
+
+
+class _CreditsOnce(BundledQueue):
+    """The store, except that the first completion it refuses in its life while the job is not
+    terminal (its holder stale or expired) it reports as credited: a violation a program meets
+    once, and not again when the same program runs again (a queue whose answers are not the same
+    from run to run)."""
+
+    spent = False
+
+    def complete(self, handle: Any, outcome: str) -> Answer | None:
+        answer = super().complete(handle, outcome)
+        row = self.rows().get(job_name(handle.delivery_id))
+        if answer is Answer.REFUSED and not self.spent and row is not None and row.status in ("pending", "claimed"):
+            self.spent = True
+            return Answer.CREDITED
+        return answer
+
+
+def test_a_violation_the_same_program_does_not_meet_again_is_reported_unshrunk(delivery_dsn: str) -> None:
+    """Its shrinking cannot meet it again: the search keeps the program as it met it (the matrix
+    says "not shrunk"), where the whole matrix used to stop with a traceback (pg-boss, seed 2)."""
+    queue = _CreditsOnce(delivery_dsn)
+    try:
+        found, _, count = runs.search(queue, seed=1, examples=300)  # its 43 refusals: the first is spent
+        assert count == 300 and len(found) == 1, found
+        (one,) = found.values()
+        assert not one.shrunk and one.ran.violations
+        assert not runs.run(queue, one.program).violations
+    finally:
+        queue.close()
