@@ -363,9 +363,10 @@ def replay(
     rounds: int = REPLAY_RACES,
 ) -> int:
     """Run a trace file's program again: exit 1 if the same guarantee breaks again, 0 if not. A
-    race's trace with its interleaving is forced to it (`_forced`); one found in a round whose
-    connection was cut, or from before traces recorded interleavings, runs up to `rounds` rounds
-    of its race (each with a cut if it had one), as luck has it (`_by_luck`)."""
+    race's trace with its interleaving is forced to it (`_forced`), and if the clients left the
+    forced order without the violation coming back, runs as luck has it too; one found in a round
+    whose connection was cut, or from before traces recorded interleavings, runs up to `rounds`
+    rounds of its race (each with a cut if it had one), as luck has it (`_by_luck`)."""
     body = json.loads(path.read_text())
     guarantee = Guarantee(body["guarantee"])
     timing = runs.Timing.from_json(body)
@@ -375,7 +376,10 @@ def replay(
         with queue_for(body.get("source") or body["subject"], True) as opened:
             if recorded and not body.get("cut"):
                 events = tuple(Event.from_json(item) for item in recorded)
-                return _forced(body, race, events, opened, timing, out)
+                forced = _forced(body, race, events, opened, timing, out)
+                if forced != EXIT_UNFORCED:
+                    return forced
+                out.write(f"then up to {rounds} rounds as luck has it:\n")
             return _by_luck(body, race, opened, timing, rounds, out)
     with queue_for(body.get("source") or body["subject"], False) as opened:
         queue = opened.queue
@@ -451,7 +455,8 @@ def _by_luck(
     if body.get("cut"):
         out.write("could not be forced: where a cut lands is the real clock's, and nothing orders it\n")
         return EXIT_UNFORCED
-    return EXIT_HOLDS
+    recorded = (body.get("trace") or [{}])[0].get("interleaving")
+    return EXIT_UNFORCED if recorded else EXIT_HOLDS
 
 
 def table(rows: Sequence[Row]) -> list[str]:
