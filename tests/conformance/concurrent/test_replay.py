@@ -147,7 +147,9 @@ def _found(delivery_dsn: str, tmp_path: Path, mutant: str, seed: int, capsys: py
 def test_a_race_found_under_contention_replays_with_its_holds(
     delivery_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _found(delivery_dsn, tmp_path, "claim-read-then-update", 2, capsys)
+    # Seed 1: its finding came back in 8 to 15 of 20 forced runs (docs/figures/stress.md), so the
+    # replay's 20 meet it whatever the machine does; seed 2's, in 1 to 4.
+    path = _found(delivery_dsn, tmp_path, "claim-read-then-update", 1, capsys)
     replay = read_replay(path)
     assert replay.schedule is not None and len(replay.schedule) == replay.rounds
     argv = ["stress", "--dsn", delivery_dsn, "--replay", str(path), "--mutant", "claim-read-then-update"]

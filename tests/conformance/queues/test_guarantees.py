@@ -447,8 +447,8 @@ def test_a_violation_the_same_program_does_not_meet_again_is_reported_unshrunk(d
     says "not shrunk"), where the whole matrix used to stop with a traceback (pg-boss, seed 2)."""
     queue = _CreditsOnce(delivery_dsn)
     try:
-        found, _, count = runs.search(queue, seed=1, examples=300)  # its 43 refusals: the first is spent
-        assert count == 300 and len(found) == 1, found
+        found, _, count = runs.search(queue, seed=2, examples=40)  # a refusal among them: the first is spent
+        assert count == 40 and len(found) == 1, found
         (one,) = found.values()
         assert not one.shrunk and one.ran.violations
         assert not runs.run(queue, one.program).violations
