@@ -23,6 +23,7 @@ from leaseproof.impl.migrate import migrate
 pytest_plugins = ["pytester"]
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown, and unused, without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than the machine has cores. The tests spend much of their time
     waiting on PostgreSQL and on the processes they start; measured on the 2-core machine

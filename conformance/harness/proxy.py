@@ -48,7 +48,7 @@ _CANCEL_REQUEST = 80877102
 _MAX_STARTUP_LENGTH = 10000  # PostgreSQL's limit on a start-up message (MAX_STARTUP_PACKET_LENGTH)
 _TLS_HANDSHAKE = 0x16  # the first byte of a TLS record that opens a handshake (direct SSL negotiation)
 
-_QUERY, _SYNC, _FUNCTION_CALL = b"Q"[0], b"S"[0], b"F"[0]
+_QUERY, _SYNC, _FUNCTION_CALL, _PARSE = b"Q"[0], b"S"[0], b"F"[0], b"P"[0]
 _COMMAND_COMPLETE, _READY_FOR_QUERY = b"C"[0], b"Z"[0]
 _COPY_IN_RESPONSE, _COPY_BOTH_RESPONSE = b"G"[0], b"W"[0]
 _IDLE = b"I"[0]
@@ -151,6 +151,9 @@ class FaultProxy:
         self._blackhole_generation = 0
         self.counts: collections.Counter[str] = collections.Counter()
         self.observer: Observer | None = None  # set before `start()`: it sees every connection
+        # Set before `start()`: the text of every statement a client sends (a Query's, a Parse's) is
+        # replaced by what this makes of it (`rewritten`), before anything else sees it.
+        self.rewrite: Callable[[str], str] | None = None
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             self._listener.bind(("127.0.0.1", 0))
@@ -447,8 +450,11 @@ class FaultProxy:
                     continue
                 if len(buffer) < 1 + length:
                     break
-                out += buffer[: 1 + length]
+                message = bytes(buffer[: 1 + length])
                 del buffer[: 1 + length]
+                if self.rewrite is not None and kind in (_QUERY, _PARSE):
+                    message = rewritten(message, self.rewrite)
+                out += message
                 if kind in (_QUERY, _SYNC, _FUNCTION_CALL):
                     requests += 1
                     with self._lock:  # before the server can answer it
@@ -679,6 +685,20 @@ class _Downstream:
                 return False
             return self.forward_response(last=True)
         return True
+
+
+def rewritten(message: bytes, rewrite: Callable[[str], str]) -> bytes:
+    """A Query or Parse message with its statement's text made over by `rewrite` (its length set anew)."""
+    kind, body = message[:1], message[5:]
+    if kind == b"Q":
+        head, text, tail = b"", body[: body.index(b"\0")], body[body.index(b"\0") :]
+    else:  # Parse: the statement's name, then its text, then its parameters' types
+        name_end = body.index(b"\0") + 1
+        text_end = body.index(b"\0", name_end)
+        head, text, tail = body[:name_end], body[name_end:text_end], body[text_end:]
+    new = rewrite(text.decode("utf-8")).encode("utf-8")
+    rest = head + new + tail
+    return kind + struct.pack("!i", 4 + len(rest)) + rest
 
 
 def _check_duration(name: str, value: float) -> None:

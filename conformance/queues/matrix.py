@@ -38,7 +38,15 @@ from leaseproof.conformance.harness.server import Server
 from leaseproof.conformance.queues import library_log
 from leaseproof.conformance.queues import run as runs
 from leaseproof.conformance.queues.protocol import QueueAdapter
-from leaseproof.conformance.queues.subjects import SUBJECTS, SubjectUnavailable, UnknownSubject, load, make, source
+from leaseproof.conformance.queues.subjects import (
+    SUBJECTS,
+    SubjectUnavailable,
+    UnknownSubject,
+    clock,
+    load,
+    make,
+    source,
+)
 from leaseproof.model.queue import MEANING, Capability, Guarantee, Violation, applicable, needs
 
 EXIT_HOLDS, EXIT_BROKEN, EXIT_USAGE, EXIT_UNFORCED = 0, 1, 2, 3
@@ -332,18 +340,23 @@ class Opened:
 @contextlib.contextmanager
 def subject(server: Server, name: str, *, watched: bool = False) -> Iterator[Opened]:
     """The subject `name` on a scratch database of its own; `watched`: its clients connect through a
-    proxy that watches, and can force, the order of their statements."""
+    proxy that watches, and can force, the order of their statements. An adapter that asks for
+    the time keywords to read the pinned clock (`clock_keywords = True`) has its clients connect
+    through a proxy that makes them over (`clock.keywords`), watched or not."""
     opened: list[tuple[str, Interleaver | None]] = []
+    found = source(name)
+    rewrite = found is not None and bool(getattr(load(found), "clock_keywords", False))
 
     @contextlib.contextmanager
     def new_database() -> Iterator[str]:
         with scratch_database(server, prefix="lp_queue") as dsn:
-            if not watched:
+            if not (watched or rewrite):
                 opened.append((dsn, None))
                 yield dsn
                 return
             with FaultProxy(dsn) as proxy:
-                opened.append((dsn, Interleaver(proxy)))
+                proxy.rewrite = clock.keywords if rewrite else None
+                opened.append((dsn, Interleaver(proxy) if watched else None))
                 yield proxy.dsn_through(dsn)
 
     with make(name, new_database) as queue:

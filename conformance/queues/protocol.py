@@ -40,9 +40,12 @@ The conventions an adapter keeps (docs/queues.md, "Judging your own queue"):
   `lease_until <= now`, or renews only while `lease_until > now`) declares
   `Capability.ENDS_AT_EXPIRY` and is judged by that boundary, its rows read by it too.
 - **The clock** is the database's: `reset(start, ...)` pins it at `start` and
-  `advance` moves it. A queue that reads `now()` is moved by the search-path clock
-  (`subjects/clock.py`, as the example subject does); one that reads another time
-  source says so in its adapter.
+  `advance` moves it. A queue that reads `now()`, `transaction_timestamp()`,
+  `statement_timestamp()` or `clock_timestamp()` is moved by the search-path clock
+  (`subjects/clock.py`, as the example subject does); one whose SQL says
+  `CURRENT_TIMESTAMP` or the other time keywords asks for them to be made over at the
+  wire with a class attribute `clock_keywords = True`; one that stamps times with the
+  client's clock is given the database's (`clock.now`).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ new tables still go to `public`. Column defaults bind their function when the ta
 created, so the library's schema is installed through a connection with this path too.
 The same goes for `transaction_timestamp()`, `statement_timestamp()` and `clock_timestamp()`
 (`TIME_FUNCTIONS`: pgmq reads the last), each answering the pinned time. A library that names
-`pg_catalog.now()`, uses CURRENT_TIMESTAMP or LOCALTIMESTAMP (SQL keywords PostgreSQL binds to
-pg_catalog itself), or the client's clock, is not moved by this (its adapter says so, or uses the
-library's own test clock). Test
+`pg_catalog.now()` or the client's clock is not moved by this (its adapter says so, or passes the
+database's time). CURRENT_TIMESTAMP, LOCALTIMESTAMP and the other time keywords, which PostgreSQL
+binds to pg_catalog itself, are moved by making the statements over at the wire (`keywords`), for
+an adapter that asks for it. Test
 tooling for the libraries under test only: the bundled store's clock is `lp_clock`
 (impl/hooks/clock.py).
 """
@@ -19,6 +20,7 @@ tooling for the libraries under test only: the bundled store's clock is `lp_cloc
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import psycopg
@@ -46,6 +48,29 @@ _INSTALL = """
         AS $$ SELECT coalesce((SELECT at FROM lpclock.pinned), pg_catalog.{name}()) $$;"""
     for name, volatility in TIME_FUNCTIONS.items()
 )
+
+
+# The SQL keywords that read the time, which PostgreSQL binds to pg_catalog itself (no search path
+# reaches them), each with an optional precision, and what `keywords` makes of them: the pinned time.
+_KEYWORDS = re.compile(
+    r"\b(current_timestamp|localtimestamp|current_date|current_time|localtime)\b(\s*\(\s*\d+\s*\))?", re.IGNORECASE
+)
+_AS = {
+    "current_timestamp": "lpclock.now()",
+    "localtimestamp": "lpclock.now()::timestamp",
+    "current_date": "lpclock.now()::date",
+    "current_time": "lpclock.now()::timetz",
+    "localtime": "lpclock.now()::time",
+}
+
+
+def keywords(sql: str) -> str:
+    """`sql` with every time keyword (CURRENT_TIMESTAMP, LOCALTIMESTAMP, CURRENT_DATE, CURRENT_TIME,
+    LOCALTIME) read from the pinned clock instead, for a library whose SQL uses them: its
+    clients connect through a proxy that makes every statement over with this (`FaultProxy.rewrite`;
+    an adapter asks for it with `clock_keywords = True`), its schema's functions included, as
+    they are installed. A keyword inside a quoted identifier would be made over too."""
+    return _KEYWORDS.sub(lambda m: f"({_AS[m.group(1).lower()]})", sql)
 
 
 def conninfo(dsn: str) -> str:

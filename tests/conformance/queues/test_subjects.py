@@ -16,6 +16,7 @@ from helpers import REPO, leaseproof
 
 from leaseproof.conformance.frontends import cli
 from leaseproof.conformance.harness.server import Server
+from leaseproof.conformance.queues import matrix
 from leaseproof.model.queue import Guarantee
 
 EXAMPLE = REPO / "docs" / "examples" / "queue-subject"
@@ -129,3 +130,61 @@ def test_a_subject_that_cannot_be_loaded_is_a_usage_error_before_anything_starts
     args = cli.build_parser().parse_args(["guarantees", "--subject", subject, "--dsn", "host=/nonexistent"])
     assert cli.load("guarantees").command(args, out, err) == 2
     assert out.getvalue() == "" and problem in err.getvalue(), err.getvalue()
+
+
+# The example queue as a library that reads the time with CURRENT_TIMESTAMP, not now(): a keyword
+# PostgreSQL binds to pg_catalog, which no search path moves.
+KEYWORDS = f"""
+from typing import Any
+
+from {MODULE} import ExampleQueue, Queue
+
+
+class _SaysCurrentTimestamp:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        return self.conn.execute(sql.replace("now()", "CURRENT_TIMESTAMP"), params)
+
+    def transaction(self) -> Any:
+        return self.conn.transaction()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class KeywordQueue(Queue):
+    def __init__(self, dsn: str, lease_seconds: int) -> None:
+        super().__init__(dsn, lease_seconds)
+        self.conn = _SaysCurrentTimestamp(self.conn)
+
+
+class Declared(ExampleQueue):
+    name = "keyword-queue"
+    queue_class = KeywordQueue
+    clock_keywords = True
+
+
+class Undeclared(Declared):
+    clock_keywords = False
+"""
+
+
+def test_a_subject_whose_sql_says_current_timestamp_is_judged_on_the_pinned_clock_when_it_asks(
+    pg_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Declared (`clock_keywords = True`), its clients connect through the proxy that makes the
+    keyword over: the pinned clock moves it, and it holds what the example holds. Undeclared, its
+    leases never run out as the profile's clock moves, and the profile says so."""
+    (tmp_path / "keywords.py").write_text(KEYWORDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    verdicts = {}
+    for name in ("Declared", "Undeclared"):
+        with matrix.subject(pg_server, f"keywords:{name}") as opened:
+            row = matrix.judge_subject(opened.queue, seed=3, examples=40, races=0, traces=tmp_path / name)
+        verdicts[name] = {cell.guarantee: cell.verdict for cell in row.cells}
+    holds = {g: "inconclusive" if g is Guarantee.COMPLETION_RACING_RESCUE else "holds" for g in Guarantee}
+    assert verdicts["Declared"] == holds, verdicts["Declared"]
+    assert verdicts["Undeclared"][Guarantee.EXPIRED_CANNOT_COMPLETE] == "violated", verdicts["Undeclared"]
