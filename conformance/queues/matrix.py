@@ -387,13 +387,14 @@ def replay(
         race = {r.__name__: r for r in runs.RACES.values()}[body["race"]]
         recorded = (body.get("trace") or [{}])[0].get("interleaving")
         with queue_for(body.get("source") or body["subject"], True) as opened:
-            if recorded and not body.get("cut"):
+            forceable = bool(recorded) and not body.get("cut")
+            if forceable:
                 events = tuple(Event.from_json(item) for item in recorded)
                 forced = _forced(body, race, events, opened, timing, out)
                 if forced != EXIT_UNFORCED:
                     return forced
                 out.write(f"then up to {rounds} rounds as luck has it:\n")
-            return _by_luck(body, race, opened, timing, rounds, out)
+            return _by_luck(body, race, opened, timing, rounds, out, forceable)
     with queue_for(body.get("source") or body["subject"], False) as opened:
         queue = opened.queue
         ran = runs.run(queue, body["program"], timing=timing)
@@ -418,11 +419,11 @@ def _forced(
     sends = sum(event.kind == "send" for event in events)
     roles = len({event.role for event in events})
     out.write(f"forcing {body['race']} to its recorded interleaving: {sends} requests of {roles} connections\n")
+    assert opened.interleaver is not None  # a race's replay opens its subject watched
+    orders = {FORCINGS[0]: events, FORCINGS[1]: tuple(in_finishing_order(events))}
     why: list[str] = []
     for attempt, how in enumerate(FORCINGS, 1):
-        order = events if how == FORCINGS[0] else tuple(in_finishing_order(events))
-        assert opened.interleaver is not None  # a race's replay opens its subject watched
-        result = race(queue, None, timing, runs.Wire(opened.interleaver, order))
+        result = race(queue, None, timing, runs.Wire(opened.interleaver, orders[how]))
         forced = result.wired.forced
         went = how if forced is None or forced.followed else f"{how}, until {forced.divergences[0]}"
         if result.violation is not None and result.violation.guarantee is guarantee:
@@ -446,11 +447,18 @@ def _forced(
 
 
 def _by_luck(
-    body: dict[str, Any], race: runs.Race, opened: Opened, timing: runs.Timing, rounds: int, out: TextIO
+    body: dict[str, Any],
+    race: runs.Race,
+    opened: Opened,
+    timing: runs.Timing,
+    rounds: int,
+    out: TextIO,
+    forced_first: bool,
 ) -> int:
     """Up to `rounds` rounds of `race`, each with a connection cut if the trace had one: exit 1 at
-    the first that breaks the guarantee again; 3 if none did (a cut lands when the real clock
-    says, and nothing forces it); 0 if none did, for a trace from before interleavings were recorded."""
+    the first that breaks the guarantee again; 3 if none did and the trace could not be forced (a
+    cut lands when the real clock says), or was and its forced runs left the recorded order
+    (`forced_first`); 0 if none did, for a trace from before interleavings were recorded."""
     guarantee = Guarantee(body["guarantee"])
     queue = opened.queue
     how = f"{body['race']}, each with a connection cut" if body.get("cut") else body["race"]
@@ -468,8 +476,7 @@ def _by_luck(
     if body.get("cut"):
         out.write("could not be forced: where a cut lands is the real clock's, and nothing orders it\n")
         return EXIT_UNFORCED
-    recorded = (body.get("trace") or [{}])[0].get("interleaving")
-    return EXIT_UNFORCED if recorded else EXIT_HOLDS
+    return EXIT_UNFORCED if forced_first else EXIT_HOLDS
 
 
 def table(rows: Sequence[Row]) -> list[str]:
