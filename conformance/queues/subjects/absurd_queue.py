@@ -170,9 +170,7 @@ class AbsurdQueue(_Client):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.conn.transaction():
-            self.conn.execute(f"TRUNCATE {_TABLES}")
-            clock.pin(self.conn, start)
+        clock.start_over(self.conn, start, f"TRUNCATE {_TABLES}")
         row = self.conn.execute("SELECT absurd.current_time() = lpclock.now()").fetchone()
         if row != (True,):
             raise RuntimeError("absurd.current_time() does not read the pinned clock (is absurd.fake_now set?)")

@@ -187,9 +187,7 @@ class ChancyQueue(ChancyClient):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.sql.transaction():
-            self.sql.execute(f"TRUNCATE {_TABLES}")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, f"TRUNCATE {_TABLES}")
 
     def enqueue(self) -> str:
         from chancy import Job  # type: ignore[import-not-found, import-untyped, unused-ignore]

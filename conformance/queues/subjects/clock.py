@@ -91,6 +91,14 @@ def pin(conn: psycopg.Connection[Any], at: dt.datetime) -> None:
     )
 
 
+def start_over(conn: psycopg.Connection[Any], at: dt.datetime, emptying: str, params: tuple[Any, ...] = ()) -> None:
+    """What an adapter's `reset` does, in one transaction: `emptying` (the statement that clears the
+    queue's rows), then the clock pinned at `at`, so no client sees the one without the other."""
+    with conn.transaction():
+        conn.execute(emptying, params)
+        pin(conn, at)
+
+
 def advance(conn: psycopg.Connection[Any], seconds: int) -> None:
     if (
         conn.execute("UPDATE lpclock.pinned SET at = at + make_interval(secs => %s) RETURNING 1", (seconds,)).fetchone()

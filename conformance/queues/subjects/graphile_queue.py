@@ -54,9 +54,7 @@ class GraphileQueue(NodeQueue, _Session):
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.scale = GRAPHILE_LEASE // lease_seconds
         self.child.call("forget")  # every held job let go (a failure, fenced by its pool), then forgotten
-        with self.sql.transaction():
-            self.sql.execute("DELETE FROM graphile_worker._private_jobs")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, "DELETE FROM graphile_worker._private_jobs")
 
     def enqueue(self) -> str:
         return str(self.child.call("enqueue"))

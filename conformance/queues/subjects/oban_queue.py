@@ -186,9 +186,7 @@ class ObanQueue(_Session):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.child.call("reset", lease=float(lease_seconds))  # every held job let go, then forgotten
-        with self.sql.transaction():
-            self.sql.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, f"TRUNCATE {_TABLES} RESTART IDENTITY")
 
     def enqueue(self) -> str:
         return str(self.child.call("enqueue"))

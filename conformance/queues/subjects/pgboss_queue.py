@@ -56,9 +56,7 @@ class PgBossQueue(NodeQueue, _Session):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.sql.transaction():
-            self.sql.execute("DELETE FROM pgboss.job WHERE name = %s", (QUEUE,))
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, "DELETE FROM pgboss.job WHERE name = %s", (QUEUE,))
 
     def enqueue(self) -> str:
         due = clock.now(self.sql) - dt.timedelta(seconds=1)

@@ -124,9 +124,7 @@ class PgmqQueue(_Client):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.sql.transaction():
-            self.sql.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, f"TRUNCATE {_TABLES} RESTART IDENTITY")
 
     def enqueue(self) -> str:
         return str(self.queue.send(QUEUE, {}))

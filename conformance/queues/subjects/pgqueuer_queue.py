@@ -97,9 +97,7 @@ class PgQueuerQueue(_Client):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.sql.transaction():
-            self.sql.execute("TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, "TRUNCATE pgqueuer, pgqueuer_log RESTART IDENTITY")
 
     def enqueue(self) -> str:
         ids = self.run(self.queries.enqueue(ENTRYPOINT, None, execute_after=dt.timedelta(seconds=-1)))

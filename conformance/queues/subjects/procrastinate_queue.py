@@ -109,9 +109,7 @@ class ProcrastinateQueue(_Client):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.lease_seconds = lease_seconds
-        with self.sql.transaction():
-            self.sql.execute(f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
-            clock.pin(self.sql, start)
+        clock.start_over(self.sql, start, f"TRUNCATE {_TABLES} RESTART IDENTITY CASCADE")
 
     def enqueue(self) -> str:
         return str(self.run(self.task.defer_async()))

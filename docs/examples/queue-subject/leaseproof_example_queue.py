@@ -130,9 +130,7 @@ class ExampleQueue(_Acts):
 
     def reset(self, start: dt.datetime, lease_seconds: int) -> None:
         self.queue.lease = dt.timedelta(seconds=lease_seconds)
-        with self.queue.conn.transaction():
-            self.queue.conn.execute("TRUNCATE example_jobs RESTART IDENTITY")
-            clock.pin(self.queue.conn, start)
+        clock.start_over(self.queue.conn, start, "TRUNCATE example_jobs RESTART IDENTITY")
 
     def enqueue(self) -> str:
         return str(self.queue.enqueue())
