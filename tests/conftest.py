@@ -22,6 +22,13 @@ from leaseproof.impl.migrate import migrate
 
 pytest_plugins = ["pytester"]
 
+# The processes the tests start may cache their bytecode, whatever the machine's environment says.
+# Many of them are pytest runs (pytester), and pytest rewrites the asserts of every module of a
+# distribution that declares a pytest plugin, leaseproof's whole package among them, and keeps the
+# result only where bytecode may be written: with PYTHONDONTWRITEBYTECODE set, each such run spent
+# over a second of CPU rewriting the package again. Nothing a test asserts depends on it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown, and unused, without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
