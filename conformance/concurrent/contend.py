@@ -16,7 +16,8 @@ connections of its own, each in a mode that makes the implementation's statement
 Then the round runs. Statements that need what is held wait; reads go on. When no
 statement of the implementation is left running, only waiting (or the round is over, or
 HOLD_SECONDS have passed), the holds go, one at a time in a seeded order, each once the
-last release has settled. So a claim that read a row and then writes it, a check and the
+last release has settled. Each records the statements that waited when it went, by their
+text; a replay lets it go once those wait again. So a claim that read a row and then writes it, a check and the
 act that trusts it, two writers of one key: they meet at the release, where they
 re-check, or fail to, all at once. Seen from the client, that is only a delay. While the
 round still runs, a new wave of holds is drawn as soon as one has gone (at most WAVES a
@@ -48,6 +49,7 @@ from psycopg.types.json import Jsonb
 
 from leaseproof.conformance.concurrent.faults import INJECTOR, Cut, FaultError, RoundFault, connect_injector
 from leaseproof.conformance.concurrent.history import Stall
+from leaseproof.conformance.harness.interleave import signature
 from leaseproof.conformance.lockstep import world as w
 
 HOLD_SECONDS = 1.0  # the longest a hold waits for the round's statements to pile up behind it
@@ -72,10 +74,11 @@ _SEEN = """
                AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%%'))
 """
 # How many of the implementation's backends run a statement without waiting for a lock,
-# and how many wait for one.
+# how many wait for one, and the statements that wait.
 _RUNNING = """
     SELECT count(*) FILTER (WHERE state = 'active' AND wait_event_type IS DISTINCT FROM 'Lock') AS running,
-           count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting
+           count(*) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock') AS waiting,
+           coalesce(array_agg(query) FILTER (WHERE state = 'active' AND wait_event_type = 'Lock'), '{}') AS parked
     FROM pg_stat_activity
     WHERE datname = current_database() AND backend_type = 'client backend'
       AND pid <> pg_backend_pid() AND application_name IS DISTINCT FROM %(injector)s
@@ -99,7 +102,8 @@ ADVISORY_MODES = ("exclusive", "shared")
 class Held:
     """One lock the injector held in a round: what (`kind`: row, table or advisory), which
     (`target`, for people), in which `mode`, released `order`-th, with `waiting` of the
-    implementation's statements waiting for a lock when it was let go. How to take it again
+    implementation's statements waiting for a lock when it was let go, `parked` the signatures
+    of those statements (interleave.signature: their text, literals out). How to take it again
     (a replay): a row by `table` and `key` (its primary key's columns and values, or the whole
     row where the table has none, matched with jsonb `@>`), a table by `table`, an advisory
     key by the `arguments` of pg_advisory_xact_lock."""
@@ -113,12 +117,13 @@ class Held:
     table: str = ""
     key: Any = None
     arguments: tuple[int, ...] = ()
+    parked: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         taken = {"row": {"table": self.table, "key": self.key}, "table": {"table": self.table}}
         how = taken.get(self.kind, {"arguments": list(self.arguments)})
         fields = {"kind": self.kind, "target": self.target, "mode": self.mode, "order": self.order}
-        return {**fields, "waiting": self.waiting, "wave": self.wave, **how}
+        return {**fields, "waiting": self.waiting, "parked": list(self.parked), "wave": self.wave, **how}
 
     @classmethod
     def from_json(cls, data: Any) -> Held:
@@ -148,9 +153,12 @@ class Held:
             or not all(isinstance(a, int) and not isinstance(a, bool) for a in arguments)
         ):  # fmt: skip
             raise ValueError(f"an advisory hold's arguments are one or two integers, not {arguments!r}")
+        parked = data.get("parked", [])  # absent from files written before it was recorded
+        if not isinstance(parked, list) or not all(isinstance(p, str) for p in parked):
+            raise ValueError(f"a hold's parked statements are a list of strings, not {parked!r}")
         target = data.get("target", "")
         return cls(kind, str(target), mode, order, waiting, wave, table if kind != "advisory" else "",
-                   data.get("key"), tuple(arguments))  # fmt: skip
+                   data.get("key"), tuple(arguments), tuple(sorted(parked)))  # fmt: skip
 
 
 Schedule = tuple[tuple[Held, ...], ...]
@@ -329,13 +337,16 @@ class Contender(RoundFault):
             else:
                 order.sort(key=lambda index: self.held[index][1].order)
             for index in order:
-                # A replay lets a hold go once as many statements wait for a lock as did when it
-                # went in the run it replays (or the round is over, or HOLD_SECONDS have passed).
-                waiting = self._settle(done, self.held[index][1].waiting if self.script is not None else 1)
+                # A replay lets a hold go once the statements that waited for a lock when it went
+                # in the run it replays wait again, and as many (or the round is over, or
+                # HOLD_SECONDS have passed).
                 conn, held = self.held[index]
+                waiting, parked = (
+                    self._settle(done, held.waiting, held.parked) if self.script is not None else self._settle(done)
+                )
                 self._release(conn)
                 self.waiting += waiting
-                released.append(attrs.evolve(held, order=len(released) + 1, waiting=waiting, wave=wave))
+                released.append(attrs.evolve(held, order=len(released) + 1, waiting=waiting, parked=parked, wave=wave))
             self.held = []
         self._record(released)
         self.counts.ended += 1
@@ -420,24 +431,29 @@ class Contender(RoundFault):
             self._pk[table] = [r["column"] for r in rows]
         return self._pk[table]
 
-    def _settle(self, done: threading.Event, enough: int = 1) -> int:
+    def _settle(
+        self, done: threading.Event, enough: int = 1, statements: tuple[str, ...] = ()
+    ) -> tuple[int, tuple[str, ...]]:
         """Until the implementation's statements have piled up (at least `enough` waiting for a
-        lock and none running, over SETTLED_LOOKS looks), the round is over, or HOLD_SECONDS have
-        passed: how many wait. (Nothing running and nothing waiting is a round not started yet,
-        or between statements: it goes on.)"""
+        lock, `statements` among them, and none running, over SETTLED_LOOKS looks), the round is
+        over, or HOLD_SECONDS have passed: how many wait, and the signatures of the statements
+        that do. (Nothing running and nothing waiting is a round not started yet, or between
+        statements: it goes on.)"""
         deadline = time.monotonic() + HOLD_SECONDS
-        piled, waiting = 0, 0
+        wanted = collections.Counter(statements)
+        piled, waiting, parked = 0, 0, collections.Counter[str]()
         while piled < SETTLED_LOOKS and not done.is_set() and time.monotonic() < deadline:
             try:
                 row = self.watch.execute(_RUNNING, {"injector": INJECTOR}).fetchone()
             except psycopg.Error as exc:
                 raise FaultError(f"could not watch the implementation's backends: {exc}") from exc
             assert row is not None
-            waiting = row["waiting"]
-            piled = piled + 1 if waiting >= max(enough, 1) and not row["running"] else 0
+            waiting, parked = row["waiting"], collections.Counter(map(signature, row["parked"]))
+            there = waiting >= max(enough, 1) and not row["running"] and not wanted - parked
+            piled = piled + 1 if there else 0
             self._learn()  # what the waiting statements hold and ask for
             done.wait(SETTLE_POLL)
-        return waiting
+        return waiting, tuple(sorted(parked.elements()))
 
     def _release(self, conn: psycopg.Connection[Any]) -> None:
         try:

@@ -77,10 +77,10 @@ def signatures(messages: bytes) -> list[str]:
         body = messages[at + 5 : at + 1 + length]
         at += 1 + length
         if kind == b"Q":
-            found.append(_normal(body.split(b"\0", 1)[0]))
+            found.append(signature(body.split(b"\0", 1)[0].decode("utf-8", "replace")))
             current = ""
         elif kind == b"P" and not current:
-            current = _normal(body.split(b"\0", 2)[1])
+            current = signature(body.split(b"\0", 2)[1].decode("utf-8", "replace"))
         elif kind == b"B" and not current:
             current = "prepared " + body.split(b"\0", 2)[1].decode("utf-8", "replace")
         elif kind in (b"S", b"F"):
@@ -111,8 +111,10 @@ def in_finishing_order(events: list[Event] | tuple[Event, ...]) -> list[Event]:
     return serial
 
 
-def _normal(text: bytes) -> str:
-    sql = _SPACE.sub(" ", _LITERAL.sub("?", text.decode("utf-8", "replace"))).strip().lower()
+def signature(text: str) -> str:
+    """A statement's text as requests are told apart: lower-case, its literals `?`, its spaces one,
+    cut to a length (the same statement with other values has the same signature)."""
+    sql = _SPACE.sub(" ", _LITERAL.sub("?", text)).strip().lower()
     return sql[:_SIGNATURE_LENGTH]
 
 

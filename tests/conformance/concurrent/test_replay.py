@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from leaseproof.conformance.concurrent.programs import GENERATORS
 from leaseproof.conformance.concurrent.replay_file import ReplayFile, ReplayFileError, digest, read_replay, write_replay
 from leaseproof.conformance.concurrent.stress import program_at
 from leaseproof.conformance.frontends.cli import main
+from leaseproof.conformance.harness.interleave import signature
 from leaseproof.impl.delivery.adapter import PostgresDeliveryAdapter
 
 HOLDS = (
@@ -31,7 +33,7 @@ HOLDS = (
         ct.Held("advisory", "key 7, -3", "shared", 1, arguments=(7, -3)),
     ),
     (
-        ct.Held("table", "public.t", "SHARE MODE", 1, waiting=3, table="public.t"),
+        ct.Held("table", "public.t", "SHARE MODE", 1, waiting=3, table="public.t", parked=("select ?", "update t")),
         ct.Held("row", "public.t {...}", "FOR KEY SHARE", 2, wave=2, table="public.t", key={"id": 1}),
     ),
     (ct.Held("table", "public.t", "EXCLUSIVE MODE", 1, table="public.t"),),
@@ -71,6 +73,8 @@ def test_a_replay_file_reads_back_as_written(tmp_path: Path) -> None:
          "order is a positive integer"),
         (lambda doc: {**doc, "schedule": [[{"kind": "table", "mode": "SHARE MODE", "order": 1, "table": "a.b",
                                             "wave": 7}]]}, "wave is one of"),
+        (lambda doc: {**doc, "schedule": [[{"kind": "table", "mode": "SHARE MODE", "order": 1, "table": "a.b",
+                                            "parked": "select 1"}]]}, "parked statements are a list of strings"),
     ],
 )  # fmt: skip
 def test_a_file_that_is_not_a_replay_is_refused_saying_why(tmp_path: Path, change: Any, says: str) -> None:
@@ -233,4 +237,41 @@ def test_a_scripted_wave_is_taken_once_the_wave_before_it_is_let_go(scratch_dsn:
         assert other.execute(taken).fetchone() == (0,)
     finally:
         other.close()
+        contender.close()
+
+
+def test_a_replayed_hold_is_let_go_once_the_statements_that_waited_for_it_wait_again(
+    scratch_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold records the statements waiting when it went; a replay lets it go once those wait
+    again, not once as many others do."""
+    monkeypatch.setattr(ct, "HOLD_SECONDS", 0.5)
+    with psycopg.connect(scratch_dsn, autocommit=True) as setup:
+        setup.execute("CREATE TABLE public.t (id int PRIMARY KEY)")
+    first, second = "SELECT 1 FROM public.t /* first */ FOR UPDATE", "SELECT 2 FROM public.t /* second */ FOR UPDATE"
+    contender = ct.Contender(scratch_dsn, 1.0, 1)
+    holder = contender.conns[0]
+    holder.execute("BEGIN")
+    holder.execute("LOCK TABLE public.t IN EXCLUSIVE MODE")
+    clients = [psycopg.connect(scratch_dsn, autocommit=True) for _ in range(2)]
+    threads = [threading.Thread(target=c.execute, args=(q,)) for c, q in zip(clients, (first, second), strict=True)]
+    done = threading.Event()
+    try:
+        threads[0].start()
+        # What the run recorded: the first statement waiting, and it alone.
+        assert contender._settle(done) == (1, (signature(first),))
+        # A replay whose hold went with the second one waiting holds on while only the first waits.
+        began = time.monotonic()
+        assert contender._settle(done, 1, (signature(second),)) == (1, (signature(first),))
+        assert time.monotonic() - began >= ct.HOLD_SECONDS
+        threads[1].start()
+        both = tuple(sorted((signature(first), signature(second))))
+        assert contender._settle(done, 1, (signature(second),)) == (2, both)
+    finally:
+        holder.execute("ROLLBACK")
+        for thread in threads:
+            if thread.ident is not None:  # started
+                thread.join(5)
+        for client in clients:
+            client.close()
         contender.close()
