@@ -11,6 +11,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -147,17 +148,25 @@ def test_signatures_and_the_finishing_order() -> None:
     ]
 
 
-def test_a_race_of_guarantees_records_its_interleaving_and_its_replay_forces_it(
-    pg_server: Server, tmp_path: Path
-) -> None:
-    """claim-read-then-update: two fetches that both read the job before either claims it both get
-    it. The trace holds the two claims' statements in the order they went; the replay forces it."""
+def _race_trace(pg_server: Server, tmp_path: Path) -> dict[str, Any]:
+    """The trace of claim-read-then-update's double claim, found by a race of `guarantees`."""
     argv = ["--subjects", "leaseproof:claim-read-then-update", "--examples", "0", "--races", "300",
             "--terminate", "0", "--races-of", "no-double-claim", "--seed", "1", "--traces", str(tmp_path),
             "--dsn", pg_server.dsn]  # fmt: skip
     args = cli.build_parser().parse_args(["guarantees", *argv])
     assert cli.load("guarantees").command(args, io.StringIO(), io.StringIO()) == 0
-    trace = json.loads((tmp_path / "leaseproof-claim-read-then-update--no-double-claim.json").read_text())
+    trace: dict[str, Any] = json.loads(
+        (tmp_path / "leaseproof-claim-read-then-update--no-double-claim.json").read_text()
+    )
+    return trace
+
+
+def test_a_race_of_guarantees_records_its_interleaving_and_its_replay_forces_it(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """claim-read-then-update: two fetches that both read the job before either claims it both get
+    it. The trace holds the two claims' statements in the order they went; the replay forces it."""
+    trace = _race_trace(pg_server, tmp_path)
     interleaving = [Event.from_json(item) for item in trace["trace"][0]["interleaving"]]
     claims = [e for e in interleaving if e.kind == "send" and "lp_claim" in e.what]
     assert len(claims) == 2 and claims[0].role != claims[1].role, interleaving
@@ -167,3 +176,29 @@ def test_a_race_of_guarantees_records_its_interleaving_and_its_replay_forces_it(
     assert cli.load("guarantees").command(replay, out, io.StringIO()) == 1, out.getvalue()
     assert out.getvalue().startswith("forcing race_fetches to its recorded interleaving: ")
     assert "reproduced in forced run " in out.getvalue() and "breaks no-double-claim" in out.getvalue()
+
+
+def test_a_race_whose_clients_leave_the_forced_order_runs_as_luck_has_it_and_says_it_was_not_forced(
+    pg_server: Server, tmp_path: Path
+) -> None:
+    """When the clients send what the recorded interleaving does not hold, the forcing ends, saying
+    where; the replay then runs the race as luck has it, and if the guarantee holds there too it
+    exits 3 (not forced), not 0: a held guarantee says nothing of a race that was never forced."""
+    trace = _race_trace(pg_server, tmp_path)
+    for item in trace["trace"][0]["interleaving"]:  # statements that no client of the store sends
+        if item[1] == "send":
+            item[2] = "select ? as nobody_sends_this"
+    # Judged on the bundled store, which holds no-double-claim however its fetches meet.
+    trace["subject"] = trace["source"] = "leaseproof"
+    path = tmp_path / "unforceable.json"
+    path.write_text(json.dumps(trace))
+    out = io.StringIO()
+    replay = cli.build_parser().parse_args(["guarantees", "--replay", str(path), "--races", "5", "--dsn",
+                                            pg_server.dsn])  # fmt: skip
+    assert cli.load("guarantees").command(replay, out, io.StringIO()) == 3, out.getvalue()
+    text = out.getvalue()
+    assert text.startswith("forcing race_fetches to its recorded interleaving: ")
+    assert "could not be forced: in 4 of 4 runs the clients left the order they were held to" in text, text
+    assert "which no recorded connection began with" in text  # where they left it
+    assert "then up to 5 rounds as luck has it:" in text
+    assert "not reproduced in 5 rounds of race_fetches: leaseproof held no-double-claim" in text
