@@ -24,7 +24,8 @@ from leaseproof.conformance.frontends.progress import ProgressLine
 
 if TYPE_CHECKING:  # what a run imports when it starts (`--help` does not)
     from leaseproof.conformance.boundary.protocols import SomeAdapter
-    from leaseproof.conformance.concurrent.contend import Contender
+    from leaseproof.conformance.concurrent.contend import Contender, Schedule
+    from leaseproof.conformance.concurrent.programs import Program
     from leaseproof.conformance.concurrent.replay_file import ReplayFile
     from leaseproof.conformance.concurrent.stress import Finding, StressReport, Stuck
     from leaseproof.conformance.concurrent.stress import Progress as StressProgress
@@ -41,6 +42,8 @@ EXITS = (
     "backend; " + INTERRUPTED_EXITS
 )
 WORKERS, REPEATS, REPLAY_REPEATS, DURATION = 8, 3, 20, 30.0
+# Runs of a contended finding's replay forced at once, before the run ends (`_check_replay`).
+CHECK_RUNS = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +243,9 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             faults=contender,
         )
         status = _stress_report(report, args, out, err, contender)
+        found, database = report.finding, databases.get(machine)
+        if contender is not None and found is not None and database is not None and any(found.schedule or ()):
+            _check_replay(adapter, database, found.program, found.schedule, report.seed, report.workers, args, out)
         if folder is not None:
             _write_page(folder, report, adapter.name, out, err)
         return status
@@ -341,6 +347,37 @@ def _judge_replay(
     else:
         out.write(f"replay: reproduced in {report.finding.failed} of {args.repeats} runs\n")
     return _stress_report(report, args, out, err, contender), report
+
+
+def _check_replay(
+    adapter: SomeAdapter,
+    database: str,
+    program: Program,
+    schedule: Schedule,
+    seed: int,
+    workers: int,
+    args: argparse.Namespace,
+    out: TextIO,
+) -> None:
+    """A contended finding's `program` with its `schedule`, forced again CHECK_RUNS times as `--replay`
+    forces it: whether its replay file fails while the race is there, or the race needed timing the
+    holds do not force (then the replay file may pass with the race still there, and the history is
+    what shows it)."""
+    from leaseproof.conformance.concurrent.contend import Contender
+    from leaseproof.conformance.concurrent.stress import replay
+
+    forced = Contender(database, 1.0, seed, script=schedule)  # closed by the run
+    again = replay(adapter, program, seed=seed, workers=workers, repeats=CHECK_RUNS, lose=args.lose_responses,
+                   budget=args.budget, faults=forced)  # fmt: skip
+    failed = again.finding.failed if again.finding is not None else 0
+    if failed:
+        out.write(f"replay checked: forcing its holds again, the failure came back in {failed} of {CHECK_RUNS} runs\n")
+    else:
+        out.write(
+            f"replay checked: forcing its holds again, the failure did not come back in {CHECK_RUNS} runs: the race"
+            " needed timing the holds do not force, so the replay may pass while the race is there; the history"
+            " shows it\n"
+        )
 
 
 def _write_page(
