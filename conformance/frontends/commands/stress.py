@@ -245,7 +245,7 @@ def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         status = _stress_report(report, args, out, err, contender)
         found, database = report.finding, databases.get(machine)
         if contender is not None and found is not None and database is not None and any(found.schedule or ()):
-            _check_replay(adapter, database, found.program, found.schedule, report.seed, report.workers, args, out)
+            _check_replay(adapter, database, found.program, found.schedule, report.seed, report.workers, args, out, err)
         if folder is not None:
             _write_page(folder, report, adapter.name, out, err)
         return status
@@ -358,17 +358,20 @@ def _check_replay(
     workers: int,
     args: argparse.Namespace,
     out: TextIO,
+    err: TextIO,
 ) -> None:
     """A contended finding's `program` with its `schedule`, forced again CHECK_RUNS times as `--replay`
-    forces it: whether its replay file fails while the race is there, or the race needed timing the
-    holds do not force (then the replay file may pass with the race still there, and the history is
-    what shows it)."""
+    forces it (its progress on `err`): whether its replay file fails while the race is there, or the
+    race needed timing the holds do not force (then the replay file may pass with the race still
+    there, and the history is what shows it)."""
     from leaseproof.conformance.concurrent.contend import Contender
     from leaseproof.conformance.concurrent.stress import replay
 
     forced = Contender(database, 1.0, seed, script=schedule)  # closed by the run
-    again = replay(adapter, program, seed=seed, workers=workers, repeats=CHECK_RUNS, lose=args.lose_responses,
-                   budget=args.budget, faults=forced)  # fmt: skip
+    again = stress_with_progress(
+        err, adapter, program=program, seed=seed, workers=workers, repeats=CHECK_RUNS, lose=args.lose_responses,
+        budget=args.budget, faults=forced, run=replay,
+    )  # fmt: skip
     failed = again.finding.failed if again.finding is not None else 0
     if failed:
         out.write(f"replay checked: forcing its holds again, the failure came back in {failed} of {CHECK_RUNS} runs\n")

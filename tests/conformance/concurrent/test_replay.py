@@ -183,7 +183,15 @@ def test_a_race_found_under_contention_replays_with_its_holds(
         checked = io.StringIO()
         options = argparse.Namespace(lose_responses=0.0, budget=DEFAULT_BUDGET)
         stress_command._check_replay(
-            adapter, delivery_dsn, program, replay.schedule, replay.seed, replay.workers, options, checked
+            adapter,
+            delivery_dsn,
+            program,
+            replay.schedule,
+            replay.seed,
+            replay.workers,
+            options,
+            checked,
+            io.StringIO(),
         )
     finally:
         adapter.close()
